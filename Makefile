@@ -1,0 +1,55 @@
+# Berth — two commands: `make run` (zero-setup demo) and `make test` (the whole suite
+# on the real PostgreSQL and Redis). See README.md.
+
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | sha1sum | cut -c1-12)
+
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-fast lint format schema services browser bench bench-core \
+        bench-pass bench-api bench-heartbeat bench-dashboard simulate faults clean
+
+$(STAMP):
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+install: $(STAMP)
+
+## make run: the whole product on SQLite, an embedded broker and simulated GPU nodes
+run: install
+	$(BIN)/python -m portal.devstack
+
+## make test: every test against PostgreSQL and Redis (started here if installed but stopped)
+test: install services browser
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	  $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## the suite without the browser and live-process tests, for a quick loop
+test-fast: install services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	  $(BIN)/python -m pytest -m "not browser and not services" $(PYTEST_ARGS)
+
+services:
+	scripts/ensure-services.sh
+
+browser:
+	scripts/ensure-chromium.sh
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf var staticfiles .pytest_cache test-artifacts

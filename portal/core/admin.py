@@ -1,0 +1,557 @@
+"""The cluster admin's interface: quotas inline on teams with an audit trail,
+node cordon / drain, job cancel, and list filters and search on every model."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import Count, Q
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from portal.core.actions.audit import record_changes, record_event
+from portal.core.actions.jobs import InvalidTransition, cancel_job
+from portal.core.actions.nodes import cordon_node, drain_node, uncordon_node
+from portal.core.models import (
+    Allocation,
+    ApiToken,
+    AuditEntry,
+    Cohort,
+    Gpu,
+    GpuFlavor,
+    Job,
+    JobEvent,
+    Membership,
+    Node,
+    NodeBootstrapToken,
+    Queue,
+    Quota,
+    SchedulingPass,
+    Team,
+    Usage,
+)
+from portal.core.secrets import new_secret
+
+admin.site.site_header = "Berth administration"
+admin.site.site_title = "Berth admin"
+
+
+def _db_values(model, pks, fields) -> dict:
+    """The stored values of `fields` for these rows, before a form overwrites them."""
+    rows = model.objects.filter(pk__in=list(pks)).values("pk", *fields)
+    return {row.pop("pk"): row for row in rows}
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    """Writes an AuditEntry for every change to `audited_fields`, here and in audited inlines."""
+
+    audited_fields: tuple[str, ...] = ()
+
+    def save_model(self, request, obj, form, change):
+        before = (
+            _db_values(type(obj), [obj.pk], self.audited_fields).get(obj.pk, {}) if change else {}
+        )
+        super().save_model(request, obj, form, change)
+        _audit(request.user, obj, before, self.audited_fields, change)
+
+    def delete_model(self, request, obj):
+        record_event(actor=request.user, instance=obj, action="delete")
+        super().delete_model(request, obj)
+
+    def save_formset(self, request, form, formset, change):
+        fields = getattr(formset, "audited_fields", ())
+        if not fields:
+            return super().save_formset(request, form, formset, change)
+        model = formset.model
+        changed_pks = [f.instance.pk for f in formset.forms if f.instance.pk and f.has_changed()]
+        before = _db_values(model, changed_pks, fields)
+        for deleted in formset.deleted_forms:
+            if deleted.instance.pk:
+                record_event(actor=request.user, instance=deleted.instance, action="delete")
+        formset.save()
+        for obj in formset.new_objects:
+            _audit(request.user, obj, {}, fields, change=False)
+        for obj, _names in formset.changed_objects:
+            _audit(request.user, obj, before.get(obj.pk, {}), fields, change=True)
+
+
+def _audit(user, obj, before, fields, change) -> None:
+    """Compare foreign keys by id, as values() returns them."""
+    attnames = {name: obj._meta.get_field(name).attname for name in fields}
+    before = {attnames[name]: before.get(name) for name in fields}
+    action = "update" if change else "create"
+    record_changes(actor=user, instance=obj, before=before, fields=attnames.values(), action=action)
+
+
+class AuditedInline:
+    """An inline whose formset carries the fields to audit."""
+
+    audited_fields: tuple[str, ...] = ()
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.audited_fields = self.audited_fields
+        return formset
+
+
+class QuotaInline(AuditedInline, admin.TabularInline):
+    model = Quota
+    extra = 0
+    fields = ("flavor", "nominal", "borrowing_limit", "lending_limit")
+    audited_fields = ("flavor", "nominal", "borrowing_limit", "lending_limit")
+
+
+class QueueInline(AuditedInline, admin.TabularInline):
+    model = Queue
+    extra = 0
+    fields = (
+        "name",
+        "default_priority",
+        "default_runtime_seconds",
+        "max_runtime_seconds",
+        "max_pending_jobs",
+        "preemptible_default",
+        "max_restarts",
+    )
+    audited_fields = fields
+
+
+class MembershipInline(AuditedInline, admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ("user",)
+    audited_fields = ("user", "role")
+
+
+def _audit_trail_html(entries) -> str:
+    if not entries:
+        return "No changes recorded yet."
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} → {}</td></tr>",
+        (
+            (
+                e.at.strftime("%Y-%m-%d %H:%M"),
+                e.actor or "system",
+                e.target_repr,
+                e.field or e.action,
+                e.old_value,
+                e.new_value,
+            )
+            for e in entries
+        ),
+    )
+    return format_html(
+        "<table><tr><th>When</th><th>Who</th><th>What</th><th>Field</th><th>Change</th></tr>{}</table>",
+        rows,
+    )
+
+
+@admin.register(Team)
+class TeamAdmin(AuditedAdmin):
+    list_display = ("slug", "name", "cohort", "weight", "members", "quota_summary")
+    list_filter = ("cohort",)
+    search_fields = ("slug", "name")
+    prepopulated_fields = {"slug": ("name",)}
+    readonly_fields = ("audit_trail",)
+    inlines = (QuotaInline, QueueInline, MembershipInline)
+    audited_fields = ("name", "weight", "cohort")
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("cohort")
+            .annotate(member_count=Count("memberships", distinct=True))
+            .prefetch_related("quotas__flavor")
+        )
+
+    @admin.display(ordering="member_count")
+    def members(self, team):
+        return team.member_count
+
+    @admin.display(description="Quotas (nominal)")
+    def quota_summary(self, team):
+        return ", ".join(f"{q.flavor.name}: {q.nominal}" for q in team.quotas.all()) or "—"
+
+    @admin.display(description="Audit trail (team, quotas, queues, members)")
+    def audit_trail(self, team):
+        if team.pk is None:
+            return "—"
+        entries = AuditEntry.objects.filter(_team_audit_filter(team)).select_related("actor")[:50]
+        return _audit_trail_html(list(entries))
+
+
+def _team_audit_filter(team) -> Q:
+    ids = {
+        "team": [team.pk],
+        "quota": list(team.quotas.values_list("pk", flat=True)),
+        "queue": list(team.queues.values_list("pk", flat=True)),
+        "membership": list(team.memberships.values_list("pk", flat=True)),
+    }
+    query = Q(target_type="team", target_id=str(team.pk))
+    for kind, pks in ids.items():
+        query |= Q(target_type=kind, target_id__in=[str(pk) for pk in pks])
+    # Deleted quotas and queues no longer have ids to find; their repr names the team.
+    query |= Q(
+        target_type__in=["quota", "queue", "membership"], target_repr__startswith=f"{team.slug}/"
+    )
+    return query
+
+
+@admin.register(Cohort)
+class CohortAdmin(AuditedAdmin):
+    list_display = ("name", "description", "team_count")
+    search_fields = ("name", "description")
+    audited_fields = ("name",)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(n=Count("teams"))
+
+    @admin.display(ordering="n", description="Teams")
+    def team_count(self, cohort):
+        return cohort.n
+
+
+@admin.register(GpuFlavor)
+class GpuFlavorAdmin(AuditedAdmin):
+    list_display = ("name", "display_name", "memory_mib", "product_names")
+    search_fields = ("name", "display_name")
+    audited_fields = ("name", "product_names")
+
+
+@admin.register(Quota)
+class QuotaAdmin(AuditedAdmin):
+    list_display = ("team", "flavor", "nominal", "borrowing_limit", "lending_limit")
+    list_filter = ("flavor", "team__cohort")
+    search_fields = ("team__slug", "flavor__name")
+    list_select_related = ("team", "flavor")
+    audited_fields = ("team", "flavor", "nominal", "borrowing_limit", "lending_limit")
+
+
+@admin.register(Queue)
+class QueueAdmin(AuditedAdmin):
+    list_display = (
+        "__str__",
+        "default_priority",
+        "max_runtime_seconds",
+        "max_pending_jobs",
+        "preemptible_default",
+    )
+    list_filter = ("team", "preemptible_default")
+    search_fields = ("name", "team__slug")
+    list_select_related = ("team",)
+    audited_fields = QueueInline.audited_fields
+
+
+@admin.register(Membership)
+class MembershipAdmin(AuditedAdmin):
+    list_display = ("user", "team", "role")
+    list_filter = ("role", "team")
+    search_fields = ("user__username", "user__email", "team__slug")
+    list_select_related = ("user", "team")
+    autocomplete_fields = ("user",)
+    audited_fields = ("user", "team", "role")
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = (
+        "index",
+        "uuid",
+        "product_name",
+        "memory_mib",
+        "health",
+        "health_reason",
+        "utilization_pct",
+        "temperature_c",
+    )
+    readonly_fields = ("utilization_pct", "temperature_c")
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = (
+        "hostname",
+        "flavor",
+        "rack",
+        "block",
+        "state_badge",
+        "cordon_reason",
+        "gpu_health",
+        "last_heartbeat_at",
+    )
+    list_filter = ("condition", "cordon", "flavor", "rack", "block")
+    search_fields = ("hostname", "rack", "block")
+    readonly_fields = (
+        "condition",
+        "last_heartbeat_at",
+        "not_ready_since",
+        "registered_at",
+        "agent_version",
+        "cordon",
+    )
+    fields = (
+        "hostname",
+        "flavor",
+        "rack",
+        "block",
+        "cordon",
+        "cordon_reason",
+        "condition",
+        "last_heartbeat_at",
+        "not_ready_since",
+        "registered_at",
+        "agent_version",
+    )
+    inlines = (GpuInline,)
+    actions = ("cordon", "drain", "uncordon")
+
+    def get_queryset(self, request):
+        healthy = Count("gpus", filter=Q(gpus__health=Gpu.Health.HEALTHY))
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("flavor")
+            .annotate(n_gpus=Count("gpus"), n_healthy=healthy)
+        )
+
+    @admin.display(description="State", ordering="condition")
+    def state_badge(self, node):
+        return node.state
+
+    @admin.display(description="Healthy GPUs")
+    def gpu_health(self, node):
+        return f"{node.n_healthy}/{node.n_gpus}"
+
+    def _apply(self, request, queryset, action, verb):
+        changed = sum(1 for node in queryset if action(node, acting_user=request.user))
+        self.message_user(request, f"{verb} {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Cordon: no new jobs")
+    def cordon(self, request, queryset):
+        self._apply(request, queryset, cordon_node, "Cordoned")
+
+    @admin.action(description="Drain: no new jobs, running jobs finish")
+    def drain(self, request, queryset):
+        self._apply(request, queryset, drain_node, "Draining")
+
+    @admin.action(description="Uncordon: schedulable again")
+    def uncordon(self, request, queryset):
+        self._apply(request, queryset, uncordon_node, "Uncordoned")
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = (
+        "__str__",
+        "uuid",
+        "product_name",
+        "health",
+        "health_reason",
+        "utilization_pct",
+        "memory_used_mib",
+        "temperature_c",
+        "power_w",
+    )
+    list_filter = ("health", "node__flavor", "node__rack")
+    search_fields = ("uuid", "node__hostname", "product_name")
+    list_select_related = ("node",)
+
+
+class JobEventInline(admin.TabularInline):
+    model = JobEvent
+    extra = 0
+    can_delete = False
+    fields = ("at", "kind", "from_state", "to_state", "actor", "message")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "name",
+        "team",
+        "queue",
+        "state",
+        "gpus_display",
+        "flavor",
+        "priority",
+        "reason_code",
+        "submitted_at",
+    )
+    list_filter = ("state", "team", "flavor", "preemptible", "reason_code")
+    search_fields = ("=id", "name", "image", "submitted_by__username", "idempotency_key")
+    list_select_related = ("team", "queue", "flavor")
+    date_hierarchy = "submitted_at"
+    readonly_fields = [f.name for f in Job._meta.fields]
+    inlines = (JobEventInline,)
+    actions = ("cancel",)
+
+    @admin.display(description="GPUs")
+    def gpus_display(self, job):
+        return f"{job.workers}×{job.gpus_per_worker}"
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Cancel selected jobs")
+    def cancel(self, request, queryset):
+        done = 0
+        for job in queryset:
+            try:
+                cancel_job(job, actor=request.user, reason=f"Cancelled by admin {request.user}.")
+                done += 1
+            except InvalidTransition:
+                pass
+        self.message_user(request, f"Cancelled {done} job(s).", messages.SUCCESS)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(JobEvent)
+class JobEventAdmin(ReadOnlyAdmin):
+    list_display = ("at", "job", "kind", "from_state", "to_state", "actor", "message")
+    list_filter = ("kind", "to_state")
+    search_fields = ("=job__id", "message")
+    list_select_related = ("job", "actor")
+
+
+@admin.register(Allocation)
+class AllocationAdmin(ReadOnlyAdmin):
+    list_display = ("job", "worker_rank", "node", "gpu", "active", "created_at", "released_at")
+    list_filter = ("active", "node__rack")
+    search_fields = ("=job__id", "node__hostname", "gpu__uuid")
+    list_select_related = ("job", "node", "gpu__node")
+
+
+@admin.register(Usage)
+class UsageAdmin(ReadOnlyAdmin):
+    list_display = ("hour", "team", "flavor", "gpu_hours")
+    list_filter = ("team", "flavor")
+    search_fields = ("team__slug",)
+    date_hierarchy = "hour"
+    list_select_related = ("team", "flavor")
+
+    @admin.display(description="GPU-hours")
+    def gpu_hours(self, usage):
+        return f"{usage.gpu_seconds / 3600:.2f}"
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = (
+        "at",
+        "actor",
+        "action",
+        "target_type",
+        "target_repr",
+        "field",
+        "old_value",
+        "new_value",
+        "note",
+    )
+    list_filter = ("target_type", "action", "field")
+    search_fields = ("target_repr", "actor__username", "note")
+    date_hierarchy = "at"
+    list_select_related = ("actor",)
+
+
+@admin.register(SchedulingPass)
+class SchedulingPassAdmin(ReadOnlyAdmin):
+    list_display = (
+        "started_at",
+        "policy",
+        "duration_ms",
+        "pending",
+        "admitted",
+        "preempted",
+        "queries",
+        "dry_run",
+        "error",
+    )
+    list_filter = ("policy", "dry_run")
+    search_fields = ("error",)
+
+
+class ShownOnceTokenAdmin(admin.ModelAdmin):
+    """Creates the secret on save and shows it once in a message; only its digest is stored."""
+
+    secret_kind = ""
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            secret = new_secret(self.secret_kind)
+            obj.prefix, obj.token_hash = secret.prefix, secret.digest
+            self._set_owner(request, obj)
+            super().save_model(request, obj, form, change)
+            self.message_user(
+                request,
+                f"Token created. Copy it now, it is not shown again: {secret.plaintext}",
+                messages.WARNING,
+            )
+            return
+        super().save_model(request, obj, form, change)
+
+    def _set_owner(self, request, obj):
+        pass
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request, queryset):
+        n = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {n} token(s).", messages.SUCCESS)
+
+
+@admin.register(NodeBootstrapToken)
+class NodeBootstrapTokenAdmin(ShownOnceTokenAdmin):
+    secret_kind = "bbt"
+    list_display = (
+        "prefix",
+        "description",
+        "created_by",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "uses",
+    )
+    list_filter = ("revoked_at",)
+    search_fields = ("prefix", "description")
+    fields = ("description", "expires_at", "revoked_at")
+    actions = ("revoke",)
+
+    def _set_owner(self, request, obj):
+        obj.created_by = request.user
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ShownOnceTokenAdmin):
+    secret_kind = "bat"
+    list_display = (
+        "prefix",
+        "name",
+        "user",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    list_filter = ("revoked_at",)
+    search_fields = ("prefix", "name", "user__username")
+    fields = ("user", "name", "teams", "expires_at", "revoked_at")
+    autocomplete_fields = ("user",)
+    filter_horizontal = ("teams",)
+    list_select_related = ("user",)
+    actions = ("revoke",)

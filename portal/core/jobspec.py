@@ -1,0 +1,230 @@
+"""What a valid job is, checked the same way for the API, the CLI and the dashboard.
+
+`clean_job_spec` takes already-typed values (the serializer or form parsed
+them) and checks them against the team's queues, quotas and nodes. Every
+problem is reported per field, all at once, so a user fixes them in one go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import signal
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.db.models import Count, Max, Q, Sum
+
+from portal.core.models import Gpu, GpuFlavor, Node, Queue, Quota, Team
+
+MAX_COMMAND_BYTES = 16 * 1024
+MAX_ENV_BYTES = 32 * 1024
+MAX_ENV_VARS = 200
+MAX_WORKERS = 4096
+PRIORITY_RANGE = (-1000, 1000)
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names the agent sets for the gang; a job may not override them.
+RESERVED_ENV = {
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "CUDA_VISIBLE_DEVICES",
+}
+SIGNALS = {
+    s.name for s in signal.Signals if s.name.startswith("SIG") and not s.name.startswith("SIG_")
+}
+
+
+class SpecError(Exception):
+    """Field name → list of messages."""
+
+    def __init__(self, fields: dict[str, list[str]]):
+        super().__init__("; ".join(f"{k}: {' '.join(v)}" for k, v in fields.items()))
+        self.fields = fields
+
+
+@dataclass
+class JobSpec:
+    name: str
+    queue: Queue
+    flavor: GpuFlavor
+    image: str
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    workers: int = 1
+    gpus_per_worker: int = 1
+    priority: int = 0
+    preemptible: bool = True
+    max_runtime_seconds: int = 3600
+    checkpoint_signal: str = "SIGTERM"
+    grace_period_seconds: int = 30
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    def fingerprint(self) -> str:
+        """A digest of the request: the same Idempotency-Key with another body is a conflict."""
+        data = asdict(self) | {"queue": self.queue.name, "flavor": self.flavor.name}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def clean_job_spec(team: Team, data: dict[str, Any]) -> JobSpec:
+    """Return a JobSpec with the queue's defaults filled in, or raise SpecError."""
+    errors: dict[str, list[str]] = {}
+    queue = _lookup_queue(team, data.get("queue") or "default", errors)
+    flavor = _lookup_flavor(data.get("flavor"), errors)
+    spec = _with_defaults(data, queue, flavor)
+    _check_text(spec, errors)
+    _check_env(spec.env, errors)
+    _check_numbers(spec, errors)
+    if queue and spec.max_runtime_seconds > queue.max_runtime_seconds:
+        _add(
+            errors,
+            "max_runtime_seconds",
+            f"Queue {queue.name} allows at most {queue.max_runtime_seconds} s.",
+        )
+    if flavor and not errors.keys() & {"workers", "gpus_per_worker"}:
+        _check_fits(team, spec, errors)
+    if errors:
+        raise SpecError(errors)
+    return spec
+
+
+def _add(errors, name: str, message: str) -> None:
+    errors.setdefault(name, []).append(message)
+
+
+def _lookup_queue(team: Team, name: str, errors) -> Queue | None:
+    queue = Queue.objects.filter(team=team, name=name).first()
+    if queue is None:
+        known = ", ".join(Queue.objects.filter(team=team).values_list("name", flat=True)) or "none"
+        _add(errors, "queue", f"Team {team.slug} has no queue {name!r} (queues: {known}).")
+    return queue
+
+
+def _lookup_flavor(name, errors) -> GpuFlavor | None:
+    if not name:
+        _add(errors, "flavor", "This field is required.")
+        return None
+    flavor = GpuFlavor.objects.filter(name=name).first()
+    if flavor is None:
+        known = ", ".join(GpuFlavor.objects.values_list("name", flat=True)) or "none"
+        _add(errors, "flavor", f"Unknown GPU flavor {name!r} (flavors: {known}).")
+    return flavor
+
+
+def _with_defaults(data: dict[str, Any], queue: Queue | None, flavor: GpuFlavor | None) -> JobSpec:
+    def pick(key, default):
+        value = data.get(key)
+        return default if value is None else value
+
+    return JobSpec(
+        name=pick("name", ""),
+        queue=queue,
+        flavor=flavor,
+        image=pick("image", ""),
+        command=list(pick("command", [])),
+        env=dict(pick("env", {})),
+        workers=pick("workers", 1),
+        gpus_per_worker=pick("gpus_per_worker", 1),
+        priority=pick("priority", queue.default_priority if queue else 0),
+        preemptible=pick("preemptible", queue.preemptible_default if queue else True),
+        max_runtime_seconds=pick(
+            "max_runtime_seconds", queue.default_runtime_seconds if queue else 3600
+        ),
+        checkpoint_signal=str(pick("checkpoint_signal", "SIGTERM")).upper(),
+        grace_period_seconds=pick("grace_period_seconds", 30),
+    )
+
+
+def _check_text(spec: JobSpec, errors) -> None:
+    if not spec.name.strip():
+        _add(errors, "name", "This field is required.")
+    if not spec.image.strip():
+        _add(errors, "image", "This field is required.")
+    if not spec.command or not all(isinstance(a, str) for a in spec.command):
+        _add(errors, "command", "Give the command as a non-empty list of strings.")
+    elif len(json.dumps(spec.command).encode()) > MAX_COMMAND_BYTES:
+        _add(errors, "command", f"The command is longer than {MAX_COMMAND_BYTES // 1024} KiB.")
+    if spec.checkpoint_signal not in SIGNALS:
+        _add(
+            errors,
+            "checkpoint_signal",
+            f"Unknown signal {spec.checkpoint_signal!r}, e.g. SIGTERM or SIGUSR1.",
+        )
+
+
+def _check_env(env: dict, errors) -> None:
+    bad = [k for k in env if not isinstance(k, str) or not ENV_NAME.match(k)]
+    if bad:
+        _add(errors, "env", f"Invalid variable names: {', '.join(map(str, bad[:5]))}.")
+    if any(not isinstance(v, str) for v in env.values()):
+        _add(errors, "env", "Values must be strings.")
+    reserved = sorted(RESERVED_ENV & env.keys())
+    if reserved:
+        _add(errors, "env", f"Set by Berth for the gang, not by the job: {', '.join(reserved)}.")
+    if len(env) > MAX_ENV_VARS or len(json.dumps(env, default=str).encode()) > MAX_ENV_BYTES:
+        _add(errors, "env", f"At most {MAX_ENV_VARS} variables and {MAX_ENV_BYTES // 1024} KiB.")
+
+
+def _check_numbers(spec: JobSpec, errors) -> None:
+    if not 1 <= spec.workers <= MAX_WORKERS:
+        _add(errors, "workers", f"Must be between 1 and {MAX_WORKERS}.")
+    if spec.gpus_per_worker < 1:
+        _add(errors, "gpus_per_worker", "Must be at least 1.")
+    if spec.max_runtime_seconds < 1:
+        _add(errors, "max_runtime_seconds", "Must be at least 1 second.")
+    if spec.grace_period_seconds < 0 or spec.grace_period_seconds > 3600:
+        _add(errors, "grace_period_seconds", "Must be between 0 and 3600 seconds.")
+    low, high = PRIORITY_RANGE
+    if not low <= spec.priority <= high:
+        _add(errors, "priority", f"Must be between {low} and {high}.")
+
+
+def _check_fits(team: Team, spec: JobSpec, errors) -> None:
+    largest_node = _largest_node(spec.flavor)
+    if largest_node is not None and spec.gpus_per_worker > largest_node:
+        _add(
+            errors,
+            "gpus_per_worker",
+            f"No {spec.flavor.name} node has {spec.gpus_per_worker} GPUs (the largest has {largest_node}).",
+        )
+    ceiling = max_gpus_ever(team, spec.flavor)
+    if spec.gpus > ceiling:
+        _add(
+            errors,
+            "workers",
+            f"The gang needs {spec.gpus} {spec.flavor.name} GPUs but team {team.slug} can get at most "
+            f"{ceiling} (nominal quota plus what it may borrow).",
+        )
+
+
+def _largest_node(flavor: GpuFlavor) -> int | None:
+    """GPUs of the largest node of the flavor, or None while no node is registered."""
+    counts = Node.objects.filter(flavor=flavor).annotate(
+        n=Count("gpus", filter=~Q(gpus__health=Gpu.Health.LOST))
+    )
+    return counts.aggregate(m=Max("n"))["m"]
+
+
+def max_gpus_ever(team: Team, flavor: GpuFlavor) -> int:
+    """The most GPUs of the flavor the team could hold: nominal plus what it may ever borrow."""
+    own = Quota.objects.filter(team=team, flavor=flavor).first()
+    nominal = own.nominal if own else 0
+    if team.cohort_id is None:
+        return nominal
+    lendable = _lendable_in_cohort(team, flavor)
+    if own and own.borrowing_limit is not None:
+        lendable = min(lendable, own.borrowing_limit)
+    return nominal + lendable
+
+
+def _lendable_in_cohort(team: Team, flavor: GpuFlavor) -> int:
+    others = Quota.objects.filter(team__cohort_id=team.cohort_id, flavor=flavor).exclude(team=team)
+    unlimited = others.filter(lending_limit__isnull=True).aggregate(s=Sum("nominal"))["s"] or 0
+    limited = others.filter(lending_limit__isnull=False).aggregate(s=Sum("lending_limit"))["s"] or 0
+    return unlimited + limited

@@ -1,0 +1,29 @@
+"""Berth's data model. Every invariant is also a database constraint."""
+
+from .audit import AuditEntry
+from .cluster import Gpu, Node, NodeBootstrapToken
+from .jobs import Allocation, DecayedUsage, Job, JobEvent, Usage, Worker
+from .ops import SchedulingPass
+from .tenancy import Cohort, GpuFlavor, Membership, Queue, Quota, Team
+from .tokens import ApiToken
+
+__all__ = [
+    "Allocation",
+    "ApiToken",
+    "AuditEntry",
+    "Cohort",
+    "DecayedUsage",
+    "Gpu",
+    "GpuFlavor",
+    "Job",
+    "JobEvent",
+    "Membership",
+    "Node",
+    "NodeBootstrapToken",
+    "Queue",
+    "Quota",
+    "SchedulingPass",
+    "Team",
+    "Usage",
+    "Worker",
+]

@@ -1,0 +1,123 @@
+"""The hardware: nodes, their GPUs, and the tokens agents register with."""
+
+from django.conf import settings
+from django.db import models
+
+from ._base import non_negative, valid_choice
+from .tenancy import GpuFlavor
+
+
+class NodeCondition(models.TextChoices):
+    UNKNOWN = "unknown", "Unknown (never heard from)"
+    READY = "ready", "Ready"
+    NOT_READY = "not_ready", "Not ready"
+
+
+class NodeCordon(models.TextChoices):
+    NONE = "none", "Schedulable"
+    CORDONED = "cordoned", "Cordoned"
+    DRAINING = "draining", "Draining"
+
+
+class Node(models.Model):
+    """A GPU node running the Berth agent.
+
+    Health (`condition`, from heartbeats) and admin intent (`cordon`) are kept
+    apart, as Kubernetes keeps the Ready condition apart from `unschedulable`,
+    so uncordoning a node that went away does not make it look ready.
+    """
+
+    Condition = NodeCondition
+
+    Cordon = NodeCordon
+
+    hostname = models.CharField(max_length=253, unique=True)
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="nodes")
+    rack = models.CharField(max_length=64, blank=True)
+    block = models.CharField(max_length=64, blank=True, help_text="NVLink / network block")
+    condition = models.CharField(
+        max_length=16, choices=Condition.choices, default=Condition.UNKNOWN
+    )
+    cordon = models.CharField(max_length=16, choices=Cordon.choices, default=Cordon.NONE)
+    cordon_reason = models.CharField(max_length=200, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    not_ready_since = models.DateTimeField(null=True, blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    agent_version = models.CharField(max_length=40, blank=True)
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+
+    class Meta:
+        ordering = ["rack", "hostname"]
+        constraints = [valid_choice("condition", NodeCondition), valid_choice("cordon", NodeCordon)]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+    @property
+    def state(self) -> str:
+        """One word for people: not_ready wins over the admin's cordon/drain."""
+        if self.condition != self.Condition.READY:
+            return self.condition
+        if self.cordon != self.Cordon.NONE:
+            return self.cordon
+        return "ready"
+
+    @property
+    def schedulable(self) -> bool:
+        return self.condition == self.Condition.READY and self.cordon == self.Cordon.NONE
+
+
+class GpuHealth(models.TextChoices):
+    HEALTHY = "healthy", "Healthy"
+    UNHEALTHY = "unhealthy", "Unhealthy (XID / ECC)"
+    LOST = "lost", "Lost"
+
+
+class Gpu(models.Model):
+    Health = GpuHealth
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=96, unique=True)
+    product_name = models.CharField(max_length=120, blank=True)
+    memory_mib = models.PositiveIntegerField(default=0)
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.HEALTHY)
+    health_reason = models.CharField(max_length=200, blank=True)
+    # Telemetry from the last heartbeat (dcgm-exporter's fields).
+    utilization_pct = models.FloatField(null=True, blank=True)
+    memory_used_mib = models.PositiveIntegerField(null=True, blank=True)
+    temperature_c = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["node__hostname", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="one_gpu_per_node_index"),
+            valid_choice("health", GpuHealth),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}/gpu{self.index}"
+
+
+class NodeBootstrapToken(models.Model):
+    """An admin-issued secret an agent trades for its own node token at registration."""
+
+    description = models.CharField(max_length=120, blank=True)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    uses = models.PositiveIntegerField(default=0, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [non_negative("uses")]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… {self.description}".strip()

@@ -1,0 +1,259 @@
+"""Jobs (gangs), their timeline, their workers and the GPUs they hold."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from ._base import non_negative, positive, valid_choice
+from .cluster import Gpu, Node
+from .tenancy import GpuFlavor, Queue, Team
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ADMITTED = "admitted", "Admitted"
+    RUNNING = "running", "Running"
+    PREEMPTING = "preempting", "Preempting"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Job(models.Model):
+    """A gang of `workers × gpus_per_worker` GPUs of one flavor, started all together or not at all.
+
+    Every state change is a conditional update (see actions.transitions) that
+    writes a JobEvent.
+    """
+
+    State = JobState
+
+    ACTIVE_STATES = (State.ADMITTED, State.RUNNING, State.PREEMPTING)
+    TERMINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+    )
+    name = models.CharField(max_length=200)
+    image = models.CharField(max_length=500)
+    command = models.JSONField(default=list, help_text="argv list")
+    env = models.JSONField(default=dict, blank=True)
+    workers = models.PositiveIntegerField(default=1)
+    gpus_per_worker = models.PositiveIntegerField(default=1)
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="jobs")
+    priority = models.IntegerField(default=0)
+    preemptible = models.BooleanField(default=True)
+    max_runtime_seconds = models.PositiveIntegerField()
+    checkpoint_signal = models.CharField(max_length=16, default="SIGTERM")
+    grace_period_seconds = models.PositiveIntegerField(default=30)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True, editable=False)
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    reason_code = models.CharField(max_length=32, blank=True)
+    reason = models.TextField(blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="Admissions so far; workers are named per attempt."
+    )
+    restart_count = models.PositiveIntegerField(default=0)
+    max_restarts = models.PositiveIntegerField(default=3)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    submitted_at = models.DateTimeField(default=timezone.now)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "flavor"], name="job_state_flavor"),
+            models.Index(fields=["team", "state"], name="job_team_state"),
+            models.Index(
+                fields=["queue", "state", "-priority", "submitted_at"], name="job_queue_order"
+            ),
+            models.Index(fields=["team", "-submitted_at"], name="job_team_recent"),
+        ]
+        constraints = [
+            valid_choice("state", JobState),
+            positive("workers"),
+            positive("gpus_per_worker"),
+            positive("max_runtime_seconds"),
+            models.UniqueConstraint(
+                fields=["team", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="one_job_per_team_idempotency_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.name}"
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE_STATES
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL_STATES
+
+
+class JobEvent(models.Model):
+    """Append-only timeline of a job: state changes, preemptions (who, why), node loss."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=32)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"], name="jobevent_job_at")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind} {self.at:%Y-%m-%d %H:%M:%S}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None and not kwargs.get("force_insert"):
+            raise ValueError("JobEvent is append-only")
+        super().save(*args, **kwargs)
+
+
+class WorkerState(models.TextChoices):
+    ASSIGNED = "assigned", "Assigned"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    EXITED = "exited", "Exited"
+    LOST = "lost", "Lost"
+
+
+class Worker(models.Model):
+    """One worker of one attempt of a gang, on one node. Its key names it to the agent."""
+
+    State = WorkerState
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="worker_set")
+    attempt = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField()
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="workers")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ASSIGNED)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    log_tail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job_id", "attempt", "rank"]
+        indexes = [models.Index(fields=["node", "state"], name="worker_node_state")]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt", "rank"], name="one_worker_per_rank"),
+            valid_choice("state", WorkerState),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def key(self) -> str:
+        return f"{self.job_id}.{self.attempt}.{self.rank}"
+
+    @property
+    def is_live(self) -> bool:
+        return self.state not in (self.State.EXITED, self.State.LOST)
+
+
+class Allocation(models.Model):
+    """One GPU held by one worker. `active` while the worker may be using it.
+
+    `job` and `node` repeat what the worker knows so that the partial unique
+    index and the scheduler's snapshot query need no joins.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    worker = models.ForeignKey(Worker, on_delete=models.CASCADE, related_name="allocations")
+    worker_rank = models.PositiveIntegerField()
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job_id", "worker_rank", "gpu_id"]
+        indexes = [models.Index(fields=["node", "active"], name="allocation_node_active")]
+        constraints = [
+            # The backstop against double booking, even if two passes raced.
+            models.UniqueConstraint(
+                fields=["gpu"], condition=Q(active=True), name="one_active_allocation_per_gpu"
+            ),
+            models.CheckConstraint(
+                condition=Q(active=True, released_at__isnull=True) | Q(active=False),
+                name="active_allocation_not_released",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} rank {self.worker_rank} on gpu {self.gpu_id}"
+
+
+class Usage(models.Model):
+    """GPU-seconds a team used of a flavor in one hour: showback and fair share."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="usage")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="+")
+    hour = models.DateTimeField(help_text="Start of the hour (UTC)")
+    gpu_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["-hour"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "flavor", "hour"], name="one_usage_row_per_hour"
+            ),
+            non_negative("gpu_seconds"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team}/{self.flavor} {self.hour:%Y-%m-%d %H}h: {self.gpu_seconds:.0f}"
+
+
+class DecayedUsage(models.Model):
+    """Running half-life-decayed GPU-seconds per team and flavor (Slurm's decayed usage).
+
+    Updated by every scheduling pass: value = value·2^(−Δt/half-life) + used in Δt.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="decayed_usage")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="+")
+    gpu_seconds = models.FloatField(default=0.0)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "flavor"], name="one_decayed_usage_per_team_flavor"
+            ),
+            non_negative("gpu_seconds"),
+        ]

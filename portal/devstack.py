@@ -1,0 +1,196 @@
+"""`make run`: the whole product on one machine with zero setup.
+
+Migrates the database (SQLite by default), seeds the demo, then runs the web
+server, a Celery worker with an embedded beat, and six simulated GPU nodes
+(the real node agent with a fake NVML and the process runtime). Prints where
+to open it and the logins; Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+BIN = Path(PYTHON).parent
+
+# hostname, rack, block, NVML product name (which maps to a flavor)
+DEMO_NODES = [
+    ("demo-h100-1", "rack-1", "block-1", "NVIDIA H100 80GB HBM3"),
+    ("demo-h100-2", "rack-1", "block-1", "NVIDIA H100 80GB HBM3"),
+    ("demo-h100-3", "rack-2", "block-2", "NVIDIA H100 80GB HBM3"),
+    ("demo-h100-4", "rack-2", "block-2", "NVIDIA H100 80GB HBM3"),
+    ("demo-a100-1", "rack-1", "block-1", "NVIDIA A100-SXM4-40GB"),
+    ("demo-a100-2", "rack-2", "block-2", "NVIDIA A100-SXM4-40GB"),
+]
+
+
+def free_port(preferred: int) -> int:
+    for port in range(preferred, preferred + 50):
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise SystemExit(f"no free port in {preferred}..{preferred + 49}")
+
+
+def manage(*args: str) -> None:
+    subprocess.run([PYTHON, "manage.py", *args], cwd=ROOT, check=True)
+
+
+def wait_for_http(url: str, timeout: float = 30.0) -> bool:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+class Stack:
+    """Child processes, each in its own process group, stopped together."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> None:
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 — lives as long as the child
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.procs.append((name, proc))
+
+    def dead(self) -> list[str]:
+        return [name for name, proc in self.procs if proc.poll() is not None]
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for _, proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+def agent_argv(
+    url: str, token: str, host: str, rack: str, block: str, product: str, var: Path
+) -> list[str]:
+    return [
+        str(BIN / "berth-agent"),
+        "--portal-url",
+        url,
+        "--bootstrap-token",
+        token,
+        "--hostname",
+        host,
+        "--rack",
+        rack,
+        "--block",
+        block,
+        "--nvml",
+        "fake",
+        "--fake-gpus",
+        "8",
+        "--fake-product",
+        product,
+        "--runtime",
+        "process",
+        "--state-dir",
+        str(var / "agents" / host),
+    ]
+
+
+def main() -> int:
+    from django.conf import settings  # noqa: F401 — fail fast on bad settings
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    var = Path(settings.VAR_DIR)
+    (var / "logs").mkdir(parents=True, exist_ok=True)
+    print("Berth: preparing the database …", flush=True)
+    manage("migrate", "--no-input", "-v", "0")
+    print("Demo logins (user / password):")
+    manage("seed_demo")
+    token = json.loads((var / "demo.json").read_text())["bootstrap_token"]
+    port = free_port(int(os.environ.get("BERTH_PORT", "8000")))
+    url = f"http://127.0.0.1:{port}"
+
+    stack = Stack(var / "logs")
+    stack.start(
+        "web",
+        [
+            str(BIN / "gunicorn"),
+            "portal.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            "2",
+            "--threads",
+            "4",
+            "--access-logfile",
+            "-",
+        ],
+    )
+    stack.start(
+        "celery",
+        [
+            str(BIN / "celery"),
+            "-A",
+            "portal",
+            "worker",
+            "-B",
+            "-c",
+            "1",
+            "--loglevel",
+            "INFO",
+            "-s",
+            str(var / "celerybeat-schedule"),
+        ],
+    )
+    if not wait_for_http(f"{url}/healthz"):
+        stack.stop()
+        raise SystemExit(f"the web server did not come up; see {var / 'logs' / 'web.log'}")
+    for host, rack, block, product in DEMO_NODES:
+        stack.start(f"agent-{host}", agent_argv(url, token, host, rack, block, product, var))
+
+    print(f"\nBerth is running: open {url}/  (admin: {url}/admin/, API docs: {url}/api/docs/)")
+    print(f"Logs: {var / 'logs'}   Stop with Ctrl-C.\n", flush=True)
+    try:
+        while True:
+            time.sleep(1)
+            if dead := stack.dead():
+                print(
+                    f"stopped unexpectedly: {', '.join(dead)} — see {var / 'logs'}", file=sys.stderr
+                )
+                return 1
+    except KeyboardInterrupt:
+        print("\nstopping …", flush=True)
+        return 0
+    finally:
+        stack.stop()
+        print("stopped.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

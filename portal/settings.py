@@ -1,0 +1,239 @@
+"""Berth settings, read from the environment through portal.env's typed helpers.
+
+Development default: DEBUG on, an embedded SQLite file and an embedded
+(filesystem) Celery transport, so `make run` needs no services. Production:
+DJANGO_DEBUG=0 with DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS, DATABASE_URL and
+REDIS_URL set; `manage.py check --deploy` then passes with no warnings.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("BERTH_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DJANGO_DEBUG", True)
+_DEV_SECRET = "dev-only-insecure-secret-key-do-not-use-in-production"
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", None if not DEBUG else _DEV_SECRET, required=not DEBUG)
+if not DEBUG and (SECRET_KEY == _DEV_SECRET or len(SECRET_KEY) < 50):
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY must be a random string of at least 50 characters"
+    )
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+if not DEBUG and not env_str("DJANGO_ALLOWED_HOSTS"):
+    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must be set when DJANGO_DEBUG=0")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "portal.core",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database(url: str) -> dict:
+    try:
+        config = dj_database_url.parse(url, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0))
+    except (ValueError, KeyError) as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # WAL + IMMEDIATE transactions let the web server, the Celery worker and
+        # the demo agents share one file without "database is locked" errors.
+        config["OPTIONS"] = {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        }
+        config["CONN_MAX_AGE"] = 0
+    else:
+        config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'berth.sqlite3'}")
+DATABASES = {"default": _database(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+
+# --- production hardening (check --deploy is clean when DEBUG is off) -------
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    # Health probes and agents reach the app over plain HTTP inside the cluster.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+
+# --- cache: shared between processes (debouncing scheduling passes, throttles) ---
+_redis_url = env_str("REDIS_URL")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _redis_url}
+        if _redis_url
+        else {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+        }
+    )
+}
+
+# --- Celery ------------------------------------------------------------------
+_broker = env_str("CELERY_BROKER_URL") or env_str("REDIS_URL") or "filesystem://"
+CELERY_BROKER_URL = _broker
+if _broker == "filesystem://":
+    # Embedded transport: queues are files under var/, no server needed.
+    _queue_dir = VAR_DIR / "broker"
+    _queue_dir.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "store_processed": False,
+        "control_folder": str(_queue_dir / "control"),
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+
+# --- Berth behaviour -----------------------------------------------------------
+BERTH = {
+    # Scheduling pass
+    "SCHEDULE_INTERVAL_S": env_float("BERTH_SCHEDULE_INTERVAL_S", 5.0, minimum=0.5),
+    "SCHEDULE_DEBOUNCE_S": env_float("BERTH_SCHEDULE_DEBOUNCE_S", 1.0, minimum=0.0),
+    "POLICY": env_choice("BERTH_POLICY", "fairshare", ("fairshare", "fifo", "fifo-backfill")),
+    "FAIRSHARE_HALF_LIFE_S": env_float("BERTH_FAIRSHARE_HALF_LIFE_S", 7 * 24 * 3600.0, minimum=1.0),
+    "TOPOLOGY_KEY": env_choice("BERTH_TOPOLOGY_KEY", "block", ("block", "rack")),
+    "DEFAULT_MAX_RESTARTS": env_int("BERTH_DEFAULT_MAX_RESTARTS", 3, minimum=0),
+    # Node agents (see docs/protocol.md for how these three relate)
+    "HEARTBEAT_INTERVAL_S": env_float("BERTH_HEARTBEAT_INTERVAL_S", 5.0, minimum=0.5),
+    "AGENT_DISCONNECT_LIMIT_S": env_float("BERTH_AGENT_DISCONNECT_LIMIT_S", 60.0, minimum=1.0),
+    "NODE_NOT_READY_AFTER_S": env_float("BERTH_NODE_NOT_READY_AFTER_S", 40.0, minimum=1.0),
+    "NODE_EVICT_AFTER_S": env_float("BERTH_NODE_EVICT_AFTER_S", 60.0, minimum=0.0),
+    # Metrics endpoint
+    "METRICS_TOKEN": env_str("BERTH_METRICS_TOKEN"),
+}
+if (
+    BERTH["AGENT_DISCONNECT_LIMIT_S"]
+    >= BERTH["NODE_NOT_READY_AFTER_S"] + BERTH["NODE_EVICT_AFTER_S"]
+):
+    raise ImproperlyConfigured(
+        "BERTH_AGENT_DISCONNECT_LIMIT_S must be below BERTH_NODE_NOT_READY_AFTER_S + "
+        "BERTH_NODE_EVICT_AFTER_S, or a cut-off node could still run a gang the portal requeued"
+    )
+
+CELERY_BEAT_SCHEDULE = {
+    "scheduling-pass": {
+        "task": "portal.core.tasks.scheduling_pass",
+        "schedule": BERTH["SCHEDULE_INTERVAL_S"],
+        "options": {"expires": BERTH["SCHEDULE_INTERVAL_S"] * 2},
+    },
+    "node-monitor": {
+        "task": "portal.core.tasks.node_monitor",
+        "schedule": 10.0,
+        "options": {"expires": 20.0},
+    },
+}
+
+# --- REST framework --------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Berth API",
+    "DESCRIPTION": "Submit, watch and cancel GPU gang jobs; read quotas, queues and nodes.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- logging ---------------------------------------------------------------------
+LOG_FORMAT = env_choice("BERTH_LOG_FORMAT", "text" if DEBUG else "json", ("text", "json"))
+LOG_LEVEL = env_choice("BERTH_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "portal.logging.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

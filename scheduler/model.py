@@ -1,0 +1,170 @@
+"""The scheduler's vocabulary: a frozen snapshot goes in, a plan comes out.
+
+Everything here is plain data. Times are seconds since the epoch (floats)
+passed in by the caller; the core never reads a clock. Identifiers are opaque
+to the core: the portal uses database primary keys, the simulator its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+# Job identifiers are ints; GPU identifiers are any hashable the caller picks
+# (the portal uses Gpu primary keys, the simulator "node/index" strings).
+JobId = int
+GpuId = object
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A team's quota for one GPU flavor (Kueue's ClusterQueue resource quota).
+
+    `borrowing_limit` None: may borrow any idle quota of its cohort.
+    `lending_limit` None: lends all of its unused nominal quota.
+    """
+
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    weight: float = 1.0
+    cohort: str | None = None
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
+    # flavor -> GPU-seconds of past usage, already decayed to `Snapshot.now`.
+    decayed_usage: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A schedulable node: Ready, not cordoned or draining.
+
+    `free_gpus` are its healthy GPUs not held by any running or stopping job.
+    """
+
+    name: str
+    flavor: str
+    free_gpus: tuple[GpuId, ...]
+    total_gpus: int
+    rack: str = ""
+    block: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlacement:
+    """One worker of a gang: its rank, its node and the GPUs it gets."""
+
+    rank: int
+    node: str
+    gpus: tuple[GpuId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    id: JobId
+    team: str
+    queue: str
+    flavor: str
+    workers: int
+    gpus_per_worker: int
+    priority: int
+    submitted_at: float
+    max_runtime: float
+    preemptible: bool = True
+    restart_count: int = 0
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding GPUs: admitted, running, or stopping after a preemption.
+
+    `stopping` jobs still hold their GPUs until their grace period ends; they
+    are never chosen as victims again. `started_at` is when it was admitted;
+    `checkpointed_at` (if known) bounds the work a preemption would lose.
+    """
+
+    id: JobId
+    team: str
+    queue: str
+    flavor: str
+    gpus: int
+    priority: int
+    submitted_at: float
+    started_at: float
+    max_runtime: float
+    placement: tuple[WorkerPlacement, ...] = ()
+    preemptible: bool = True
+    stopping: bool = False
+    checkpointed_at: float | None = None
+    grace_period: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Policy as data. The portal builds it from settings; the core never
+    reads Django settings or the environment."""
+
+    policy: str = "fairshare"  # a name registered in scheduler.policies
+    half_life: float = 7 * 24 * 3600.0  # Slurm's PriorityDecayHalfLife default
+    backfill: bool = True
+    preemption: bool = True
+    # How much of a pass may be spent on explanations and estimates; the
+    # simulator turns them off.
+    explain: bool = True
+    # Topology level that a multi-node gang must stay inside: "block" or "rack".
+    topology_key: str = "block"
+    # Bound the work of one pass, as Slurm's bf_max_job_test does.
+    max_backfill_candidates: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    nodes: tuple[Node, ...]
+    teams: tuple[Team, ...]
+    running: tuple[RunningJob, ...]
+    pending: tuple[PendingJob, ...]
+    config: PolicyConfig = field(default_factory=PolicyConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    job_id: JobId
+    placement: tuple[WorkerPlacement, ...]
+    # GPUs of this job beyond the team's nominal quota at admission.
+    borrowed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    job_id: JobId
+    reason_code: str  # "reclaim" | "priority"
+    message: str
+    preemptor_id: JobId
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a pending job still waits, where it stands, and when it should start."""
+
+    job_id: JobId
+    reason_code: str
+    message: str
+    position: int  # 1-based, among pending jobs of its queue
+    estimated_start: float | None  # None: cannot be estimated (e.g. never fits)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admissions: tuple[Admission, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+    stats: Mapping[str, float] = field(default_factory=dict)

@@ -1,0 +1,170 @@
+"""The admin's interface, driven through the test client as an admin would."""
+
+import pytest
+
+from portal.core.models import AuditEntry, Node, Quota, Team
+
+
+@pytest.fixture
+def admin_client(client, personas):
+    client.force_login(personas.admin)
+    return client
+
+
+def _team_form(team, quotas, **overrides):
+    """The POST body of the team change form with its three inlines."""
+    data = {
+        "slug": team.slug,
+        "name": team.name,
+        "weight": team.weight,
+        "cohort": team.cohort_id or "",
+        "queues-TOTAL_FORMS": 0,
+        "queues-INITIAL_FORMS": 0,
+        "memberships-TOTAL_FORMS": 0,
+        "memberships-INITIAL_FORMS": 0,
+        "quotas-TOTAL_FORMS": len(quotas),
+        "quotas-INITIAL_FORMS": sum(1 for q in quotas if q.get("id")),
+    }
+    for i, quota in enumerate(quotas):
+        for key, value in quota.items():
+            data[f"quotas-{i}-{key}"] = "" if value is None else value
+        data[f"quotas-{i}-team"] = team.pk
+    data.update(overrides)
+    return data
+
+
+def test_admin_creates_team_with_quota_and_the_audit_trail_records_it(admin_client, cluster):
+    response = admin_client.post(
+        "/admin/core/team/add/",
+        {
+            "slug": "gamma",
+            "name": "Gamma",
+            "weight": 2,
+            "cohort": cluster.cohort.pk,
+            "queues-TOTAL_FORMS": 0,
+            "queues-INITIAL_FORMS": 0,
+            "memberships-TOTAL_FORMS": 0,
+            "memberships-INITIAL_FORMS": 0,
+            "quotas-TOTAL_FORMS": 1,
+            "quotas-INITIAL_FORMS": 0,
+            "quotas-0-flavor": cluster.h100.pk,
+            "quotas-0-nominal": 8,
+            "quotas-0-borrowing_limit": 4,
+            "quotas-0-lending_limit": "",
+        },
+    )
+    assert response.status_code == 302, response.content[:2000]
+    team = Team.objects.get(slug="gamma")
+    quota = Quota.objects.get(team=team)
+    assert (quota.nominal, quota.borrowing_limit, quota.lending_limit) == (8, 4, None)
+    created = AuditEntry.objects.filter(
+        target_type="quota", target_id=str(quota.pk), action="create"
+    )
+    assert {e.field: e.new_value for e in created}["nominal"] == "8"
+    assert created.first().actor == cluster.personas.admin
+
+
+def test_editing_a_quota_inline_writes_old_and_new_value(admin_client, cluster):
+    team = cluster.team_a
+    quota = team.quotas.get(flavor=cluster.h100)
+    other = team.quotas.get(flavor=cluster.a100)
+    quotas = [
+        {
+            "id": quota.pk,
+            "flavor": cluster.h100.pk,
+            "nominal": 24,
+            "borrowing_limit": None,
+            "lending_limit": None,
+        },
+        {
+            "id": other.pk,
+            "flavor": cluster.a100.pk,
+            "nominal": other.nominal,
+            "borrowing_limit": None,
+            "lending_limit": None,
+        },
+    ]
+    response = admin_client.post(
+        f"/admin/core/team/{team.pk}/change/", _team_form(team, quotas, weight=3)
+    )
+    assert response.status_code == 302, response.content[:3000]
+    entry = AuditEntry.objects.get(target_type="quota", target_id=str(quota.pk), field="nominal")
+    assert (entry.old_value, entry.new_value, entry.actor) == ("16", "24", cluster.personas.admin)
+    weight = AuditEntry.objects.get(target_type="team", field="weight")
+    assert (weight.old_value, weight.new_value) == ("1.0", "3.0")
+    # The unchanged quota leaves no trace.
+    assert not AuditEntry.objects.filter(target_type="quota", target_id=str(other.pk)).exists()
+    # The trail is visible on the team's page.
+    page = admin_client.get(f"/admin/core/team/{team.pk}/change/").content.decode()
+    assert "16 → 24" in page
+
+
+def test_invalid_quota_is_refused_with_a_message_and_nothing_changes(admin_client, cluster):
+    team = cluster.team_a
+    quota = team.quotas.get(flavor=cluster.h100)
+    quotas = [
+        {
+            "id": quota.pk,
+            "flavor": cluster.h100.pk,
+            "nominal": 4,
+            "borrowing_limit": None,
+            "lending_limit": 10,
+        }
+    ]
+    response = admin_client.post(f"/admin/core/team/{team.pk}/change/", _team_form(team, quotas))
+    assert response.status_code == 200  # the form again, with errors
+    assert (
+        "quota_lending_limit_within_nominal" in response.content.decode()
+        or "errornote" in response.content.decode()
+    )
+    quota.refresh_from_db()
+    assert quota.nominal == 16 and quota.lending_limit is None
+    assert not AuditEntry.objects.exists()
+
+
+def test_cordon_drain_uncordon_actions(admin_client, cluster):
+    node = cluster.nodes[0]
+    for action, expected in [("cordon", "cordoned"), ("drain", "draining"), ("uncordon", "none")]:
+        response = admin_client.post(
+            "/admin/core/node/", {"action": action, "_selected_action": [node.pk]}
+        )
+        assert response.status_code == 302
+        node.refresh_from_db()
+        assert node.cordon == expected
+    trail = list(
+        AuditEntry.objects.filter(target_type="node")
+        .order_by("at", "id")
+        .values_list("new_value", flat=True)
+    )
+    assert trail == ["cordoned", "draining", "none"]
+    node.refresh_from_db()
+    assert node.state == Node.Condition.READY
+
+
+def test_every_admin_list_page_renders(admin_client, cluster):
+    for model in [
+        "team",
+        "cohort",
+        "gpuflavor",
+        "quota",
+        "queue",
+        "membership",
+        "node",
+        "gpu",
+        "job",
+        "jobevent",
+        "allocation",
+        "usage",
+        "auditentry",
+        "schedulingpass",
+        "nodebootstraptoken",
+        "apitoken",
+    ]:
+        response = admin_client.get(f"/admin/core/{model}/?q=a")
+        assert response.status_code == 200, model
+
+
+def test_non_staff_cannot_open_the_admin(client, personas):
+    client.force_login(personas.lead_a)
+    response = client.get("/admin/core/team/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]

@@ -1,0 +1,36 @@
+"""The folders are the dependency graph: scheduler/ and agents/ never import Django."""
+
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _modules(package: str) -> list[str]:
+    path = ROOT / package
+    return [package] + [
+        f"{package}.{m.name}"
+        for m in pkgutil.walk_packages([str(path)])
+        if not m.name.startswith("_")
+    ]
+
+
+@pytest.mark.parametrize("package", ["scheduler", "agents"])
+def test_package_imports_no_django_or_portal(package):
+    modules = _modules(package)
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m)\n"
+        "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('django', 'portal', 'rest_framework', 'celery'))\n"
+        "print(','.join(bad))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env={"PATH": ""}
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "", f"{package} imported {result.stdout.strip()}"
