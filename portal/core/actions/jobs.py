@@ -56,12 +56,14 @@ def transition(
     message: str = "",
     actor=None,
     data: dict[str, Any] | None = None,
+    per_job: dict[int, tuple[str, dict[str, Any]]] | None = None,
     **fields: Any,
 ) -> list[int]:
     """Move the jobs still in `from_states` to `to_state`; return the ids that moved.
 
     The row locks make the check and the update one step for each job; jobs that
-    another process moved first are left alone and get no event.
+    another process moved first are left alone and get no event. `per_job` gives
+    some jobs their own event (message, data) instead of `message` / `data`.
     """
     ids = list(job_ids)
     if not ids:
@@ -73,6 +75,7 @@ def transition(
     )
     if rows:
         Job.objects.filter(pk__in=rows).update(state=to_state, **fields)
+        own = per_job or {}
         JobEvent.objects.bulk_create(
             JobEvent(
                 job_id=pk,
@@ -80,8 +83,8 @@ def transition(
                 from_state=old,
                 to_state=to_state,
                 actor=_user(actor),
-                message=message,
-                data=data or {},
+                message=own[pk][0] if pk in own else message,
+                data=(own[pk][1] if pk in own else data) or {},
             )
             for pk, old in rows.items()
         )

@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Q
 
 from ._base import non_negative, valid_choice
 from .tenancy import GpuFlavor
@@ -93,7 +94,10 @@ class Gpu(models.Model):
     class Meta:
         ordering = ["node__hostname", "index"]
         constraints = [
-            models.UniqueConstraint(fields=["node", "index"], name="one_gpu_per_node_index"),
+            # A lost GPU keeps its index for the record; its replacement takes the slot.
+            models.UniqueConstraint(
+                fields=["node", "index"], condition=~Q(health="lost"), name="one_gpu_per_node_index"
+            ),
             valid_choice("health", GpuHealth),
         ]
 

@@ -1,0 +1,222 @@
+"""What agents report about workers, and what follows for their gangs.
+
+A gang runs when all its workers of the current attempt run; it succeeds when
+all exit 0; it fails as soon as one exits non-zero (the others are then told to
+stop, since a failed job is no longer in any node's desired state). A worker
+that vanishes (its node lost, or its agent no longer knows it) requeues the
+gang, as does the end of a preemption.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+
+from portal.core.actions.jobs import request_scheduling_pass, requeue_or_fail, transition
+from portal.core.models import Allocation, Job, Worker
+
+State = Job.State
+WState = Worker.State
+ENDED = (WState.EXITED, WState.LOST)
+
+# Agent state → portal state. `failed_to_start` is an exit that never ran.
+_REPORTED = {
+    "starting": WState.STARTING,
+    "running": WState.RUNNING,
+    "stopping": WState.STOPPING,
+    "exited": WState.EXITED,
+    "failed_to_start": WState.EXITED,
+}
+FAILED_TO_START_EXIT = 127
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    key: str
+    state: str
+    exit_code: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    log_tail: str | None = None
+
+
+def is_desired(worker: Worker, job: Job) -> bool:
+    """A worker should run only while its job is active in the worker's attempt."""
+    return job.state in (State.ADMITTED, State.RUNNING) and worker.attempt == job.attempt
+
+
+def apply_worker_reports(
+    workers: dict[str, Worker], reports: Iterable[WorkerReport], *, now: datetime
+) -> list[str]:
+    """Record the agent's view of one node's workers; return the keys to acknowledge.
+
+    `workers` are all of the node's workers that may be reported (live ones and
+    any reported key), keyed by worker key, with `job` selected. Reports of
+    workers that already ended change nothing but are acknowledged again.
+    """
+    reported = {r.key: r for r in reports}
+    changed, ended = [], []
+    for key, worker in workers.items():
+        if worker.state in ENDED:
+            continue
+        report = reported.get(key)
+        update = _from_report(worker, report, now) if report else _unreported(worker)
+        if update:
+            changed.append(worker)
+            if worker.state in ENDED:
+                ended.append(worker)
+    if changed:
+        Worker.objects.bulk_update(
+            changed, ["state", "exit_code", "started_at", "finished_at", "log_tail"]
+        )
+        settle_jobs({w.job_id for w in changed}, ended_workers=ended, now=now)
+    return [key for key, r in reported.items() if _REPORTED.get(r.state) == WState.EXITED]
+
+
+def _from_report(worker: Worker, report: WorkerReport, now: datetime) -> bool:
+    state = _REPORTED[report.state]
+    before = (worker.state, worker.exit_code, worker.log_tail)
+    worker.state = state
+    if report.log_tail is not None:
+        worker.log_tail = report.log_tail[-8192:]
+    if state in (WState.RUNNING, WState.STOPPING) and worker.started_at is None:
+        worker.started_at = report.started_at or now
+    if state == WState.EXITED:
+        worker.finished_at = report.finished_at or now
+        worker.exit_code = (
+            FAILED_TO_START_EXIT
+            if report.state == "failed_to_start" and report.exit_code is None
+            else report.exit_code
+        )
+    return before != (worker.state, worker.exit_code, worker.log_tail) or state == WState.EXITED
+
+
+def _unreported(worker: Worker) -> bool:
+    """A worker the agent did not mention: not started yet, or gone."""
+    if worker.state == WState.ASSIGNED:
+        if is_desired(worker, worker.job):
+            return False  # the agent will start it
+        worker.state = WState.EXITED  # never started; nothing to stop
+        return True
+    worker.state = WState.LOST  # it was running and the agent no longer has it
+    return True
+
+
+def lose_workers(workers: list[Worker], *, now: datetime, kind: str, message: str) -> None:
+    """Mark workers lost (their node is gone) and settle their gangs."""
+    for worker in workers:
+        worker.state, worker.finished_at = WState.LOST, now
+    Worker.objects.bulk_update(workers, ["state", "finished_at"])
+    settle_jobs(
+        {w.job_id for w in workers},
+        ended_workers=workers,
+        now=now,
+        lost_kind=kind,
+        lost_message=message,
+    )
+
+
+def settle_jobs(
+    job_ids: set[int],
+    *,
+    ended_workers: list[Worker],
+    now: datetime,
+    lost_kind: str = "worker_lost",
+    lost_message: str = "A worker of the gang was lost.",
+) -> None:
+    """Release the GPUs of ended workers and move their jobs on (running, done, failed, requeued)."""
+    if ended_workers:
+        Allocation.objects.filter(worker__in=[w.pk for w in ended_workers], active=True).update(
+            active=False, released_at=now
+        )
+    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids)}
+    current = defaultdict(list)
+    for worker in Worker.objects.filter(job_id__in=list(jobs)).only(
+        "job_id", "attempt", "rank", "state", "exit_code"
+    ):
+        if worker.attempt == jobs[worker.job_id].attempt:
+            current[worker.job_id].append(worker)
+    decisions = _decide(jobs, current)
+    _carry_out(decisions, now, lost_kind, lost_message)
+    if ended_workers:
+        transaction.on_commit(request_scheduling_pass)
+
+
+def _decide(jobs: dict[int, Job], current: dict[int, list[Worker]]) -> dict[str, list]:
+    """Sort jobs into what happens to them; pure, so the rules read in one place."""
+    out = defaultdict(list)
+    for pk, job in jobs.items():
+        gang = current.get(pk, [])
+        if not gang:
+            continue
+        failed = [w for w in gang if w.state == WState.EXITED and w.exit_code not in (0, None)]
+        lost = [w for w in gang if w.state == WState.LOST]
+        ended = all(w.state in ENDED for w in gang)
+        if job.state == State.PREEMPTING:
+            if ended:
+                out["preempted"].append(pk)
+        elif job.state in (State.ADMITTED, State.RUNNING):
+            if failed:
+                out["failed"].append((pk, failed[0]))
+            elif lost:
+                out["lost"].append(pk)
+            elif ended and all(w.exit_code == 0 for w in gang):
+                out["succeeded"].append(pk)
+            elif job.state == State.ADMITTED and all(
+                w.state in (WState.RUNNING, WState.EXITED) for w in gang
+            ):
+                out["running"].append(pk)
+    return out
+
+
+def _carry_out(
+    decisions: dict[str, list], now: datetime, lost_kind: str, lost_message: str
+) -> None:
+    transition(
+        decisions["running"],
+        from_states=[State.ADMITTED],
+        to_state=State.RUNNING,
+        kind="started",
+        message="All workers are running.",
+        started_at=now,
+    )
+    transition(
+        decisions["succeeded"],
+        from_states=[State.ADMITTED, State.RUNNING],
+        to_state=State.SUCCEEDED,
+        kind="succeeded",
+        message="All workers exited with code 0.",
+        finished_at=now,
+        exit_code=0,
+    )
+    for pk, worker in decisions["failed"]:
+        transition(
+            [pk],
+            from_states=[State.ADMITTED, State.RUNNING],
+            to_state=State.FAILED,
+            kind="failed",
+            message=f"Worker rank {worker.rank} exited with code {worker.exit_code}; the gang is stopped.",
+            data={"rank": worker.rank, "exit_code": worker.exit_code},
+            finished_at=now,
+            exit_code=worker.exit_code,
+            reason_code="worker_failed",
+            reason=f"Worker rank {worker.rank} exited with code {worker.exit_code}.",
+        )
+    if decisions["lost"]:
+        requeue_or_fail(
+            decisions["lost"],
+            kind=lost_kind,
+            message=lost_message,
+            from_states=[State.ADMITTED, State.RUNNING],
+        )
+    if decisions["preempted"]:
+        requeue_or_fail(
+            decisions["preempted"],
+            kind="requeued",
+            message="Preemption complete: all workers stopped.",
+            from_states=[State.PREEMPTING],
+        )

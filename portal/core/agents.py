@@ -1,0 +1,275 @@
+"""The portal's side of the node agent protocol (docs/protocol.md): registration,
+heartbeats, and the desired state each heartbeat reply carries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from portal.core.actions.workers import WorkerReport, apply_worker_reports, is_desired
+from portal.core.models import Gpu, GpuFlavor, Job, Node, NodeBootstrapToken, Worker
+from portal.core.secrets import digest, new_secret
+
+MASTER_PORT = 29500
+
+
+class ProtocolError(Exception):
+    """The agent sent something the protocol does not allow; nothing was changed."""
+
+    def __init__(self, message: str, fields: dict | None = None):
+        super().__init__(message)
+        self.fields = fields or {}
+
+
+@dataclass(frozen=True)
+class GpuReport:
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: int = 0
+    memory_used_mib: int | None = None
+    utilization_pct: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    health: str = "healthy"
+    health_reason: str = ""
+
+
+def node_for_token(token: str) -> Node | None:
+    if not token:
+        return None
+    return Node.objects.filter(token_hash=digest(token)).select_related("flavor").first()
+
+
+def register_node(
+    *,
+    bootstrap_token: str,
+    hostname: str,
+    rack: str,
+    block: str,
+    agent_version: str,
+    gpus: list[GpuReport],
+) -> tuple[Node, str]:
+    """Trade a valid bootstrap token for a node token (returned once, stored hashed).
+
+    A hostname that is already known keeps its row and history and gets a new token.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        bootstrap = _usable_bootstrap(bootstrap_token, now)
+        flavor = _flavor_of(gpus)
+        secret = new_secret("bnt")
+        node, _ = Node.objects.select_for_update().get_or_create(
+            hostname=hostname, defaults={"flavor": flavor}
+        )
+        if node.flavor_id != flavor.pk and node.allocations.filter(active=True).exists():
+            raise ProtocolError(f"Node {hostname} changed GPU flavor while it still runs jobs.")
+        node.flavor, node.rack, node.block = flavor, rack, block
+        node.agent_version, node.token_hash = agent_version, secret.digest
+        node.save()
+        _sync_inventory(node, gpus)
+        NodeBootstrapToken.objects.filter(pk=bootstrap.pk).update(uses=F("uses") + 1)
+    return node, secret.plaintext
+
+
+def _usable_bootstrap(token: str, now: datetime) -> NodeBootstrapToken:
+    found = (
+        NodeBootstrapToken.objects.filter(token_hash=digest(token or ""), revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .first()
+    )
+    if found is None:
+        raise PermissionError("unknown, expired or revoked bootstrap token")
+    return found
+
+
+def _flavor_of(gpus: list[GpuReport]) -> GpuFlavor:
+    if not gpus:
+        raise ProtocolError(
+            "A node must report at least one GPU.", {"gpus": ["This list may not be empty."]}
+        )
+    names = {g.name for g in gpus}
+    if len(names) > 1:
+        raise ProtocolError(f"A node has one GPU flavor; it reported {sorted(names)}.")
+    (name,) = names
+    for flavor in GpuFlavor.objects.all():
+        if name in flavor.product_names or name == flavor.name:
+            return flavor
+    raise ProtocolError(
+        f"No GPU flavor lists the product name {name!r}; an admin must add it to a flavor's product names.",
+        {"gpus": [f"Unknown GPU product {name!r}."]},
+    )
+
+
+def heartbeat(
+    node: Node, *, agent_version: str, gpus: list[GpuReport], workers: list[WorkerReport]
+) -> dict:
+    """Record one heartbeat and return the node's desired state (the reply body)."""
+    now = timezone.now()
+    with transaction.atomic():
+        known = _reportable_workers(node, [w.key for w in workers])
+        _sync_inventory(node, gpus)
+        ack = apply_worker_reports(known, workers, now=now)
+        Node.objects.filter(pk=node.pk).update(
+            last_heartbeat_at=now,
+            condition=Node.Condition.READY,
+            not_ready_since=None,
+            agent_version=agent_version,
+        )
+        node.condition = Node.Condition.READY
+        reply = desired_state(node)
+    reply["ack"] = ack
+    return reply
+
+
+def _reportable_workers(node: Node, keys: list[str]) -> dict[str, Worker]:
+    """The node's live workers plus the reported ones; reject keys that are not this node's."""
+    parsed = [_parse_key(key) for key in keys]
+    by_key = Q(pk__in=[])
+    for job_id, attempt, rank in parsed:
+        by_key |= Q(job_id=job_id, attempt=attempt, rank=rank)
+    rows = Worker.objects.filter(node=node).filter(
+        by_key | ~Q(state__in=[Worker.State.EXITED, Worker.State.LOST])
+    )
+    found = {w.key: w for w in rows.select_related("job")}
+    foreign = sorted(set(keys) - found.keys())
+    if foreign:
+        raise ProtocolError(
+            "The heartbeat reports workers that are not assigned to this node.",
+            {"workers": [f"Not this node's worker: {key}" for key in foreign[:20]]},
+        )
+    return found
+
+
+def _parse_key(key: str) -> tuple[int, int, int]:
+    parts = key.split(".") if isinstance(key, str) else []
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ProtocolError(
+            "Malformed worker key.", {"workers": [f"Malformed worker key {key!r}."]}
+        )
+    job_id, attempt, rank = (int(p) for p in parts)
+    return job_id, attempt, rank
+
+
+def _sync_inventory(node: Node, gpus: list[GpuReport]) -> None:
+    """Update the node's GPU rows from the report; a GPU missing from it is lost."""
+    existing = {
+        g.uuid: g for g in Gpu.objects.filter(Q(node=node) | Q(uuid__in=[r.uuid for r in gpus]))
+    }
+    elsewhere = sorted(u for u, g in existing.items() if g.node_id != node.pk)
+    if elsewhere:
+        raise ProtocolError("GPU UUIDs already belong to another node.", {"gpus": elsewhere[:10]})
+    reported, changed, new = set(), [], []
+    for r in gpus:
+        reported.add(r.uuid)
+        gpu = existing.get(r.uuid) or Gpu(node=node, uuid=r.uuid)
+        _copy_report(gpu, r)
+        (changed if gpu.pk else new).append(gpu)
+    for uuid, gpu in existing.items():
+        if uuid not in reported and gpu.health != Gpu.Health.LOST:
+            gpu.health, gpu.health_reason = Gpu.Health.LOST, "missing from the agent's inventory"
+            changed.append(gpu)
+    if changed:
+        Gpu.objects.bulk_update(changed, _GPU_FIELDS + ["updated_at"])
+    if new:
+        Gpu.objects.bulk_create(new)
+
+
+_GPU_FIELDS = [
+    "index",
+    "product_name",
+    "memory_mib",
+    "memory_used_mib",
+    "utilization_pct",
+    "temperature_c",
+    "power_w",
+    "health",
+    "health_reason",
+]
+
+
+def _copy_report(gpu: Gpu, r: GpuReport) -> None:
+    gpu.index, gpu.product_name, gpu.memory_mib = r.index, r.name, r.memory_total_mib
+    gpu.memory_used_mib, gpu.utilization_pct = r.memory_used_mib, r.utilization_pct
+    gpu.temperature_c, gpu.power_w = r.temperature_c, r.power_w
+    gpu.health, gpu.health_reason = r.health, r.health_reason[:200]
+    gpu.updated_at = timezone.now()
+
+
+def desired_state(node: Node) -> dict:
+    """What the node should run and stop now (the heartbeat reply, without `ack`)."""
+    live = list(
+        Worker.objects.filter(node=node)
+        .exclude(state__in=[Worker.State.EXITED, Worker.State.LOST])
+        .select_related("job")
+        .prefetch_related("allocations__gpu")
+    )
+    masters = _master_hosts({w.job_id for w in live})
+    run, stop = [], []
+    for worker in live:
+        if is_desired(worker, worker.job):
+            run.append(_run_entry(worker, masters))
+        else:
+            stop.append(_stop_entry(worker))
+    cfg = settings.BERTH
+    return {
+        "node": {"id": node.pk, "state": node.state, "cordon": node.cordon},
+        "heartbeat_interval_s": cfg["HEARTBEAT_INTERVAL_S"],
+        "disconnect_limit_s": cfg["AGENT_DISCONNECT_LIMIT_S"],
+        "run": run,
+        "stop": stop,
+    }
+
+
+def _master_hosts(job_ids: set[int]) -> dict[int, str]:
+    """Hostname of each job's rank-0 worker in its current attempt."""
+    rows = Worker.objects.filter(job_id__in=job_ids, rank=0, attempt=F("job__attempt")).values_list(
+        "job_id", "node__hostname"
+    )
+    return dict(rows)
+
+
+def _run_entry(worker: Worker, masters: dict[int, str]) -> dict:
+    job = worker.job
+    uuids = [a.gpu.uuid for a in worker.allocations.all() if a.active]
+    return {
+        "key": worker.key,
+        "job_id": job.pk,
+        "attempt": worker.attempt,
+        "rank": worker.rank,
+        "world_size": job.workers,
+        "image": job.image,
+        "command": job.command,
+        "env": job.env,
+        "gpu_uuids": sorted(uuids),
+        "master_addr": masters.get(job.pk, ""),
+        "master_port": MASTER_PORT,
+        "max_runtime_s": job.max_runtime_seconds,
+    }
+
+
+_STOP_REASONS = {
+    Job.State.PREEMPTING: "preempted",
+    Job.State.CANCELLED: "cancelled",
+    Job.State.FAILED: "gang failed",
+    Job.State.SUCCEEDED: "gang finished",
+    Job.State.PENDING: "requeued",
+}
+
+
+def _stop_entry(worker: Worker) -> dict:
+    job = worker.job
+    reason = _STOP_REASONS.get(job.state, "superseded")
+    if job.state == Job.State.FAILED and job.reason_code == "timeout":
+        reason = "max run time exceeded"
+    return {
+        "key": worker.key,
+        "signal": job.checkpoint_signal,
+        "grace_period_s": job.grace_period_seconds,
+        "reason": reason,
+    }

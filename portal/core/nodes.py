@@ -1,0 +1,100 @@
+"""Watching nodes and jobs over time: silent nodes become not ready, long-silent
+ones lose their gangs (requeued), and jobs past their max run time are stopped.
+
+Kubernetes' node lifecycle controller is the model: a node-monitor grace
+period (NODE_NOT_READY_AFTER_S) then an eviction timeout (NODE_EVICT_AFTER_S).
+The agent stops its own workers after AGENT_DISCONNECT_LIMIT_S, which the
+settings keep below the sum, so a gang is never requeued while it still runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.core.actions.jobs import request_scheduling_pass, transition
+from portal.core.actions.workers import lose_workers
+from portal.core.models import Job, Node, Worker
+
+log = logging.getLogger(__name__)
+
+
+def monitor_nodes(now: datetime | None = None) -> dict:
+    """One sweep; safe to run concurrently with heartbeats and passes."""
+    now = now or timezone.now()
+    cfg = settings.BERTH
+    silent = mark_not_ready(now - timedelta(seconds=cfg["NODE_NOT_READY_AFTER_S"]), now)
+    evicted = evict_lost_nodes(now - timedelta(seconds=cfg["NODE_EVICT_AFTER_S"]), now)
+    timed_out = stop_overdue_jobs(now)
+    return {"not_ready": silent, "evicted": evicted, "timed_out": timed_out}
+
+
+def mark_not_ready(cutoff: datetime, now: datetime) -> int:
+    """Ready nodes silent since `cutoff` become not ready: no new work lands there."""
+    stale = Q(last_heartbeat_at__lt=cutoff) | Q(last_heartbeat_at__isnull=True)
+    count = Node.objects.filter(stale, condition=Node.Condition.READY).update(
+        condition=Node.Condition.NOT_READY, not_ready_since=now
+    )
+    if count:
+        log.warning("nodes not ready: %d silent since %s", count, cutoff.isoformat())
+    return count
+
+
+def evict_lost_nodes(cutoff: datetime, now: datetime) -> list[str]:
+    """Requeue (or fail) the gangs of nodes not ready since before `cutoff`."""
+    nodes = list(
+        Node.objects.filter(condition=Node.Condition.NOT_READY, not_ready_since__lt=cutoff)
+        .filter(workers__state__in=_LIVE)
+        .distinct()
+    )
+    for node in nodes:
+        evict_node(node, now=now)
+    return [n.hostname for n in nodes]
+
+
+_LIVE = [Worker.State.ASSIGNED, Worker.State.STARTING, Worker.State.RUNNING, Worker.State.STOPPING]
+
+
+def evict_node(node: Node, *, now: datetime) -> int:
+    """The node is gone: its workers are lost, their gangs requeued everywhere."""
+    with transaction.atomic():
+        workers = list(Worker.objects.select_for_update().filter(node=node, state__in=_LIVE))
+        if not workers:
+            return 0
+        message = f"Node {node.hostname} stopped answering; its workers are considered lost."
+        lose_workers(workers, now=now, kind="node_lost", message=message)
+    log.warning("evicted node", extra={"node": node.hostname, "workers": len(workers)})
+    return len(workers)
+
+
+def stop_overdue_jobs(now: datetime) -> list[int]:
+    """Jobs past their max run time fail with reason `timeout` (Slurm's TIMEOUT);
+    their workers are then told to stop. Backfill relies on this bound."""
+    active = Job.objects.filter(state__in=[Job.State.ADMITTED, Job.State.RUNNING]).values_list(
+        "pk", "admitted_at", "max_runtime_seconds"
+    )
+    overdue = [
+        pk
+        for pk, admitted, limit in active
+        if admitted and admitted + timedelta(seconds=limit) < now
+    ]
+    with transaction.atomic():
+        moved = transition(
+            overdue,
+            from_states=[Job.State.ADMITTED, Job.State.RUNNING],
+            to_state=Job.State.FAILED,
+            kind="timeout",
+            message="Stopped: the job exceeded its max run time.",
+            finished_at=now,
+            stop_requested_at=now,
+            reason_code="timeout",
+            reason="Exceeded its max run time.",
+        )
+        if moved:
+            transaction.on_commit(request_scheduling_pass)
+    return moved

@@ -1,0 +1,166 @@
+"""The plan → database writes, inside the pass's one transaction.
+
+Admissions and preemptions are conditional transitions (a job cancelled while
+the pass ran is left alone); workers and allocations are bulk inserts; the
+verdicts of pending jobs are one bulk update of the rows whose verdict changed.
+The partial unique index on active allocations is the backstop against
+double booking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from portal.core.actions.jobs import transition
+from portal.core.models import Allocation, Job, Worker
+from portal.core.scheduling.snapshot import PassContext
+from scheduler import model as m
+
+State = Job.State
+# An estimate that moved less than this is not rewritten (saves writes every pass).
+ESTIMATE_SLACK_S = 60
+OLD_ATTEMPT = (
+    "previous_attempt",
+    "Waiting for the workers of its previous attempt to stop before it can be admitted again.",
+)
+
+
+@dataclass
+class Applied:
+    admitted: list[int]
+    preempted: list[int]
+    verdicts_written: int
+
+
+def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
+    admitted = _admit(plan.admissions, ctx)
+    preempted = _preempt(plan.preemptions, ctx)
+    written = _write_verdicts(plan.verdicts, ctx)
+    return Applied(admitted=admitted, preempted=preempted, verdicts_written=written)
+
+
+def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
+    by_job = {a.job_id: a for a in admissions}
+    events = {a.job_id: (_admit_message(a), _placement_data(a)) for a in admissions}
+    moved = transition(
+        list(by_job),
+        from_states=[State.PENDING],
+        to_state=State.ADMITTED,
+        kind="admitted",
+        per_job=events,
+        admitted_at=ctx.now,
+        reason_code="",
+        reason="",
+        queue_position=None,
+        estimated_start_at=None,
+    )
+    if not moved:
+        return []
+    attempts = dict(Job.objects.filter(pk__in=moved).values_list("pk", "attempt"))
+    workers = Worker.objects.bulk_create(
+        Worker(job_id=pk, attempt=attempts[pk], rank=p.rank, node_id=ctx.node_ids[p.node])
+        for pk in moved
+        for p in by_job[pk].placement
+    )
+    worker_of = {(w.job_id, w.rank): w for w in workers}
+    Allocation.objects.bulk_create(
+        Allocation(
+            job_id=pk,
+            worker=worker_of[(pk, p.rank)],
+            worker_rank=p.rank,
+            node_id=ctx.node_ids[p.node],
+            gpu_id=gpu,
+            created_at=ctx.now,
+        )
+        for pk in moved
+        for p in by_job[pk].placement
+        for gpu in p.gpus
+    )
+    return moved
+
+
+def _admit_message(a: m.Admission) -> str:
+    nodes = sorted({p.node for p in a.placement})
+    borrowed = f", borrowing {a.borrowed} GPUs from the cohort" if a.borrowed else ""
+    return f"Admitted on {', '.join(nodes)}{borrowed}."
+
+
+def _placement_data(a: m.Admission) -> dict:
+    return {
+        "borrowed": a.borrowed,
+        "placement": [{"rank": p.rank, "node": p.node, "gpus": list(p.gpus)} for p in a.placement],
+    }
+
+
+def _preempt(preemptions: tuple[m.Preemption, ...], ctx: PassContext) -> list[int]:
+    events = {
+        p.job_id: (p.message, {"reason": p.reason_code, "preemptor": p.preemptor_id})
+        for p in preemptions
+    }
+    return transition(
+        list(events),
+        from_states=[State.ADMITTED, State.RUNNING],
+        to_state=State.PREEMPTING,
+        kind="preempted",
+        per_job=events,
+        stop_requested_at=ctx.now,
+    )
+
+
+def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
+    """Update reason, position and estimate of pending jobs whose verdict changed."""
+    changed = []
+    for v in verdicts:
+        start = (
+            datetime.fromtimestamp(v.estimated_start, tz=UTC)
+            if v.estimated_start is not None
+            else None
+        )
+        row = ctx.pending_rows.get(v.job_id)
+        if row and _same(row, v.reason_code, v.message, v.position, start):
+            continue
+        changed.append(
+            Job(
+                pk=v.job_id,
+                reason_code=v.reason_code[:32],
+                reason=v.message,
+                queue_position=v.position,
+                estimated_start_at=start,
+            )
+        )
+    for pk in ctx.blocked_by_old_attempt:
+        if not _same(ctx.pending_rows[pk], OLD_ATTEMPT[0], OLD_ATTEMPT[1], None, None):
+            changed.append(
+                Job(
+                    pk=pk,
+                    reason_code=OLD_ATTEMPT[0],
+                    reason=OLD_ATTEMPT[1],
+                    queue_position=None,
+                    estimated_start_at=None,
+                )
+            )
+    if changed:
+        # Verdicts only describe pending jobs; a job that left `pending` meanwhile
+        # keeps its own fields because the update is limited to pending rows.
+        Job.objects.filter(state=State.PENDING).bulk_update(
+            changed,
+            ["reason_code", "reason", "queue_position", "estimated_start_at"],
+            batch_size=2000,
+        )
+    return len(changed)
+
+
+def _same(row: dict, code: str, message: str, position, start) -> bool:
+    old = row["estimated_start_at"]
+    close = (old is None and start is None) or (
+        old is not None
+        and start is not None
+        and abs((old - start).total_seconds()) < ESTIMATE_SLACK_S
+    )
+    return (
+        row["reason_code"] == code
+        and row["reason"] == message
+        and row["queue_position"] == position
+        and close
+    )
