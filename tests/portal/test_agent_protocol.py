@@ -1,0 +1,409 @@
+"""The portal side of the agent protocol (docs/protocol.md), over HTTP with the test client."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from portal.core.actions.jobs import cancel_job
+from portal.core.models import Allocation, Gpu, Job, JobEvent, Node, NodeBootstrapToken, Worker
+from portal.core.nodes import monitor_nodes
+from portal.core.scheduling.apply import apply_plan
+from portal.core.scheduling.snapshot import PassContext
+from portal.core.secrets import new_secret
+from scheduler import model as m
+
+State = Job.State
+
+
+# --- helpers -------------------------------------------------------------------------
+
+
+def node_token(node: Node) -> str:
+    secret = new_secret("bnt")
+    Node.objects.filter(pk=node.pk).update(token_hash=secret.digest)
+    return secret.plaintext
+
+
+def inventory(node: Node, overrides: dict | None = None) -> list[dict]:
+    gpus = []
+    for gpu in node.gpus.order_by("index"):
+        entry = {
+            "index": gpu.index,
+            "uuid": gpu.uuid,
+            "name": node.flavor.display_name,
+            "memory_total_mib": 81559,
+            "memory_used_mib": 10,
+            "utilization_pct": 50.0,
+            "temperature_c": 40.0,
+            "power_w": 300.0,
+            "health": "healthy",
+            "health_reason": "",
+        }
+        entry.update((overrides or {}).get(gpu.index, {}))
+        gpus.append(entry)
+    return gpus
+
+
+def beat(client, node, token, workers=(), gpus=None):
+    body = {
+        "agent_version": "test",
+        "gpus": inventory(node) if gpus is None else gpus,
+        "workers": list(workers),
+    }
+    return client.post(
+        "/api/agent/v1/heartbeat",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+
+
+def make_job(cluster, *, workers=1, gpus_per_worker=2, **kw) -> Job:
+    job = Job.objects.create(
+        team=cluster.team_a,
+        queue=cluster.queue_a,
+        flavor=cluster.h100,
+        name="train",
+        image="img",
+        command=["python", "train.py"],
+        env={"EPOCHS": "3"},
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
+        max_runtime_seconds=3600,
+        **kw,
+    )
+    job.events.create(kind="submitted", to_state=State.PENDING)
+    return job
+
+
+def admit(job: Job, nodes: list[Node]) -> None:
+    """Admit the job with one worker per node, as a scheduling pass would."""
+    placement = tuple(
+        m.WorkerPlacement(
+            rank=rank,
+            node=node.hostname,
+            gpus=tuple(
+                node.gpus.order_by("index").values_list("pk", flat=True)[: job.gpus_per_worker]
+            ),
+        )
+        for rank, node in enumerate(nodes)
+    )
+    ctx = PassContext(now=timezone.now(), node_ids={n.hostname: n.pk for n in nodes})
+    applied = apply_plan(m.Plan(admissions=(m.Admission(job_id=job.pk, placement=placement),)), ctx)
+    assert applied.admitted == [job.pk]
+    job.refresh_from_db()
+
+
+def report(job: Job, rank: int, state: str, exit_code=None, attempt=None) -> dict:
+    attempt = job.attempt if attempt is None else attempt
+    return {
+        "key": f"{job.pk}.{attempt}.{rank}",
+        "state": state,
+        "exit_code": exit_code,
+        "log_tail": f"rank {rank} {state}\n",
+    }
+
+
+# --- registration ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bootstrap(db):
+    secret = new_secret("bbt")
+    NodeBootstrapToken.objects.create(prefix=secret.prefix, token_hash=secret.digest)
+    return secret.plaintext
+
+
+def test_register_trades_bootstrap_token_for_node_token(client, cluster, bootstrap):
+    gpus = [
+        {
+            "index": i,
+            "uuid": f"GPU-new-{i}",
+            "name": "NVIDIA H100 80GB HBM3",
+            "memory_total_mib": 81559,
+        }
+        for i in range(8)
+    ]
+    response = client.post(
+        "/api/agent/v1/register",
+        {
+            "bootstrap_token": bootstrap,
+            "hostname": "gpu-new",
+            "rack": "r9",
+            "block": "b9",
+            "gpus": gpus,
+        },
+        content_type="application/json",
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    node = Node.objects.get(hostname="gpu-new")
+    assert node.flavor == cluster.h100 and node.rack == "r9" and node.gpus.count() == 8
+    assert body["node_token"] and node.token_hash and body["node_token"] not in node.token_hash
+    assert beat(client, node, body["node_token"]).status_code == 200
+    assert NodeBootstrapToken.objects.get().uses == 1
+
+
+@pytest.mark.parametrize("token", ["", "bbt_wrong"])
+def test_register_with_a_bad_bootstrap_token_is_refused(client, cluster, bootstrap, token):
+    response = client.post(
+        "/api/agent/v1/register",
+        {
+            "bootstrap_token": token,
+            "hostname": "x",
+            "gpus": [{"index": 0, "uuid": "GPU-x", "name": "NVIDIA H100 80GB HBM3"}],
+        },
+        content_type="application/json",
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthenticated"
+    assert not Node.objects.filter(hostname="x").exists()
+
+
+def test_register_with_unknown_gpu_product_is_refused_with_reason(client, cluster, bootstrap):
+    response = client.post(
+        "/api/agent/v1/register",
+        {
+            "bootstrap_token": bootstrap,
+            "hostname": "x",
+            "gpus": [{"index": 0, "uuid": "GPU-x", "name": "NVIDIA GeForce RTX 4090"}],
+        },
+        content_type="application/json",
+    )
+    assert response.status_code == 400
+    assert "RTX 4090" in response.json()["error"]["message"]
+    assert not Node.objects.filter(hostname="x").exists()
+
+
+# --- authentication and malformed heartbeats -------------------------------------------
+
+
+def test_heartbeat_needs_a_valid_node_token(client, cluster):
+    node = cluster.nodes[0]
+    for auth in (
+        {},
+        {"HTTP_AUTHORIZATION": "Bearer bnt_forged"},
+        {"HTTP_AUTHORIZATION": "Basic abc"},
+    ):
+        response = client.post(
+            "/api/agent/v1/heartbeat", {"gpus": []}, content_type="application/json", **auth
+        )
+        assert response.status_code == 401
+        assert set(response.json()["error"]) == {"code", "message", "fields"}
+    node.refresh_from_db()
+    assert node.last_heartbeat_at is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "not json",
+        "[]",
+        '{"gpus": "many"}',
+        '{"gpus": [{"index": "zero", "uuid": "u", "name": "n"}]}',
+        '{"gpus": [], "workers": [{"key": "1.0.0", "state": "dancing"}]}',
+        '{"gpus": [], "workers": [{"key": "nonsense", "state": "running"}]}',
+    ],
+)
+def test_malformed_heartbeat_is_400_and_changes_nothing(client, cluster, body):
+    node = cluster.nodes[0]
+    token = node_token(node)
+    response = client.post(
+        "/api/agent/v1/heartbeat",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] in {"invalid", "protocol"}
+    node.refresh_from_db()
+    assert node.last_heartbeat_at is None and node.gpus.filter(health="healthy").count() == 8
+
+
+def test_a_node_cannot_report_another_nodes_worker(client, cluster):
+    job = make_job(cluster)
+    admit(job, [cluster.nodes[1]])
+    intruder = cluster.nodes[0]
+    token = node_token(intruder)
+    response = beat(client, intruder, token, [report(job, 0, "exited", exit_code=0)])
+    assert response.status_code == 400
+    assert "not assigned to this node" in response.json()["error"]["message"]
+    job.refresh_from_db()
+    assert job.state == State.ADMITTED
+    assert Worker.objects.get(job=job).state == Worker.State.ASSIGNED
+    intruder.refresh_from_db()
+    assert intruder.last_heartbeat_at is None
+
+
+# --- the gang's life through heartbeats --------------------------------------------------
+
+
+def test_admitted_gang_is_sent_to_its_nodes_runs_and_succeeds(client, cluster):
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    ta, tb = node_token(a), node_token(b)
+    job = make_job(cluster, workers=2, gpus_per_worker=2)
+    admit(job, [a, b])
+
+    reply = beat(client, a, ta).json()
+    (entry,) = reply["run"]
+    assert entry["key"] == f"{job.pk}.0.0" and entry["world_size"] == 2 and entry["rank"] == 0
+    assert entry["gpu_uuids"] == ["GPU-h100-0-0", "GPU-h100-0-1"]
+    assert entry["master_addr"] == a.hostname and entry["env"] == {"EPOCHS": "3"}
+    assert reply["stop"] == [] and reply["ack"] == []
+
+    beat(client, a, ta, [report(job, 0, "running")])
+    job.refresh_from_db()
+    assert job.state == State.ADMITTED  # rank 1 is not running yet
+    beat(client, b, tb, [report(job, 1, "running")])
+    job.refresh_from_db()
+    assert job.state == State.RUNNING and job.started_at
+
+    beat(client, a, ta, [report(job, 0, "exited", 0)])
+    reply = beat(client, b, tb, [report(job, 1, "exited", 0)]).json()
+    assert reply["ack"] == [f"{job.pk}.0.1"] and reply["run"] == []
+    job.refresh_from_db()
+    assert job.state == State.SUCCEEDED and job.exit_code == 0
+    assert not Allocation.objects.filter(job=job, active=True).exists()
+    assert Worker.objects.get(job=job, rank=1).log_tail == "rank 1 exited\n"
+    kinds = list(job.events.values_list("kind", flat=True))
+    assert kinds == ["submitted", "admitted", "started", "succeeded"]
+
+
+def test_one_failed_worker_fails_the_gang_and_stops_the_rest(client, cluster):
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    ta, tb = node_token(a), node_token(b)
+    job = make_job(cluster, workers=2, checkpoint_signal="SIGUSR1", grace_period_seconds=45)
+    admit(job, [a, b])
+    beat(client, a, ta, [report(job, 0, "running")])
+    beat(client, b, tb, [report(job, 1, "running")])
+
+    beat(client, b, tb, [report(job, 1, "exited", 3)])
+    job.refresh_from_db()
+    assert job.state == State.FAILED and job.exit_code == 3 and "rank 1" in job.reason
+    reply = beat(client, a, ta, [report(job, 0, "running")]).json()
+    assert reply["run"] == []
+    assert reply["stop"] == [
+        {"key": f"{job.pk}.0.0", "signal": "SIGUSR1", "grace_period_s": 45, "reason": "gang failed"}
+    ]
+    beat(client, a, ta, [report(job, 0, "exited", 143)])
+    assert not Allocation.objects.filter(job=job, active=True).exists()
+    job.refresh_from_db()
+    assert job.state == State.FAILED and job.exit_code == 3  # the first failure is the job's
+
+
+def test_preempted_gang_stops_then_requeues_with_its_submit_time(client, cluster):
+    a = cluster.nodes[0]
+    ta = node_token(a)
+    job = make_job(cluster)
+    submitted = job.submitted_at
+    admit(job, [a])
+    beat(client, a, ta, [report(job, 0, "running")])
+    apply_plan(
+        m.Plan(preemptions=(m.Preemption(job.pk, "reclaim", "Team beta reclaims its quota.", 99),)),
+        PassContext(now=timezone.now()),
+    )
+    reply = beat(client, a, ta, [report(job, 0, "running")]).json()
+    assert [s["reason"] for s in reply["stop"]] == ["preempted"]
+    job.refresh_from_db()
+    assert job.state == State.PREEMPTING
+
+    beat(client, a, ta, [report(job, 0, "exited", 143)])
+    job.refresh_from_db()
+    assert job.state == State.PENDING and job.attempt == 1 and job.restart_count == 1
+    assert job.submitted_at == submitted
+    preempted = job.events.get(kind="preempted")
+    assert preempted.data == {"reason": "reclaim", "preemptor": 99} and "beta" in preempted.message
+    assert job.events.filter(kind="requeued").exists()
+    # The old attempt's key is acknowledged but never desired again.
+    assert beat(client, a, ta).json()["run"] == []
+
+
+def test_requeue_past_the_restart_limit_fails_the_job(client, cluster):
+    a = cluster.nodes[0]
+    ta = node_token(a)
+    job = make_job(cluster, max_restarts=0)
+    admit(job, [a])
+    apply_plan(
+        m.Plan(preemptions=(m.Preemption(job.pk, "priority", "higher priority", 1),)),
+        PassContext(now=timezone.now()),
+    )
+    beat(client, a, ta, [report(job, 0, "exited", 143)])
+    job.refresh_from_db()
+    assert job.state == State.FAILED and job.reason_code == "restart_limit"
+
+
+def test_worker_never_started_is_dropped_when_its_job_is_cancelled(client, cluster, personas):
+    a = cluster.nodes[0]
+    ta = node_token(a)
+    job = make_job(cluster)
+    admit(job, [a])
+    cancel_job(job, actor=personas.lead_a)
+    reply = beat(client, a, ta).json()  # the agent never started it
+    assert reply["run"] == []
+    assert Worker.objects.get(job=job).state == Worker.State.EXITED
+    assert not Allocation.objects.filter(job=job, active=True).exists()
+
+
+def test_inventory_updates_gpu_health_and_marks_missing_gpus_lost(client, cluster):
+    node = cluster.nodes[0]
+    token = node_token(node)
+    gpus = inventory(node, {2: {"health": "unhealthy", "health_reason": "XID 79"}})
+    gpus = [g for g in gpus if g["index"] != 7]
+    assert beat(client, node, token, gpus=gpus).status_code == 200
+    health = dict(node.gpus.values_list("index", "health"))
+    assert health[2] == "unhealthy" and health[7] == "lost" and health[0] == "healthy"
+    assert Gpu.objects.get(node=node, index=0).utilization_pct == 50.0
+    node.refresh_from_db()
+    assert node.condition == Node.Condition.READY and node.last_heartbeat_at
+
+
+# --- node loss and max run time -------------------------------------------------------------
+
+
+def test_silent_node_goes_not_ready_then_its_gangs_are_requeued(client, cluster, settings):
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    ta, tb = node_token(a), node_token(b)
+    job = make_job(cluster, workers=2)
+    admit(job, [a, b])
+    beat(client, a, ta, [report(job, 0, "running")])
+    beat(client, b, tb, [report(job, 1, "running")])
+    now = timezone.now()
+
+    monitor_nodes(now + timedelta(seconds=settings.BERTH["NODE_NOT_READY_AFTER_S"] - 5))
+    a.refresh_from_db()
+    assert a.condition == Node.Condition.READY
+
+    # b keeps beating; a goes silent.
+    Node.objects.filter(pk=b.pk).update(last_heartbeat_at=now + timedelta(seconds=200))
+    later = now + timedelta(seconds=settings.BERTH["NODE_NOT_READY_AFTER_S"] + 1)
+    monitor_nodes(later)
+    a.refresh_from_db()
+    assert a.state == "not_ready"
+    job.refresh_from_db()
+    assert job.state == State.RUNNING  # not yet evicted
+
+    monitor_nodes(later + timedelta(seconds=settings.BERTH["NODE_EVICT_AFTER_S"] + 1))
+    job.refresh_from_db()
+    assert job.state == State.PENDING and job.attempt == 1
+    assert job.events.filter(kind="node_lost").exists()
+    assert Worker.objects.get(job=job, rank=0).state == Worker.State.LOST
+    # The surviving worker on b is told to stop; the pending job waits for it.
+    reply = beat(client, b, tb, [report(job, 1, "running", attempt=0)]).json()
+    assert [s["reason"] for s in reply["stop"]] == ["requeued"]
+
+
+def test_job_past_its_max_runtime_is_stopped(client, cluster):
+    a = cluster.nodes[0]
+    ta = node_token(a)
+    job = make_job(cluster)
+    admit(job, [a])
+    Job.objects.filter(pk=job.pk).update(admitted_at=timezone.now() - timedelta(seconds=3601))
+    assert monitor_nodes()["timed_out"] == [job.pk]
+    job.refresh_from_db()
+    assert job.state == State.FAILED and job.reason_code == "timeout"
+    reply = beat(client, a, ta, [report(job, 0, "running")]).json()
+    assert reply["stop"][0]["reason"] == "max run time exceeded"
+    assert JobEvent.objects.filter(job=job, kind="timeout").count() == 1
