@@ -2,20 +2,22 @@
 
 Team A ("alpha") has a lead, a member and a viewer; team B ("beta") has its own
 lead, who is the outsider for everything of team A. Both teams share a cohort.
+Imports of Django code stay inside the fixtures so that the scheduler and agent
+tests also run without Django (`-p no:django`).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.factories import Personas, make_cluster
-
 
 @pytest.fixture
 def cluster(db):
+    from tests.factories import make_cluster
+
     return make_cluster()
 
 
 @pytest.fixture
-def personas(cluster) -> Personas:
+def personas(cluster):
     return cluster.personas

@@ -1,0 +1,217 @@
+"""Workers as Docker containers, through the Docker SDK for Python.
+
+Containers carry labels (``berth.key``, ``berth.job``, ``berth.rank``,
+``berth.attempt`` and ``berth.node``), so a restarted agent finds its workers
+by label filter; an exited container is kept until the portal acknowledges its
+exit code, then removed. GPUs are requested by UUID with a device request,
+which the NVIDIA container toolkit turns into exactly those devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+from docker.errors import APIError, DockerException, NotFound
+from docker.types import DeviceRequest
+
+from agents.runtimes.base import Runtime, RuntimeUnavailable, StartFailed, StopBook
+from agents.workers import (
+    EXITED,
+    FAILED_TO_START,
+    LOG_TAIL_BYTES,
+    RUNNING,
+    STARTING,
+    STOPPING,
+    WorkerSpec,
+    WorkerStatus,
+    key_order,
+    tail_text,
+    valid_key,
+)
+
+log = logging.getLogger(__name__)
+
+LABEL_KEY = "berth.key"
+LABEL_JOB = "berth.job"
+LABEL_RANK = "berth.rank"
+LABEL_ATTEMPT = "berth.attempt"
+LABEL_NODE = "berth.node"
+LOG_TAIL_LINES = 200
+# Docker's zero time for "not finished yet".
+_NEVER = "0001-01-01T00:00:00Z"
+
+
+def container_name(key: str) -> str:
+    return f"berth-{key}"
+
+
+def docker_time(value: str | None) -> str | None:
+    """Shorten Docker's RFC 3339 nanosecond times to the protocol's whole-second UTC form."""
+    if not value or value.startswith("0001-01-01"):
+        return None
+    return value[:19] + "Z"
+
+
+class DockerRuntime(Runtime):
+    name = "docker"
+
+    def __init__(
+        self,
+        client: Any,
+        state_dir: Path,
+        node: str,
+        *,
+        clock: Callable[[], float] = time.time,
+    ):
+        super().__init__(StopBook(state_dir / "stops" / "docker"), clock)
+        self._client = client
+        self._node = node
+        # Keys whose containers.run() is in progress: a "created" container
+        # for any other key is a leftover of a start that never finished.
+        self._starting: set[str] = set()
+
+    @classmethod
+    def from_env(cls, state_dir: Path, node: str) -> DockerRuntime:
+        """Connect to the engine named by DOCKER_HOST (or the local socket); fail clearly if absent."""
+        import docker
+
+        try:
+            client = docker.from_env()
+            client.ping()
+        except (DockerException, requests.RequestException) as exc:
+            raise RuntimeUnavailable(
+                f"Docker engine unavailable: {exc} — is dockerd running and may this user use it? "
+                "use --runtime process to run workers as plain processes"
+            ) from exc
+        return cls(client, state_dir, node)
+
+    def start(self, spec: WorkerSpec) -> None:
+        if not spec.image:
+            raise StartFailed("the docker runtime needs an image")
+        self._starting.add(spec.key)
+        try:
+            self._run(spec)
+        finally:
+            self._starting.discard(spec.key)
+
+    def _run(self, spec: WorkerSpec) -> None:
+        try:
+            self._client.containers.run(
+                spec.image,
+                command=list(spec.command) or None,
+                detach=True,
+                name=container_name(spec.key),
+                labels=self._labels(spec),
+                environment={**spec.env, **spec.gang_env()},
+                device_requests=self._device_requests(spec),
+            )
+        except APIError as exc:
+            if exc.status_code == 409:
+                log.warning("container for worker %s already exists; adopting it", spec.key)
+                return
+            self._remove_leftover(spec.key)
+            raise StartFailed(
+                f"docker could not start {spec.image}: {exc.explanation or exc}"
+            ) from exc
+        except DockerException as exc:
+            self._remove_leftover(spec.key)
+            raise StartFailed(f"docker could not start {spec.image}: {exc}") from exc
+
+    def _labels(self, spec: WorkerSpec) -> dict[str, str]:
+        return {
+            LABEL_KEY: spec.key,
+            LABEL_JOB: str(spec.job_id),
+            LABEL_RANK: str(spec.rank),
+            LABEL_ATTEMPT: str(spec.attempt),
+            LABEL_NODE: self._node,
+        }
+
+    @staticmethod
+    def _device_requests(spec: WorkerSpec) -> list[DeviceRequest]:
+        if not spec.gpu_uuids:
+            return []
+        return [DeviceRequest(device_ids=list(spec.gpu_uuids), capabilities=[["gpu"]])]
+
+    def _remove_leftover(self, key: str) -> None:
+        """run() is create + start: a failed start leaves a created container that would look alive."""
+        with contextlib.suppress(DockerException):
+            self._client.containers.get(container_name(key)).remove(force=True)
+
+    def list(self) -> list[WorkerStatus]:
+        filters = {"label": [LABEL_KEY, f"{LABEL_NODE}={self._node}"]}
+        containers = self._client.containers.list(all=True, filters=filters)
+        statuses = [self._status(c) for c in containers if valid_key(c.labels.get(LABEL_KEY))]
+        return sorted(statuses, key=lambda s: key_order(s.key))
+
+    def _status(self, container: Any) -> WorkerStatus:
+        key = container.labels[LABEL_KEY]
+        state = container.attrs.get("State") or {}
+        status = state.get("Status")
+        started_at = docker_time(state.get("StartedAt"))
+        if status in ("exited", "dead"):
+            return WorkerStatus(
+                key,
+                EXITED,
+                exit_code=state.get("ExitCode"),
+                started_at=started_at,
+                finished_at=docker_time(state.get("FinishedAt", _NEVER)),
+            )
+        if status == "created" and key not in self._starting:
+            return WorkerStatus(
+                key, FAILED_TO_START, detail="container was created but never started"
+            )
+        if status == "created":
+            return WorkerStatus(key, STARTING)
+        return WorkerStatus(key, STOPPING if self.stopping(key) else RUNNING, started_at=started_at)
+
+    def _container(self, key: str) -> Any | None:
+        try:
+            return self._client.containers.get(container_name(key))
+        except NotFound:
+            return None
+
+    def _signal(self, key: str, sig: signal.Signals) -> None:
+        self._send(key, sig.name)
+
+    def _kill(self, key: str) -> None:
+        self._send(key, "SIGKILL")
+
+    def _send(self, key: str, signame: str) -> None:
+        container = self._container(key)
+        if container is None:
+            return
+        try:
+            container.kill(signal=signame)
+        except APIError as exc:
+            # 409: the container is not running any more; that is what we wanted.
+            if exc.status_code != 409:
+                raise
+
+    def log_tail(self, key: str, limit: int = LOG_TAIL_BYTES) -> str:
+        container = self._container(key)
+        if container is None:
+            return ""
+        try:
+            return tail_text(container.logs(stdout=True, stderr=True, tail=LOG_TAIL_LINES), limit)
+        except (DockerException, requests.RequestException):
+            return ""  # a log tail is nice to have; never let it cost a heartbeat
+
+    def forget(self, key: str) -> None:
+        container = self._container(key)
+        if container is not None:
+            if container.status in ("running", "paused", "restarting"):
+                log.warning("not forgetting worker %s: its container is still running", key)
+                return
+            with contextlib.suppress(NotFound):
+                container.remove(v=True)
+        self._stops.discard(key)
+
+    def close(self) -> None:
+        self._client.close()

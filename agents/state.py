@@ -1,0 +1,59 @@
+"""Files the agent keeps in its state directory, written so a crash never leaves half a file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def ensure_dir(path: Path, mode: int = 0o700) -> Path:
+    """Create ``path`` (and parents) if missing; private by default because it holds a token."""
+    path.mkdir(parents=True, exist_ok=True, mode=mode)
+    return path
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename, so readers see old or new, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, sort_keys=True))
+
+
+def read_json(path: Path) -> Any | None:
+    """Return the parsed file, or None when it is missing or unreadable (treated as not written yet)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+class NodeTokenFile:
+    """The node token issued at registration, kept 0600 so only the agent's user can read it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def load(self) -> str | None:
+        try:
+            token = self.path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        return token or None
+
+    def save(self, token: str) -> None:
+        ensure_dir(self.path.parent)
+        write_atomic(self.path, token + "\n", mode=0o600)

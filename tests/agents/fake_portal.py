@@ -1,0 +1,182 @@
+"""A small portal speaking the agent protocol over real HTTP, with a scripted desired state.
+
+Tests set ``run`` / ``stop`` entries, queue failing replies, revoke tokens,
+or shut the server down, and read back every request the agent made.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Request:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    at: float
+
+
+@dataclass
+class Scripted:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+class FakePortal:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.run: dict[str, dict[str, Any]] = {}
+        self.stop: dict[str, dict[str, Any]] = {}
+        self.auto_ack = True
+        self.heartbeat_interval_s = 0.1
+        self.disconnect_limit_s = 60.0
+        self.node_tokens = {"bnt_good"}
+        self.bootstrap_tokens = {"bbt_ok"}
+        self.scripted: deque[Scripted] = deque()
+        self.requests: list[Request] = []
+        self.unknown_keys: set[str] = set()
+        self.closed = False
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
+        self._thread.start()
+
+    # -- test helpers -------------------------------------------------------
+
+    def script(self, status: int, body: dict[str, Any] | None = None, **headers: str) -> None:
+        """Answer the next heartbeat with this instead of the desired state."""
+        self.scripted.append(
+            Scripted(status, body or {"error": {"code": "x", "message": "scripted"}}, headers)
+        )
+
+    def heartbeats(self) -> list[Request]:
+        with self.lock:
+            return [r for r in self.requests if r.path.endswith("/heartbeat")]
+
+    def accepted_heartbeats(self) -> list[Request]:
+        return [r for r in self.heartbeats() if r.headers.get("X-Fake-Status") == "200"]
+
+    def last_report(self, key: str) -> dict[str, Any] | None:
+        """The latest accepted report of one worker."""
+        for request in reversed(self.accepted_heartbeats()):
+            for worker in request.body.get("workers", []):
+                if worker["key"] == key:
+                    return worker
+        return None
+
+    def close(self) -> None:
+        """Take the portal away: later requests get "connection refused"."""
+        if not self.closed:
+            self.closed = True
+            self._server.shutdown()
+            self._server.server_close()
+
+    # -- protocol -----------------------------------------------------------
+
+    def handle(
+        self, path: str, headers: dict[str, str], body: dict[str, Any]
+    ) -> tuple[int, dict, dict]:
+        if path == "/api/agent/v1/register":
+            return self._register(body)
+        if path == "/api/agent/v1/heartbeat":
+            return self._heartbeat(headers, body)
+        return 404, {"error": {"code": "not_found", "message": path}}, {}
+
+    def _register(self, body: dict[str, Any]) -> tuple[int, dict, dict]:
+        if body.get("bootstrap_token") not in self.bootstrap_tokens:
+            return 401, {"error": {"code": "bad_token", "message": "unknown bootstrap token"}}, {}
+        token = f"bnt_{body['hostname']}"
+        self.node_tokens.add(token)
+        reply = {
+            "node_id": 7,
+            "node_token": token,
+            "heartbeat_interval_s": self.heartbeat_interval_s,
+            "disconnect_limit_s": self.disconnect_limit_s,
+        }
+        return 201, reply, {}
+
+    def _heartbeat(self, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, dict, dict]:
+        token = headers.get("Authorization", "").removeprefix("Bearer ")
+        if token not in self.node_tokens:
+            return 401, {"error": {"code": "bad_token", "message": "invalid node token"}}, {}
+        unknown = [w["key"] for w in body["workers"] if w["key"] in self.unknown_keys]
+        if unknown:
+            # The portal's own wording (portal/core/agents.py).
+            error = {
+                "code": "protocol",
+                "message": "The heartbeat reports workers that are not assigned to this node.",
+                "fields": {"workers": [f"Not this node's worker: {key}" for key in unknown]},
+            }
+            return 400, {"error": error}, {}
+        if self.scripted:
+            scripted = self.scripted.popleft()
+            return scripted.status, scripted.body, scripted.headers
+        ack = [w["key"] for w in body["workers"] if w["state"] in ("exited", "failed_to_start")]
+        reply = {
+            "node": {"id": 7, "state": "ready", "cordon": "none"},
+            "heartbeat_interval_s": self.heartbeat_interval_s,
+            "disconnect_limit_s": self.disconnect_limit_s,
+            "run": list(self.run.values()),
+            "stop": list(self.stop.values()),
+            "ack": ack if self.auto_ack else [],
+        }
+        return 200, reply, {}
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        portal = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw or b"{}")
+                headers = dict(self.headers.items())
+                with portal.lock:
+                    status, reply, extra = portal.handle(self.path, headers, body)
+                    headers["X-Fake-Status"] = str(status)
+                    portal.requests.append(Request(self.path, headers, body, time.monotonic()))
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in extra.items():
+                    self.send_header(name.replace("_", "-"), value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+def run_entry(
+    key: str, command: list[str], *, gpus: list[str] = (), world_size: int = 1, **extra: Any
+) -> dict:
+    job, attempt, rank = (int(part) for part in key.split("."))
+    entry = {
+        "key": key,
+        "job_id": job,
+        "attempt": attempt,
+        "rank": rank,
+        "world_size": max(world_size, rank + 1),
+        "image": "busybox",
+        "command": command,
+        "env": {},
+        "gpu_uuids": list(gpus),
+        "master_addr": "gpu-node-05",
+        "master_port": 29500,
+        "max_runtime_s": 3600,
+    }
+    entry.update(extra)
+    return entry

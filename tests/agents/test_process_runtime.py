@@ -1,0 +1,194 @@
+"""The process runtime with real short commands: exit codes, stops, environment, re-adoption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.runtimes.process import ProcessRuntime
+from agents.workers import EXITED, FAILED_TO_START, RUNNING, STOPPING
+from tests.agents.conftest import kill_all, make_spec, wait_until
+
+
+@pytest.fixture
+def runtime(tmp_path: Path):
+    rt = ProcessRuntime(
+        tmp_path, base_env={"PATH": os.environ["PATH"], "BERTH_NODE_TOKEN": "bnt_secret"}
+    )
+    yield rt
+    kill_all(rt)
+
+
+def status_of(rt: ProcessRuntime, key: str):
+    return next(s for s in rt.poll() if s.key == key)
+
+
+def finished(rt: ProcessRuntime, key: str, timeout: float = 10.0):
+    return wait_until(lambda: (s := status_of(rt, key)).terminal and s, timeout, f"{key} to finish")
+
+
+def test_exit_code_is_reported(runtime):
+    runtime.start(make_spec("1.0.0", ("sh", "-c", "echo bye; exit 3")))
+    status = finished(runtime, "1.0.0")
+    assert (status.state, status.exit_code) == (EXITED, 3)
+    assert status.started_at.endswith("Z") and status.finished_at.endswith("Z")
+    assert runtime.log_tail("1.0.0") == "bye\n"
+
+
+def test_gang_env_and_gpus_reach_the_worker_but_agent_secrets_do_not(runtime):
+    spec = make_spec(
+        "42.2.1",
+        (
+            "sh",
+            "-c",
+            "echo $CUDA_VISIBLE_DEVICES $RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR:$MASTER_PORT "
+            "$BERTH_JOB_ID $BERTH_ATTEMPT $EPOCHS [$BERTH_NODE_TOKEN]",
+        ),
+        world_size=4,
+        env={"EPOCHS": "3", "RANK": "99"},
+    )
+    runtime.start(spec)
+    finished(runtime, "42.2.1")
+    assert runtime.log_tail("42.2.1") == "GPU-aaaa,GPU-bbbb 1 4 0 gpu-node-05:29500 42 2 3 []\n"
+
+
+def test_sigterm_stops_a_sleeping_worker_within_grace(runtime):
+    runtime.start(make_spec("2.0.0", ("sleep", "30")))
+    wait_until(lambda: status_of(runtime, "2.0.0").state == RUNNING)
+    began = time.monotonic()
+    runtime.stop("2.0.0", signal.SIGTERM, 10)
+    assert status_of(runtime, "2.0.0").state in (STOPPING, EXITED)
+    status = finished(runtime, "2.0.0")
+    assert status.exit_code == 128 + signal.SIGTERM
+    assert time.monotonic() - began < 5
+
+
+def test_worker_ignoring_sigterm_is_killed_after_grace(runtime):
+    runtime.start(make_spec("3.0.0", ("sh", "-c", "trap '' TERM; echo ready; sleep 30")))
+    wait_until(lambda: runtime.log_tail("3.0.0") == "ready\n")
+    began = time.monotonic()
+    runtime.stop("3.0.0", signal.SIGTERM, 0.5)
+    status = finished(runtime, "3.0.0")
+    assert status.exit_code == 128 + signal.SIGKILL
+    assert time.monotonic() - began >= 0.5
+
+
+def test_checkpoint_signal_is_sent_once_however_often_stop_repeats(runtime):
+    script = "trap 'echo got-usr1' USR1; echo ready; while :; do sleep 0.05; done"
+    runtime.start(make_spec("4.0.0", ("sh", "-c", script)))
+    wait_until(lambda: "ready" in runtime.log_tail("4.0.0"))
+    for _ in range(3):
+        runtime.stop("4.0.0", signal.SIGUSR1, 0.6)
+        time.sleep(0.1)
+    status = finished(runtime, "4.0.0")
+    assert status.exit_code == 137
+    assert runtime.log_tail("4.0.0").count("got-usr1") == 1
+
+
+def test_command_not_found_fails_to_start_with_127(runtime):
+    runtime.start(make_spec("5.0.0", ("/nonexistent/berth-test",)))
+    status = finished(runtime, "5.0.0")
+    assert (status.state, status.exit_code) == (FAILED_TO_START, 127)
+    assert "cannot start" in status.detail
+    assert "No such file" in runtime.log_tail("5.0.0")
+
+
+def test_restarted_runtime_readopts_a_live_worker_without_starting_it_twice(tmp_path, runtime):
+    spec = make_spec("6.0.0", ("sleep", "30"))
+    runtime.start(spec)
+    wait_until(lambda: status_of(runtime, "6.0.0").state == RUNNING)
+    pid = json.loads((tmp_path / "workers" / "6.0.0" / "pid").read_text())["pid"]
+
+    restarted = ProcessRuntime(tmp_path)
+    assert [(s.key, s.state) for s in restarted.list()] == [("6.0.0", RUNNING)]
+    restarted.start(spec)  # the portal still lists it: must not start a second copy
+    assert json.loads((tmp_path / "workers" / "6.0.0" / "pid").read_text())["pid"] == pid
+
+    restarted.stop("6.0.0", signal.SIGTERM, 5)
+    assert finished(restarted, "6.0.0").exit_code == 143
+
+
+def test_restarted_runtime_learns_exit_codes_of_workers_that_ended_while_it_was_down(
+    tmp_path, runtime
+):
+    runtime.start(make_spec("7.0.0", ("sh", "-c", "sleep 0.3; exit 5")))
+    time.sleep(1.0)  # the "agent" is down: nobody polls; the shim is a zombie of this process
+    restarted = ProcessRuntime(tmp_path)
+    (status,) = restarted.list()
+    assert (status.key, status.state, status.exit_code) == ("7.0.0", EXITED, 5)
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_worker(tmp_path):
+    wdir = tmp_path / "workers" / "8.0.0"
+    wdir.mkdir(parents=True)
+    (wdir / "meta.json").write_text(json.dumps({"key": "8.0.0", "started_at": time.time() - 60}))
+    # This test process is alive, but it started at another time than the recorded shim did.
+    (wdir / "pid").write_text(json.dumps({"pid": os.getpid(), "start": 1}))
+    (status,) = ProcessRuntime(tmp_path).list()
+    assert (status.state, status.exit_code) == (EXITED, 137)
+    assert "without recording an exit status" in ProcessRuntime(tmp_path).log_tail("8.0.0")
+
+
+def test_worker_whose_shim_was_killed_reports_137(runtime, tmp_path):
+    runtime.start(make_spec("9.0.0", ("sleep", "30")))
+    wait_until(lambda: status_of(runtime, "9.0.0").state == RUNNING)
+    pid = json.loads((tmp_path / "workers" / "9.0.0" / "pid").read_text())["pid"]
+    child = int(
+        wait_until(
+            lambda: (
+                (tmp_path / "workers" / "9.0.0" / "child.pid").exists()
+                and (tmp_path / "workers" / "9.0.0" / "child.pid").read_text()
+            )
+        )
+    )
+    os.kill(pid, signal.SIGKILL)
+    assert finished(runtime, "9.0.0").exit_code == 137
+    os.killpg(child, signal.SIGKILL)
+
+
+def test_forget_removes_an_exited_worker_but_never_a_live_one(runtime, tmp_path):
+    runtime.start(make_spec("10.0.0", ("true",)))
+    runtime.start(make_spec("11.0.0", ("sleep", "30")))
+    finished(runtime, "10.0.0")
+    wait_until(lambda: status_of(runtime, "11.0.0").state == RUNNING)
+    runtime.forget("10.0.0")
+    runtime.forget("11.0.0")
+    assert [s.key for s in runtime.list()] == ["11.0.0"]
+    assert not (tmp_path / "workers" / "10.0.0").exists()
+
+
+def test_log_tail_is_at_most_8_kib(runtime):
+    runtime.start(
+        make_spec(
+            "12.0.0", ("sh", "-c", "i=0; while [ $i -lt 3000 ]; do echo line $i; i=$((i+1)); done")
+        )
+    )
+    finished(runtime, "12.0.0")
+    tail = runtime.log_tail("12.0.0")
+    assert len(tail.encode()) <= 8192
+    assert tail.endswith("line 2999\n")
+
+
+def test_stop_deadline_survives_a_runtime_restart(runtime, tmp_path):
+    runtime.start(make_spec("13.0.0", ("sh", "-c", "trap '' TERM; echo ready; sleep 30")))
+    wait_until(lambda: runtime.log_tail("13.0.0") == "ready\n")
+    runtime.stop("13.0.0", signal.SIGTERM, 0.5)
+    restarted = ProcessRuntime(tmp_path)
+    assert status_of(restarted, "13.0.0").state == STOPPING
+    assert finished(restarted, "13.0.0").exit_code == 137
+
+
+def test_shim_that_cannot_start_is_a_recorded_failed_start(tmp_path):
+    from agents.runtimes.base import StartFailed
+
+    broken = ProcessRuntime(tmp_path, python="/bin/false")
+    with pytest.raises(StartFailed, match="the worker shim exited with 1"):
+        broken.start(make_spec("14.0.0", ("true",)))
+    (status,) = ProcessRuntime(tmp_path).list()
+    assert (status.state, status.exit_code) == (FAILED_TO_START, None)
+    assert "shim exited" in status.detail
