@@ -21,14 +21,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
 
-# hostname, rack, block, NVML product name (which maps to a flavor)
+# hostname, rack, block, NVML product name (which maps to a flavor), GPU memory (MiB)
+H100, A100 = ("NVIDIA H100 80GB HBM3", 81559), ("NVIDIA A100-SXM4-40GB", 40960)
 DEMO_NODES = [
-    ("demo-h100-1", "rack-1", "block-1", "NVIDIA H100 80GB HBM3"),
-    ("demo-h100-2", "rack-1", "block-1", "NVIDIA H100 80GB HBM3"),
-    ("demo-h100-3", "rack-2", "block-2", "NVIDIA H100 80GB HBM3"),
-    ("demo-h100-4", "rack-2", "block-2", "NVIDIA H100 80GB HBM3"),
-    ("demo-a100-1", "rack-1", "block-1", "NVIDIA A100-SXM4-40GB"),
-    ("demo-a100-2", "rack-2", "block-2", "NVIDIA A100-SXM4-40GB"),
+    ("demo-h100-1", "rack-1", "block-1", *H100),
+    ("demo-h100-2", "rack-1", "block-1", *H100),
+    ("demo-h100-3", "rack-2", "block-2", *H100),
+    ("demo-h100-4", "rack-2", "block-2", *H100),
+    ("demo-a100-1", "rack-1", "block-1", *A100),
+    ("demo-a100-2", "rack-2", "block-2", *A100),
 ]
 
 
@@ -171,8 +172,8 @@ def main() -> int:
     if not wait_for_http(f"{url}/healthz"):
         stack.stop()
         raise SystemExit(f"the web server did not come up; see {var / 'logs' / 'web.log'}")
-    for host, rack, block, product in DEMO_NODES:
-        stack.start(f"agent-{host}", agent_argv(url, token, host, rack, block, product, var))
+    for node in DEMO_NODES:
+        stack.start(f"agent-{node[0]}", agent_argv(url, token, node, var))
 
     print(f"\nBerth is running: open {url}/  (admin: {url}/admin/, API docs: {url}/api/docs/)")
     print(f"Logs: {var / 'logs'}   Stop with Ctrl-C.\n", flush=True)

@@ -53,7 +53,7 @@ JOBS = [
     (
         "nlp",
         "carol",
-        {"name": "llm-pretrain", "workers": 3, "gpus_per_worker": 8, "flavor": "h100-80gb"},
+        {"name": "llm-pretrain", "workers": 2, "gpus_per_worker": 8, "flavor": "h100-80gb"},
     ),
     (
         "nlp",
