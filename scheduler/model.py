@@ -7,8 +7,8 @@ to the core: the portal uses database primary keys, the simulator its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 # Job identifiers are ints; GPU identifiers are any hashable the caller picks
 # (the portal uses Gpu primary keys, the simulator "node/index" strings).

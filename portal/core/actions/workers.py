@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 
 from portal.core.actions.jobs import request_scheduling_pass, requeue_or_fail, transition
 from portal.core.models import Allocation, Job, Worker
@@ -192,6 +194,7 @@ def _carry_out(
         message="All workers exited with code 0.",
         finished_at=now,
         exit_code=0,
+        started_at=Coalesce(F("started_at"), Value(now)),  # it may end before a beat saw it run
     )
     for pk, worker in decisions["failed"]:
         transition(

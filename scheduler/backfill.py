@@ -1,0 +1,216 @@
+"""Backfill with a reservation per flavor (Slurm's sched/backfill rule).
+
+The first job of a flavor that waits for GPUs gets a reservation: the earliest
+time T at which it could start, found by replaying the end estimates of the
+running jobs (started_at + max_runtime; stopping jobs at now + grace period;
+jobs admitted in this pass at now + max_runtime) on a copy of the free-GPU
+index, and the nodes it would get then. A later job may start now only if
+
+- it ends before T (now + max_runtime <= T), or
+- it uses only GPUs the reservation does not need.
+
+For the second rule the reservation holds, on each of its nodes n, the free
+GPUs it will still need at T: need_n = (GPUs it takes on n) - (GPUs released on
+n by T). Long jobs are placed with those GPUs hidden; short jobs may use them,
+and what they use comes back before T, so need_n drops by as much.
+Because nothing admitted after the reservation can delay T, and T only moves
+earlier as jobs end early, the reserved job cannot starve.
+
+Quota gets the same protection within a team: the first job of a team and
+flavor blocked by the team's own quota limit (reason `quota`) holds the
+team's quota from the time enough of the team's running jobs will have ended;
+later jobs of that team and flavor may start only if they end by then.
+Otherwise a team's big gang would starve behind its own stream of small jobs,
+each of which fits the quota one freed GPU leaves.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from . import placement
+from .gates import FOR_GPUS, Gate
+from .model import PendingJob
+from .reasons import QUOTA, RESERVED, Wait
+from .state import FREE, Transaction
+
+if TYPE_CHECKING:
+    from .core import Pass
+    from .state import Pool
+
+# Give up reserving for a flavor after this many jobs could not get a reservation
+# (each costs a replay of the release events).
+MAX_TRIES = 4
+
+
+class Reservation:
+    """GPUs promised to a blocked job from time `start` on."""
+
+    __slots__ = ("job", "start", "need", "nodes")
+
+    def __init__(self, job: PendingJob, start: float, need: dict[int, int], nodes: int) -> None:
+        self.job = job
+        self.start = start
+        self.need = need  # node -> GPUs free now that must still be free at `start`
+        self.nodes = nodes  # how many nodes it will use
+
+
+class Backfill(Gate):
+    """Jobs pass a blocked one only if they do not delay its reservation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tries: dict[str, int] = {}
+
+    def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
+        """Return `reserved` if the job would use quota held for a job of its team."""
+        held = self.quota_holds.get((job.team, job.flavor))
+        if held is not None and p.now + job.max_runtime > held.start:
+            return Wait(RESERVED, (held.job.id, held.start, 0))
+        return None
+
+    def try_admit(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
+        res = self.reservations.get(job.flavor)
+        if res is None:
+            return super().try_admit(p, job, pool)
+        if p.now + job.max_runtime <= res.start:
+            return self._admit_short(p, job, pool, res)
+        return self._admit_long(p, job, pool, res)
+
+    def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> None:
+        f = job.flavor
+        if wait.code == QUOTA:
+            if (job.team, f) not in self.quota_holds:
+                self._hold_quota(p, job)
+            return
+        if pool is None or wait.code not in FOR_GPUS or f in self.reservations:
+            return
+        tries = self.tries.get(f, 0)
+        if tries >= MAX_TRIES:
+            return
+        self.tries[f] = tries + 1
+        res = reserve(p, job, pool)
+        if res is not None:
+            self.reservations[f] = res
+            hold(pool, res)
+
+    def _hold_quota(self, p: Pass, job: PendingJob) -> None:
+        """Hold the team's quota for its first quota-blocked job of the flavor."""
+        start = quota_free_at(p, job)
+        if start != math.inf:
+            self.quota_holds[(job.team, job.flavor)] = Reservation(job, start, {}, 0)
+
+    def _admit_short(self, p: Pass, job: PendingJob, pool: Pool, res: Reservation) -> Wait | None:
+        """Admit a job that ends before the reservation, held GPUs included."""
+        held = sum(pool.held.values())
+        if held and p.misfit(pool, job, FREE):
+            return p.shortfall(job, pool, extra=held)
+        lift(pool)
+        where = p.choose(pool, job)
+        nodes = None if where is None else p.admit(job, pool, where)
+        if nodes is None:
+            wait = p.shortfall(job, pool)
+            restore(pool)
+            return wait
+        for node, workers in nodes:
+            if node in res.need:  # these GPUs come back before the reservation starts
+                res.need[node] -= workers * job.gpus_per_worker
+        hold(pool, res)
+        return None
+
+    def _admit_long(self, p: Pass, job: PendingJob, pool: Pool, res: Reservation) -> Wait | None:
+        """Admit a job that outlasts the reservation on GPUs it does not need."""
+        where = p.choose(pool, job)
+        if where is not None and p.admit(job, pool, where) is not None:
+            return None
+        if not pool.held or p.misfit(pool, job, FREE):
+            return p.shortfall(job, pool, extra=sum(pool.held.values()))
+        lift(pool)
+        fits = p.choose(pool, job) is not None
+        restore(pool)
+        if fits:
+            return Wait(RESERVED, (res.job.id, res.start, res.nodes))
+        return p.shortfall(job, pool, extra=sum(pool.held.values()))
+
+
+def release_events(p: Pass, pool: Pool) -> list[tuple[float, int, int]]:
+    """Return (time, node, GPUs) for every GPU of the flavor that will come free."""
+    events = [(r.end, node, k) for r in p.running_in(pool.flavor) for node, k in r.nodes]
+    for a in p.admitted.get(pool.flavor, ()):
+        events.extend((a.end, node, workers * a.per_worker) for node, workers in a.nodes)
+    events.sort()
+    return events
+
+
+def quota_free_at(p: Pass, job: PendingJob) -> float:
+    """Return when enough of the team's jobs of the flavor end for the job to fit its quota.
+
+    Infinite if they never free enough (quota claimed by a preemptor of this
+    pass, whose end is not known yet): then no quota is held.
+    """
+    book, f = p.ledger.book(job.team), job.flavor
+    over = book.used(f) + job.gpus - p.ledger.limit(book, f)
+    ends = [(r.end, r.job.gpus) for r in p.running_of(job.team, f)]
+    ends += [(a.end, a.gpus) for a in p.admitted.get(f, ()) if a.team == job.team]
+    for end, gpus in sorted(ends):
+        over -= gpus
+        if over <= 0:
+            return end
+    return math.inf
+
+
+def reserve(p: Pass, job: PendingJob, pool: Pool) -> Reservation | None:
+    """Return the job's reservation at the earliest time it fits, or None if it never does."""
+    events = release_events(p, pool)
+    proj = pool.index.copy()
+    i, n = 0, len(events)
+    while i < n:
+        t = events[i][0]
+        while i < n and events[i][0] == t:
+            proj.give(events[i][1], events[i][2])
+            i += 1
+        where = placement.choose(proj, job.workers, job.gpus_per_worker)
+        if where is not None:
+            nodes = placement.take(proj, where, job.workers, job.gpus_per_worker, Transaction())
+            return _reservation(job, t, nodes or [], events[:i])
+    return None
+
+
+def _reservation(
+    job: PendingJob, start: float, nodes: list[tuple[int, int]], released
+) -> Reservation:
+    """Turn the projected placement into the GPUs each node must keep free."""
+    need = {node: workers * job.gpus_per_worker for node, workers in nodes}
+    for _, node, k in released:
+        if node in need:
+            need[node] -= k
+    return Reservation(job, start, need, len(nodes))
+
+
+def hold(pool: Pool, res: Reservation) -> None:
+    """Hide from long jobs the free GPUs the reservation still needs."""
+    index, held = pool.index, {}
+    for node, need in res.need.items():
+        k = min(need, index.free[node])
+        if k > 0:
+            index.take(node, k)
+            held[node] = k
+    if held != pool.held or not pool.holding:
+        pool.invalidate()
+    pool.held = held
+    pool.holding = True
+
+
+def lift(pool: Pool) -> None:
+    """Show the held GPUs again (for a job short enough to use them)."""
+    for node, k in pool.held.items():
+        pool.index.give(node, k)
+    pool.holding = False
+
+
+def restore(pool: Pool) -> None:
+    """Hide the held GPUs again after lift(), with nothing changed in between."""
+    for node, k in pool.held.items():
+        pool.index.take(node, k)
+    pool.holding = True

@@ -1,0 +1,278 @@
+"""One scheduling pass: snapshot in, plan out.
+
+`schedule` is the only entry point. It is pure: no clock (time is
+`snapshot.now`), no I/O, no randomness, and the same snapshot, in any tuple
+order, gives the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import islice
+
+from . import placement
+from .explain import verdicts
+from .model import Admission, PendingJob, Plan, Snapshot
+from .ordering import queue_key, stopping_key
+from .placement import Where
+from .policies import get_policy
+from .preemption import PREEMPT_ON, try_preempt
+from .quota import Ledger, TeamBook
+from .reasons import CAPACITY, COHORT_BUSY, NEVER_FITS, NO_NODES, PRIORITY, QUOTA, Wait
+from .state import Pool, Running, Started, Transaction, build_pools, build_running
+
+
+def schedule(snapshot: Snapshot) -> Plan:
+    """Run one scheduling pass and return its plan.
+
+    1. Build the pass state: a pool of free GPUs per flavor, team usage from
+       the running jobs, the policy named by snapshot.config.policy.
+    2. Order the pending jobs with the policy's order (fair share or submit).
+    3. Consider each job in that order, up to max_backfill_candidates
+       (Pass.consider: static checks, gate, quota, placement, preemption,
+       reservation).
+    4. Jobs not reached wait with reason `priority`.
+    5. Explain: a verdict with reason, position and estimated start for every
+       job not admitted.
+    """
+    p = Pass(snapshot)
+    order = p.policy.order(p)
+    for job in islice(order, p.config.max_backfill_candidates):
+        p.consider(job)
+    for job in order:
+        p.not_reached(job)
+    return p.plan()
+
+
+class Pass:
+    """The mutable state of one pass and the decisions taken so far."""
+
+    __slots__ = (
+        "config",
+        "now",
+        "policy",
+        "pools",
+        "ledger",
+        "running",
+        "pending",
+        "gate",
+        "preempting",
+        "admissions",
+        "preemptions",
+        "admitted",
+        "waits",
+        "order",
+        "took",
+        "preempt_fails",
+        "_by_flavor",
+        "_by_team",
+        "_stopping",
+        "_own",
+    )
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        cfg = self.config = snapshot.config
+        self.now = snapshot.now
+        self.policy = get_policy(cfg.policy)
+        self.pools = build_pools(snapshot.nodes, snapshot.running, cfg.topology_key)
+        self.ledger = Ledger(snapshot.teams, cfg.half_life)
+        self.running = build_running(snapshot.running, self.pools, self.ledger, self.now)
+        self.pending = sorted(snapshot.pending, key=queue_key)
+        self.gate = self.policy.gate(cfg)
+        self.preempting = self.policy.preemption and cfg.preemption
+        self.admissions: list[Admission] = []
+        self.preemptions: list = []
+        self.admitted: dict[str, list[Started]] = {}  # flavor -> jobs admitted in this pass
+        self.waits: dict[int, Wait] = {}
+        self.order: list[PendingJob] = []  # jobs in the order they were considered
+        self.took: dict[
+            tuple[str, str, str], list[int]
+        ] = {}  # (team, queue, flavor) -> [jobs, GPUs]
+        self.preempt_fails: dict[tuple, int] = {}
+        self._by_flavor: dict[str, list[Running]] | None = None
+        self._by_team: dict[tuple[str, str], list[Running]] | None = None
+        self._stopping: dict[str, list[Running]] | None = None
+        self._own: dict[tuple[str, str], int] | None = None
+
+    # -- step 3 ---------------------------------------------------------------
+
+    def consider(self, job: PendingJob) -> None:
+        """Admit the job or record why it waits.
+
+        a. static checks: never_fits, no_nodes
+        b. the gate: is a job ahead blocking this one (strict FIFO)?
+        c. quota: nominal, borrowing and lending limits (scheduler.quota)
+        d. placement, under the gate's rules (backfill reservation)
+        e. preemption, if the policy allows it (scheduler.preemption)
+        f. the gate notes the blocked job (reservation, head-of-line)
+        g. a capacity reason becomes `priority` if jobs ahead in its queue
+           took the GPUs in this pass
+        """
+        self.order.append(job)
+        pool = self.pools.get(job.flavor)
+        book = self.ledger.book(job.team)
+        wait = (
+            self.static_wait(job, pool, book)
+            or self.gate.blocked(self, job)
+            or self.quota_wait(job, book)
+        )
+        if wait is None:
+            wait = self.gate.try_admit(self, job, pool)
+            if wait is None:
+                return
+        if self.preempting and wait.code in PREEMPT_ON:
+            wait = try_preempt(self, job, pool) or wait
+        self.gate.after_block(self, job, pool, wait)
+        self.waits[job.id] = self.ahead_in_queue(job, pool, wait)
+
+    def static_wait(self, job: PendingJob, pool: Pool | None, book: TeamBook) -> Wait | None:
+        """Return never_fits or no_nodes if the job cannot run in this cluster at all."""
+        if job.workers < 1 or job.gpus_per_worker < 1:
+            return Wait(NEVER_FITS, ("shape",))
+        if pool is None:
+            return Wait(NO_NODES)
+        per_worker = job.gpus_per_worker
+        if per_worker > pool.max_total:
+            return Wait(NEVER_FITS, ("node", pool.max_total))
+        slots = pool.static_slots(per_worker)
+        if job.workers > slots:
+            return Wait(NEVER_FITS, ("topology", slots))
+        most = self.ledger.most_ever(book, job.flavor)
+        if job.gpus > most:
+            return Wait(NEVER_FITS, ("quota", most))
+        return None
+
+    def quota_wait(self, job: PendingJob, book: TeamBook) -> Wait | None:
+        """Return quota or cohort_busy if the team may not take the job's GPUs now."""
+        room = self.ledger.headroom(book, job.flavor)
+        if job.gpus <= room:
+            return None
+        used, limit = book.used(job.flavor), self.ledger.limit(book, job.flavor)
+        code = QUOTA if used + job.gpus > limit else COHORT_BUSY
+        return Wait(code, (used, book.quota(job.flavor).nominal, limit, room))
+
+    def misfit(self, pool: Pool, job: PendingJob, view: int) -> bool:
+        """Return whether the job is already known not to fit the pool's `view`."""
+        return pool.fails.get((view, job.gpus_per_worker), math.inf) <= job.workers
+
+    def choose(self, pool: Pool, job: PendingJob) -> Where | None:
+        """Return where the job fits in the pool's current view, remembering failures.
+
+        Until the free GPUs change, a gang that failed fails again, and so does
+        any gang with more workers of the same size (Pool.fails).
+        """
+        key = (pool.view(), job.gpus_per_worker)
+        fails = pool.fails
+        if fails.get(key, math.inf) <= job.workers:
+            return None
+        where = placement.choose(pool.index, job.workers, job.gpus_per_worker)
+        if where is None:
+            fails[key] = min(job.workers, fails.get(key, math.inf))
+        return where
+
+    def admit(self, job: PendingJob, pool: Pool, where: Where) -> list[tuple[int, int]] | None:
+        """Take the gang's GPUs and charge its team, all or nothing; return (node, workers)."""
+        tx = Transaction()
+        nodes = placement.take(pool.index, where, job.workers, job.gpus_per_worker, tx)
+        if nodes is None:
+            return None
+        book = self.ledger.book(job.team)
+        borrowed = self.ledger.borrowed(book, job.flavor, job.gpus)
+        tx.add(self.ledger, book, job.flavor, job.gpus)
+        tx.commit()
+        pool.invalidate()
+        self.admissions.append(Admission(job.id, pool.assign(nodes, job.gpus_per_worker), borrowed))
+        self.admitted.setdefault(job.flavor, []).append(Started(job, self.now, nodes))
+        took = self.took.setdefault((job.team, job.queue, job.flavor), [0, 0])
+        took[0] += 1
+        took[1] += job.gpus
+        return nodes
+
+    def shortfall(self, job: PendingJob, pool: Pool, extra: int = 0) -> Wait:
+        """Return the capacity reason a job that passed its quota does not fit."""
+        index = pool.index
+        code = placement.shortfall(index, extra, job.workers, job.gpus_per_worker)
+        if not self.config.explain:
+            return Wait(code)
+        q = job.gpus_per_worker
+        facts = (index.total + extra, index.most_free(), index.slots(q), index.best_domain_slots(q))
+        return Wait(code, facts)
+
+    def ahead_in_queue(self, job: PendingJob, pool: Pool | None, wait: Wait) -> Wait:
+        """Return `priority` if jobs ahead in the job's queue took the GPUs it needed."""
+        if wait.code not in CAPACITY or pool is None:
+            return wait
+        took = self.took.get((job.team, job.queue, job.flavor))
+        held = sum(pool.held.values()) if pool.holding else 0
+        if took and pool.index.total + held + took[1] >= job.gpus:
+            return Wait(PRIORITY, ("took", took[0], took[1]))
+        return wait
+
+    # -- step 4 and 5 ---------------------------------------------------------
+
+    def not_reached(self, job: PendingJob) -> None:
+        self.order.append(job)
+        self.waits[job.id] = Wait(PRIORITY, ("limit", self.config.max_backfill_candidates))
+
+    def waiting(self) -> list[PendingJob]:
+        """Return the jobs not admitted, in the order they were considered."""
+        return [job for job in self.order if job.id in self.waits]
+
+    def plan(self) -> Plan:
+        found = verdicts(self)
+        stats = {
+            "pending": float(len(self.pending)),
+            "considered": float(len(self.order)),
+            "admitted": float(len(self.admissions)),
+            "preempted": float(len(self.preemptions)),
+            "waiting": float(len(found)),
+            "reservations": float(len(self.gate.reservations)),
+        }
+        return Plan(tuple(self.admissions), tuple(self.preemptions), found, stats)
+
+    # -- indexes --------------------------------------------------------------
+
+    def team_queues(self) -> list[tuple[str, list[PendingJob]]]:
+        """Return each team's pending jobs in queue order, teams by name."""
+        by_team: dict[str, list[PendingJob]] = {}
+        for job in self.pending:
+            by_team.setdefault(job.team, []).append(job)
+        return sorted(by_team.items())
+
+    def running_in(self, flavor: str) -> list[Running]:
+        """Return the running jobs of a flavor, by id."""
+        if self._by_flavor is None:
+            self._by_flavor = {}
+            for r in self.running:
+                self._by_flavor.setdefault(r.job.flavor, []).append(r)
+        return self._by_flavor.get(flavor, [])
+
+    def stopping_in(self, flavor: str) -> list[Running]:
+        """Return the jobs of a flavor that were stopping before this pass, soonest end first.
+
+        Victims chosen in this pass are claimed by their preemptor and never listed.
+        """
+        if self._stopping is None:
+            self._stopping = {}
+            for r in sorted(
+                (r for r in self.running if r.stopping), key=lambda r: stopping_key(r.end, r.job)
+            ):
+                self._stopping.setdefault(r.job.flavor, []).append(r)
+        return self._stopping.get(flavor, [])
+
+    def own_gpus(self, team: str, flavor: str) -> int:
+        """Return the GPUs of a flavor the team's running jobs held when the pass began."""
+        if self._own is None:
+            self._own = {}
+            for r in self.running:
+                key = (r.book.name, r.job.flavor)
+                self._own[key] = self._own.get(key, 0) + r.job.gpus
+        return self._own.get((team, flavor), 0)
+
+    def running_of(self, team: str, flavor: str) -> list[Running]:
+        """Return a team's running jobs of a flavor, by id."""
+        if self._by_team is None:
+            self._by_team = {}
+            for r in self.running:
+                self._by_team.setdefault((r.book.name, r.job.flavor), []).append(r)
+        return self._by_team.get((team, flavor), [])

@@ -1,0 +1,254 @@
+"""Explain: a verdict for every pending job the pass did not admit.
+
+Each verdict carries the reason code (scheduler.reasons), a sentence with the
+numbers that matter, the job's position in its queue, and an estimated start.
+
+Estimated starts come from a shadow projection, one per flavor, that is fast
+because it ignores placement and quota: it replays the end estimates of the
+running jobs and of the jobs admitted in this pass, counting GPUs only, and
+starts the waiting jobs in pass order, each once enough GPUs of its flavor are
+free and never before the job before it (so a small job that backfill might
+start early gets a pessimistic estimate). A reserved job starts no earlier
+than its reservation; a job waiting for preemption no earlier than its victims'
+grace periods end. Jobs that can never fit get None.
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
+
+from .model import PendingJob, Verdict
+from .reasons import (
+    COHORT_BUSY,
+    FIFO_BLOCKED,
+    FRAGMENTED,
+    NEVER_FITS,
+    NO_CAPACITY,
+    NO_NODES,
+    PRIORITY,
+    QUOTA,
+    REASONS,
+    RESERVED,
+    TOPOLOGY,
+    WAITING_FOR_PREEMPTION,
+    Wait,
+)
+
+if TYPE_CHECKING:
+    from .core import Pass
+
+
+def verdicts(p: Pass) -> tuple[Verdict, ...]:
+    """Return one verdict per waiting job, in pass order."""
+    waiting = p.waiting()
+    positions = queue_positions(p.pending, p.waits)
+    if not p.config.explain:
+        return tuple(
+            Verdict(j.id, p.waits[j.id].code, REASONS[p.waits[j.id].code], positions[j.id], None)
+            for j in waiting
+        )
+    starts = estimate_starts(p, waiting)
+    out = []
+    for job in waiting:
+        wait, pos = p.waits[job.id], positions[job.id]
+        out.append(Verdict(job.id, wait.code, message(p, job, wait, pos), pos, starts[job.id]))
+    return tuple(out)
+
+
+def queue_positions(pending: list[PendingJob], waits: dict) -> dict[int, int]:
+    """Return each waiting job's 1-based rank among the waiting jobs of its (team, queue).
+
+    `pending` is in queue order (ordering.queue_key); jobs admitted in this
+    pass no longer count, so positions match the queue after the plan is applied.
+    """
+    seen: dict[tuple[str, str], int] = {}
+    out = {}
+    for job in pending:
+        if job.id not in waits:
+            continue
+        key = (job.team, job.queue)
+        seen[key] = out[job.id] = seen.get(key, 0) + 1
+    return out
+
+
+class Shadow:
+    """Free GPUs of one flavor over time, counted, for estimated starts."""
+
+    __slots__ = ("free", "releases", "clock", "most")
+
+    def __init__(self, p: Pass, flavor: str) -> None:
+        pool = p.pools[flavor]
+        self.free = pool.index.total + (sum(pool.held.values()) if pool.holding else 0)
+        rel = [(r.end, sum(k for _, k in r.nodes)) for r in p.running_in(flavor) if r.nodes]
+        rel += [(a.end, a.gpus) for a in p.admitted.get(flavor, ())]
+        heapify(rel)
+        self.releases = rel
+        self.clock = p.now
+        self.most = self.free + sum(k for _, k in rel)  # all that can ever be free
+
+    def start(self, gpus: int, runtime: float, floor: float) -> float | None:
+        """Return when a job of `gpus` GPUs starts, not before `floor`, and book it."""
+        if gpus > self.most:
+            return None
+        while self.free < gpus:
+            t, k = heappop(self.releases)
+            self.free += k
+            self.clock = max(self.clock, t)
+        self.clock = max(self.clock, floor)
+        self.free -= gpus
+        heappush(self.releases, (self.clock + runtime, gpus))
+        return self.clock
+
+
+def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | None]:
+    """Return the estimated start of each waiting job (see the module doc)."""
+    shadows: dict[str, Shadow] = {}
+    reserved = {res.job.id: res.start for res in p.gate.reservations.values()}
+    for res in p.gate.quota_holds.values():
+        reserved[res.job.id] = max(res.start, reserved.get(res.job.id, p.now))
+    out: dict[int, float | None] = {}
+    for job in waiting:
+        wait = p.waits[job.id]
+        if wait.code in (NEVER_FITS, NO_NODES) or job.flavor not in p.pools:
+            out[job.id] = None
+            continue
+        shadow = shadows.get(job.flavor)
+        if shadow is None:
+            shadow = shadows[job.flavor] = Shadow(p, job.flavor)
+        floor = reserved.get(job.id, p.now)
+        if wait.code == WAITING_FOR_PREEMPTION:
+            floor = max(floor, wait.info[1])
+        out[job.id] = shadow.start(job.gpus, job.max_runtime, floor)
+    return out
+
+
+def message(p: Pass, job: PendingJob, wait: Wait, position: int) -> str:
+    """Return the plain sentence for a verdict: what it waits for, with numbers."""
+    text = _MESSAGES[wait.code](p, job, *wait.info)
+    if position > 1:
+        text += f"; {position - 1} job{'s' if position > 2 else ''} ahead in queue {job.team}/{job.queue}"
+    res = p.gate.reservations.get(job.flavor)
+    if res is not None and res.job.id == job.id:
+        text += f"; GPUs on {res.nodes} node(s) are reserved for it from {_rel(p, res.start)}"
+    return text
+
+
+def _needs(p: Pass, job: PendingJob) -> str:
+    """Return 'needs 16 h100 GPUs (2 workers x 8) in one block'."""
+    text = f"needs {job.gpus} {job.flavor} GPUs"
+    if job.workers > 1:
+        text += f" ({job.workers} workers x {job.gpus_per_worker})"
+        pool = p.pools.get(job.flavor)
+        if pool is not None and job.gpus > pool.max_total:
+            text += f" in one {pool.domain_kind}"
+    return text
+
+
+def _team(p: Pass, job: PendingJob) -> str:
+    book = p.ledger.book(job.team)
+    return (
+        f"team {job.team} uses {book.used(job.flavor)} of {book.quota(job.flavor).nominal} nominal"
+    )
+
+
+def _rel(p: Pass, t: float) -> str:
+    return "now" if t <= p.now else f"+{t - p.now:.0f} s"
+
+
+def _never_fits(p: Pass, job: PendingJob, why: str, *facts) -> str:
+    if why == "shape":
+        return f"invalid gang shape: {job.workers} workers x {job.gpus_per_worker} GPUs"
+    if why == "node":
+        return f"{_needs(p, job)}; a worker needs {job.gpus_per_worker} GPUs but the largest node has {facts[0]}"
+    if why == "topology":
+        kind = p.pools[job.flavor].domain_kind
+        return f"{_needs(p, job)}; the largest {kind} holds {facts[0]} such workers even when empty"
+    return f"{_needs(p, job)}; team {job.team} can never hold more than {facts[0]:g} (nominal + all it may borrow)"
+
+
+def _no_nodes(p: Pass, job: PendingJob) -> str:
+    return f"{_needs(p, job)}; no {job.flavor} node is Ready and uncordoned"
+
+
+def _fifo_blocked(p: Pass, job: PendingJob, blocker: int, code: str) -> str:
+    return f"{_needs(p, job)}; job {blocker} ahead of it waits ({code}) and nothing may pass it"
+
+
+def _waiting(p: Pass, job: PendingJob, ids: tuple, end: float, new: int) -> str:
+    what = f"{new} job(s) it preempted" if new else "stopping jobs"
+    listed = ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+    return f"{_needs(p, job)}; waits for {what} ({listed}) to free their GPUs by {_rel(p, end)}"
+
+
+def _quota(p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float) -> str:
+    limit_text = f"{limit:g}" if limit != float("inf") else "unlimited"
+    over = used + job.gpus - limit
+    return (
+        f"{_needs(p, job)}; team {job.team} uses {used} of {nominal} nominal and may hold at most "
+        f"{limit_text}; would start when {over:g} of its GPUs are freed"
+    )
+
+
+def _cohort_busy(
+    p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float
+) -> str:
+    cohort = p.ledger.book(job.team).cohort
+    return (
+        f"{_needs(p, job)}; team {job.team} uses {used} of {nominal} nominal and cohort {cohort} "
+        f"can give it only {max(0, room):g} more now; would start when {job.gpus - max(0, room):g} "
+        f"GPUs of the cohort are freed"
+    )
+
+
+def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -> str:
+    if nodes == 0:  # a quota hold within the team (scheduler.backfill)
+        held = f"which needs the team's quota from {_rel(p, start)}"
+    else:
+        held = f"which has GPUs on {nodes} node(s) reserved from {_rel(p, start)}"
+    return (
+        f"{_needs(p, job)}; it would delay job {holder}, {held}; it could start now if its max "
+        f"runtime were at most {max(0.0, start - p.now):.0f} s"
+    )
+
+
+def _priority(p: Pass, job: PendingJob, why: str, *facts) -> str:
+    if why == "limit":
+        return f"{_needs(p, job)}; not reached: the pass stops after {facts[0]} jobs (max_backfill_candidates)"
+    return f"{_needs(p, job)}; {facts[0]} job(s) ahead of it in its queue took {facts[1]} GPUs this pass"
+
+
+def _no_capacity(p: Pass, job: PendingJob, free: int = 0, *_) -> str:
+    return f"{_needs(p, job)}; {free} are free; would start if {job.gpus - free} more were freed; {_team(p, job)}"
+
+
+def _fragmented(p: Pass, job: PendingJob, free: int = 0, most: int = 0, slots: int = 0, *_) -> str:
+    return (
+        f"{_needs(p, job)}; {free} are free but at most {most} on one node, room for {slots} of its "
+        f"workers; {_team(p, job)}"
+    )
+
+
+def _topology(
+    p: Pass, job: PendingJob, free: int = 0, most: int = 0, slots: int = 0, best: int = 0
+) -> str:
+    kind = p.pools[job.flavor].domain_kind
+    return (
+        f"{_needs(p, job)}; {free} are free with room for {slots} of its workers, but one {kind} "
+        f"has room for at most {best}; {_team(p, job)}"
+    )
+
+
+_MESSAGES = {
+    NEVER_FITS: _never_fits,
+    NO_NODES: _no_nodes,
+    FIFO_BLOCKED: _fifo_blocked,
+    WAITING_FOR_PREEMPTION: _waiting,
+    QUOTA: _quota,
+    COHORT_BUSY: _cohort_busy,
+    RESERVED: _reserved,
+    PRIORITY: _priority,
+    TOPOLOGY: _topology,
+    FRAGMENTED: _fragmented,
+    NO_CAPACITY: _no_capacity,
+}

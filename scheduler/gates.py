@@ -1,0 +1,80 @@
+"""Gates: how a blocked job holds back the jobs after it in the pass order.
+
+A gate has three hooks, called by Pass.consider in this order:
+
+- blocked(p, job): a Wait if a job ahead keeps this one from even trying;
+- try_admit(p, job, pool): admit the job (return None) or say why not;
+- after_block(p, job, pool, wait): note that the job stays pending.
+
+The base Gate lets every job that fits pass, with no protection for the jobs
+it passes (greedy list scheduling); the policies use HeadOfLine (Slurm's
+sched/builtin) or Backfill (Slurm's sched/backfill, scheduler.backfill).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .model import PendingJob
+from .reasons import (
+    CAPACITY,
+    FIFO_BLOCKED,
+    NEVER_FITS,
+    NO_NODES,
+    REASONS,
+    WAITING_FOR_PREEMPTION,
+    Wait,
+)
+
+if TYPE_CHECKING:
+    from .core import Pass
+    from .state import Pool
+
+
+class Gate:
+    """Admit whatever fits; a blocked job holds nothing back."""
+
+    def __init__(self) -> None:
+        # Backfill only: flavor -> Reservation, and (team, flavor) -> Reservation of quota.
+        self.reservations: dict = {}
+        self.quota_holds: dict = {}
+
+    def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
+        return None
+
+    def try_admit(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
+        where = p.choose(pool, job)
+        if where is not None and p.admit(job, pool, where) is not None:
+            return None
+        return p.shortfall(job, pool)
+
+    def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> None:
+        return None
+
+
+class HeadOfLine(Gate):
+    """The first job of a flavor blocked for one of `codes` stops that flavor.
+
+    Slurm's sched/builtin: strict order, no job passes a blocked one. Jobs that
+    can never run, or whose flavor has no nodes, do not block.
+    """
+
+    def __init__(self, codes: frozenset[str]) -> None:
+        super().__init__()
+        self.codes = codes
+        self.blockers: dict[str, tuple[int, str]] = {}
+
+    def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
+        blocker = self.blockers.get(job.flavor)
+        return None if blocker is None else Wait(FIFO_BLOCKED, blocker)
+
+    def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> None:
+        if wait.code in self.codes and job.flavor not in self.blockers:
+            self.blockers[job.flavor] = (job.id, wait.code)
+
+
+# The reference FIFO: any reason but a permanent one blocks the flavor.
+STRICT = frozenset(REASONS) - {NEVER_FITS, NO_NODES, FIFO_BLOCKED}
+# Backfill switched off: only a job waiting for GPUs blocks the flavor; a job
+# held back by its own team's quota does not hold back other teams.
+FOR_GPUS = CAPACITY | {WAITING_FOR_PREEMPTION}

@@ -1,0 +1,81 @@
+"""Every ordering the scheduler uses, one key function each.
+
+Smaller keys come first. The last tiebreak is always the job's
+(submitted_at, id), so a pass never depends on input order.
+(Kueue pkg/scheduler/preemption/common/ordering.go keeps its orderings the
+same way.)
+"""
+
+from __future__ import annotations
+
+from .model import PendingJob, RunningJob
+
+
+def queue_key(job: PendingJob) -> tuple:
+    """Order jobs within a team (and so within each of its queues).
+
+    1. priority, highest first
+    2. submitted_at, oldest first
+    3. id
+    """
+    return (-job.priority, job.submitted_at, job.id)
+
+
+def submit_key(job: PendingJob) -> tuple:
+    """Order jobs for the FIFO policies (Slurm's sched/builtin without priorities).
+
+    1. submitted_at, oldest first
+    2. id
+    """
+    return (job.submitted_at, job.id)
+
+
+def team_key(borrows: bool, share: float, head: PendingJob, team_index: int) -> tuple:
+    """Order teams in the fair-share heap by their next job.
+
+    1. a next job that fits in the team's nominal quota before one that would
+       borrow (Kueue: workloads that do not borrow are admitted first; nominal
+       quota is guaranteed, so a borrower admitted first would only be
+       reclaimed later)
+    2. weighted dominant share, lowest first (scheduler.fairshare; Kueue
+       admission fair sharing, Slurm's fair-share factor)
+    3. submitted_at of the team's next job, oldest first
+    4. id of that job
+    5. the team's index (only reached if job ids repeat)
+    """
+    return (borrows, share, head.submitted_at, head.id, team_index)
+
+
+def last_progress(job: RunningJob) -> float:
+    """Return when the job last made durable progress: its start or last checkpoint."""
+    if job.checkpointed_at is None:
+        return job.started_at
+    return max(job.started_at, job.checkpointed_at)
+
+
+def victim_key(job: RunningJob, team_borrowing: bool) -> tuple:
+    """Order preemption candidates, first victim first (Kueue's candidate ordering).
+
+    1. jobs of teams borrowing above their nominal quota first
+    2. lowest priority first
+    3. least work lost first: the latest max(started_at, checkpointed_at)
+    4. newest first: (submitted_at, id) reversed, so the job that has waited
+       least is the one sent back to the queue
+    """
+    return (
+        0 if team_borrowing else 1,
+        job.priority,
+        -last_progress(job),
+        -job.submitted_at,
+        -job.id,
+    )
+
+
+def stopping_key(end: float, job: RunningJob) -> tuple:
+    """Order stopping jobs whose GPUs a preemptor may wait for.
+
+    1. estimated end (now + grace period), soonest first
+    2. submitted_at
+    3. id
+    """
+    return (end, job.submitted_at, job.id)

@@ -1,0 +1,63 @@
+"""Why a pending job waits: the reason codes, in order of precedence.
+
+When several reasons apply, the pass reports the first of this list that it
+finds (Kueue ranks its reasons the same way): a job that can never fit is told
+so before it is told the cluster is busy. The pass checks them in this order,
+except that `waiting_for_preemption` replaces the quota or capacity reason that
+triggered the preemption, and `priority` replaces a capacity reason when jobs
+ahead of it in its own queue took the GPUs.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+NEVER_FITS = "never_fits"
+NO_NODES = "no_nodes"
+FIFO_BLOCKED = "fifo_blocked"
+WAITING_FOR_PREEMPTION = "waiting_for_preemption"
+QUOTA = "quota"
+COHORT_BUSY = "cohort_busy"
+RESERVED = "reserved"
+PRIORITY = "priority"
+TOPOLOGY = "topology"
+FRAGMENTED = "fragmented"
+NO_CAPACITY = "no_capacity"
+
+# code -> the sentence used when PolicyConfig.explain is off; order = precedence.
+REASONS: dict[str, str] = {
+    NEVER_FITS: "It can never run: bigger than any node, topology domain or its quota allows.",
+    NO_NODES: "No schedulable node of its GPU flavor is Ready and uncordoned.",
+    FIFO_BLOCKED: "A job submitted before it is blocked, and strict FIFO lets nothing pass it.",
+    WAITING_FOR_PREEMPTION: "It waits for preempted or stopping jobs to free their GPUs.",
+    QUOTA: "It would exceed its team's nominal quota plus borrowing limit.",
+    COHORT_BUSY: "Its cohort has not enough idle quota to lend it right now.",
+    RESERVED: "Starting it now would delay a job that holds a backfill reservation.",
+    PRIORITY: "Jobs ahead of it in its queue go first.",
+    TOPOLOGY: "Enough GPUs are free, but not inside one topology domain.",
+    FRAGMENTED: "Enough GPUs are free, but not enough of them together on nodes.",
+    NO_CAPACITY: "Not enough GPUs of its flavor are free.",
+}
+
+# Capacity reasons: quota allows the job, the free GPUs do not.
+CAPACITY = frozenset({TOPOLOGY, FRAGMENTED, NO_CAPACITY})
+
+
+class Wait(NamedTuple):
+    """A reason code with the facts its message needs, captured when decided.
+
+    `info` by code (see scheduler.explain for how each is worded):
+      never_fits: ("shape",) | ("node", largest node) |
+                  ("topology", most workers one domain holds) | ("quota", most ever)
+      fifo_blocked: (id of the blocked job ahead, its reason code)
+      waiting_for_preemption: (ids waited for, their latest end, how many preempted now)
+      quota, cohort_busy: (team usage, nominal, usage limit, GPUs it may still take)
+      reserved: (reserved job id, reserved start, its number of nodes; 0 for a
+                team's quota hold)
+      priority: ("took", jobs admitted ahead, their GPUs) | ("limit", jobs considered)
+      capacity codes: (free GPUs, most free on a node, worker slots, best domain's
+                      worker slots), or () when explanations are off
+    """
+
+    code: str
+    info: tuple = ()

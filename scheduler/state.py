@@ -1,0 +1,237 @@
+"""The in-memory cluster of one pass: GPU pools per flavor, running jobs, transactions.
+
+Built once from the frozen snapshot; every change during the pass goes through
+a Transaction so it can be undone in reverse (Volcano framework/statement.go).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .index import FreeIndex
+from .model import GpuId, Node, PendingJob, RunningJob, WorkerPlacement
+from .quota import Ledger, TeamBook
+
+# Placement views a pool can be in (see Pool.fails).
+FREE = 0  # all free GPUs visible
+HELD = 1  # GPUs held for a backfill reservation hidden
+
+
+class Transaction:
+    """Tentative changes to the pass state, undone in reverse on rollback."""
+
+    __slots__ = ("_undo",)
+
+    def __init__(self) -> None:
+        self._undo: list[tuple] = []
+
+    def take(self, index: FreeIndex, node: int, k: int) -> None:
+        index.take(node, k)
+        self._undo.append((index.give, node, k))
+
+    def give(self, index: FreeIndex, node: int, k: int) -> None:
+        index.give(node, k)
+        self._undo.append((index.take, node, k))
+
+    def add(self, ledger: Ledger, book: TeamBook, flavor: str, delta: int) -> None:
+        ledger.add(book, flavor, delta)
+        self._undo.append((ledger.add, book, flavor, -delta))
+
+    def mark(self) -> int:
+        """Return a savepoint for rollback(mark)."""
+        return len(self._undo)
+
+    def rollback(self, mark: int = 0) -> None:
+        """Undo every change after `mark`, newest first."""
+        undo = self._undo
+        while len(undo) > mark:
+            fn, *args = undo.pop()
+            fn(*args)
+
+    def commit(self) -> None:
+        self._undo.clear()
+
+
+class Pool:
+    """One flavor's schedulable nodes: names, free GPU ids, the free index, holds."""
+
+    __slots__ = (
+        "flavor",
+        "names",
+        "domains",
+        "domain_kind",
+        "ids",
+        "index",
+        "totals",
+        "max_total",
+        "at",
+        "held",
+        "holding",
+        "fails",
+        "_static",
+    )
+
+    def __init__(
+        self, flavor: str, nodes: list[Node], kind: str, taken: set, held_on: dict[str, int]
+    ) -> None:
+        label = (lambda n: n.block) if kind == "block" else (lambda n: n.rack)
+        nodes.sort(key=lambda n: (label(n), n.name))
+        self.flavor = flavor
+        self.domain_kind = kind
+        self.names = [n.name for n in nodes]
+        self.at = {name: i for i, name in enumerate(self.names)}
+        self.domains = sorted({label(n) for n in nodes})
+        where = {name: d for d, name in enumerate(self.domains)}
+        dom = [where[label(n)] for n in nodes]
+        self.ids = [_unique(n.free_gpus, taken) for n in nodes]
+        self.totals = [n.total_gpus for n in nodes]
+        self.max_total = max(self.totals)
+        # Preemption may give a node back every GPU its running jobs hold.
+        cap = max(
+            max(n.total_gpus, len(ids) + held_on.get(n.name, 0))
+            for n, ids in zip(nodes, self.ids, strict=True)
+        )
+        self.index = FreeIndex([len(ids) for ids in self.ids], dom, len(self.domains), cap)
+        self.held: dict[int, int] = {}  # node -> GPUs held for a reservation
+        self.holding = False  # whether `held` is currently taken from the index
+        # (view, GPUs per worker) -> the fewest workers that failed to fit
+        self.fails: dict[tuple[int, int], int] = {}
+        self._static: dict[int, int] = {}
+
+    def view(self) -> int:
+        return HELD if self.holding else FREE
+
+    def invalidate(self) -> None:
+        """Forget cached placement failures after a real change to the free GPUs."""
+        if self.fails:
+            self.fails = {}
+
+    def static_slots(self, per_worker: int) -> int:
+        """Return the most workers of `per_worker` GPUs one domain holds when empty."""
+        if per_worker not in self._static:
+            per_domain = [0] * len(self.domains)
+            for i, total in enumerate(self.totals):
+                per_domain[self.index.dom[i]] += total // per_worker
+            self._static[per_worker] = max(per_domain)
+        return self._static[per_worker]
+
+    def assign(self, nodes: list[tuple[int, int]], per_worker: int) -> tuple[WorkerPlacement, ...]:
+        """Hand out GPU ids for (node, workers) pairs, in the order given to the pool."""
+        out = []
+        for node, workers in nodes:
+            ids = self.ids[node]
+            for _ in range(workers):
+                out.append(WorkerPlacement(len(out), self.names[node], tuple(ids[:per_worker])))
+                del ids[:per_worker]
+        return tuple(out)
+
+
+def _unique(gpus: tuple[GpuId, ...], taken: set) -> list[GpuId]:
+    """Return the node's free GPUs that no running job holds (a stale snapshot)."""
+    if taken.isdisjoint(gpus):
+        return list(gpus)
+    return [g for g in gpus if g not in taken]
+
+
+class Running:
+    """A running or stopping job during the pass, with where its GPUs are."""
+
+    __slots__ = ("job", "book", "pool", "_nodes", "end", "stopping", "claimed")
+
+    def __init__(self, job: RunningJob, book: TeamBook, pool: Pool | None, now: float) -> None:
+        self.job = job
+        self.book = book
+        self.pool = pool  # its flavor's pool, None if the flavor has no nodes
+        self._nodes: list[tuple[int, int]] | None = None
+        self.stopping = job.stopping
+        self.claimed = False  # a preemptor of this pass waits for it
+        if job.stopping:
+            self.end = now + job.grace_period
+        else:
+            self.end = max(now, job.started_at + job.max_runtime)
+
+    @property
+    def nodes(self) -> list[tuple[int, int]]:
+        """Return (node index in its flavor's pool, GPUs there), computed when first needed."""
+        if self._nodes is None:
+            self._nodes = _nodes_of(self.job, self.pool)
+        return self._nodes
+
+    def stop(self, now: float) -> None:
+        """Mark it preempted in this pass: it ends after its grace period."""
+        self.stopping = True
+        self.end = now + self.job.grace_period
+
+
+class Started:
+    """A job admitted in this pass: it holds its GPUs until now + max_runtime."""
+
+    __slots__ = ("team", "gpus", "per_worker", "nodes", "end")
+
+    def __init__(self, job: PendingJob, now: float, nodes: list[tuple[int, int]]) -> None:
+        self.team = job.team
+        self.gpus = job.gpus
+        self.per_worker = job.gpus_per_worker
+        self.nodes = nodes  # (node index, workers there)
+        self.end = now + job.max_runtime
+
+
+def domain_kind(nodes: list[Node], topology_key: str) -> str:
+    """Return the topology level a multi-node gang of this flavor must stay inside.
+
+    Blocks when asked for and any node of the flavor has a block label, else
+    racks. Nodes without the label share one unnamed domain.
+    """
+    if topology_key == "block" and any(n.block for n in nodes):
+        return "block"
+    return "rack"
+
+
+def build_pools(
+    nodes: Iterable[Node], running: Iterable[RunningJob], topology_key: str
+) -> dict[str, Pool]:
+    """Group schedulable nodes by flavor into pools, in a deterministic order."""
+    taken: set = set()
+    held_on: dict[str, int] = {}
+    for r in running:
+        for w in r.placement:
+            taken.update(w.gpus)
+            held_on[w.node] = held_on.get(w.node, 0) + len(w.gpus)
+    by_flavor: dict[str, list[Node]] = {}
+    for n in sorted(nodes, key=lambda n: n.name):
+        by_flavor.setdefault(n.flavor, []).append(n)
+    return {
+        f: Pool(f, ns, domain_kind(ns, topology_key), taken, held_on)
+        for f, ns in sorted(by_flavor.items())
+    }
+
+
+def build_running(
+    running: Iterable[RunningJob], pools: dict[str, Pool], ledger: Ledger, now: float
+) -> list[Running]:
+    """Index running jobs, charging their GPUs to their teams' usage."""
+    out = []
+    usage: dict[tuple[str, str], int] = {}
+    for job in sorted(running, key=lambda r: r.id):
+        key = (job.team, job.flavor)
+        usage[key] = usage.get(key, 0) + job.gpus
+        out.append(Running(job, ledger.book(job.team), pools.get(job.flavor), now))
+    for (team, flavor), gpus in sorted(usage.items()):
+        ledger.add(ledger.book(team), flavor, gpus)
+    return out
+
+
+def _nodes_of(job: RunningJob, pool: Pool | None) -> list[tuple[int, int]]:
+    """Return (node, GPUs) of the job on schedulable nodes of its flavor."""
+    if pool is None:
+        return []
+    if len(job.placement) == 1:
+        w = job.placement[0]
+        i = pool.at.get(w.node)
+        return [] if i is None else [(i, len(w.gpus))]
+    counts: dict[int, int] = {}
+    for w in job.placement:
+        i = pool.at.get(w.node)
+        if i is not None:
+            counts[i] = counts.get(i, 0) + len(w.gpus)
+    return sorted(counts.items())

@@ -1,0 +1,300 @@
+"""Small builders for scheduler scenarios: nodes, teams, jobs, a fixed clock.
+
+    c = Cluster()
+    c.node("n1", gpus=8)
+    c.team("a", nominal=8)
+    c.run(1, "a", on={"n1": 4})          # a running job holding 4 GPUs of n1
+    c.job(2, "a", workers=1, gpus=4)     # a pending job
+    plan = schedule(c.snapshot())
+
+No Django: these build the scheduler's frozen dataclasses directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from scheduler import (
+    Node,
+    PendingJob,
+    Plan,
+    PolicyConfig,
+    Quota,
+    RunningJob,
+    Snapshot,
+    Team,
+    WorkerPlacement,
+    schedule,
+)
+
+NOW = 1_000_000.0  # the fixed clock of every scenario
+HOUR = 3600.0
+FLAVOR = "h100"
+
+
+def make_node(name, gpus=8, free=None, flavor=FLAVOR, rack="r1", block="b1") -> Node:
+    """A node whose first `free` GPUs (all by default) are free; ids are 'name/i'."""
+    free = gpus if free is None else free
+    return Node(name, flavor, tuple(f"{name}/{i}" for i in range(free)), gpus, rack, block)
+
+
+def make_team(
+    name,
+    nominal=0,
+    cohort=None,
+    weight=1.0,
+    borrowing_limit=None,
+    lending_limit=None,
+    decayed=None,
+    flavor=FLAVOR,
+) -> Team:
+    """A team with one quota of `flavor` (nominal may also be a dict flavor -> Quota)."""
+    quotas = (
+        nominal
+        if isinstance(nominal, dict)
+        else {flavor: Quota(nominal, borrowing_limit, lending_limit)}
+    )
+    return Team(name, weight, cohort, quotas, decayed or {})
+
+
+def make_job(
+    id,
+    team="a",
+    workers=1,
+    gpus=1,
+    priority=0,
+    submitted=None,
+    runtime=HOUR,
+    queue="q",
+    flavor=FLAVOR,
+    preemptible=True,
+) -> PendingJob:
+    """A pending gang of `workers` x `gpus` GPUs, submitted `id` seconds before NOW by default."""
+    submitted = NOW - 1000 + id if submitted is None else submitted
+    return PendingJob(
+        id, team, queue, flavor, workers, gpus, priority, submitted, runtime, preemptible
+    )
+
+
+class Cluster:
+    """A mutable scenario that hands out GPU ids consistently, then freezes to a Snapshot."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict] = {}
+        self.teams: list[Team] = []
+        self.running: list[RunningJob] = []
+        self.pending: list[PendingJob] = []
+
+    def node(self, name, gpus=8, flavor=FLAVOR, rack="r1", block="b1", unhealthy=0) -> Cluster:
+        ids = [f"{name}/{i}" for i in range(gpus - unhealthy)]
+        self.nodes[name] = {
+            "flavor": flavor,
+            "gpus": gpus,
+            "rack": rack,
+            "block": block,
+            "free": ids,
+        }
+        return self
+
+    def nodes_(self, count, prefix="n", gpus=8, per_block=None, flavor=FLAVOR) -> Cluster:
+        """Add `count` nodes n0..; `per_block` nodes share a block (and rack)."""
+        for i in range(count):
+            b = f"b{i // per_block}" if per_block else "b1"
+            self.node(f"{prefix}{i}", gpus=gpus, flavor=flavor, rack=b.replace("b", "r"), block=b)
+        return self
+
+    def team(self, name, nominal=0, **kw) -> Cluster:
+        self.teams.append(make_team(name, nominal, **kw))
+        return self
+
+    def job(self, id, team="a", **kw) -> PendingJob:
+        job = make_job(id, team, **kw)
+        self.pending.append(job)
+        return job
+
+    def run(
+        self,
+        id,
+        team="a",
+        on=None,
+        priority=0,
+        started=None,
+        runtime=HOUR,
+        queue="q",
+        flavor=FLAVOR,
+        preemptible=True,
+        stopping=False,
+        checkpointed=None,
+        grace=30.0,
+        submitted=None,
+        per_worker=None,
+    ) -> RunningJob:
+        """A running job holding GPUs of the given nodes: on={"n1": 4, "n2": 4}."""
+        placement = []
+        for name, k in (on or {}).items():
+            free = self.nodes[name]["free"]
+            assert len(free) >= k, f"{name} has only {len(free)} free GPUs"
+            step = per_worker or k
+            for first in range(0, k, step):
+                placement.append(
+                    WorkerPlacement(len(placement), name, tuple(free[first : first + step]))
+                )
+            del free[:k]
+        gpus = sum((on or {}).values())
+        started = NOW - 600 if started is None else started
+        submitted = started - 10 if submitted is None else submitted
+        job = RunningJob(
+            id,
+            team,
+            queue,
+            flavor,
+            gpus,
+            priority,
+            submitted,
+            started,
+            runtime,
+            tuple(placement),
+            preemptible,
+            stopping,
+            checkpointed,
+            grace,
+        )
+        self.running.append(job)
+        return job
+
+    def snapshot(self, now=NOW, **config) -> Snapshot:
+        nodes = tuple(
+            Node(name, n["flavor"], tuple(n["free"]), n["gpus"], n["rack"], n["block"])
+            for name, n in self.nodes.items()
+        )
+        return Snapshot(
+            now,
+            nodes,
+            tuple(self.teams),
+            tuple(self.running),
+            tuple(self.pending),
+            PolicyConfig(**config),
+        )
+
+
+def admitted(plan: Plan) -> list[int]:
+    return [a.job_id for a in plan.admissions]
+
+
+def preempted(plan: Plan) -> list[int]:
+    return [p.job_id for p in plan.preemptions]
+
+
+def verdict(plan: Plan, job_id: int):
+    found = [v for v in plan.verdicts if v.job_id == job_id]
+    assert len(found) == 1, f"job {job_id} has {len(found)} verdicts"
+    return found[0]
+
+
+def reasons(plan: Plan) -> dict[int, str]:
+    return {v.job_id: v.reason_code for v in plan.verdicts}
+
+
+def nodes_of(plan: Plan, job_id: int) -> list[str]:
+    """Return the node of each worker of an admitted job, in rank order."""
+    (adm,) = [a for a in plan.admissions if a.job_id == job_id]
+    return [w.node for w in adm.placement]
+
+
+class Sim:
+    """Drive many passes with a fixed step: jobs run exactly their max runtime,
+    preempted jobs stop after their grace period and go back to the queue."""
+
+    def __init__(self, cluster: Cluster, **config) -> None:
+        self.config = PolicyConfig(**config)
+        self.nodes = {name: dict(n, free=list(n["free"])) for name, n in cluster.nodes.items()}
+        self.teams = tuple(cluster.teams)
+        self.pending: dict[int, PendingJob] = {j.id: j for j in cluster.pending}
+        self.running: dict[int, RunningJob] = {}
+        self.stop_at: dict[int, float] = {}
+        self.started: dict[int, float] = {}  # job id -> first start time
+        self.preempted: list[int] = []
+        for r in cluster.running:
+            self.running[r.id] = r
+
+    def submit(self, job: PendingJob) -> None:
+        self.pending[job.id] = job
+
+    def step(self, now: float) -> Plan:
+        self._finish(now)
+        snapshot = Snapshot(
+            now,
+            self._nodes(),
+            self.teams,
+            tuple(self.running.values()),
+            tuple(self.pending.values()),
+            self.config,
+        )
+        plan = schedule(snapshot)
+        for p in plan.preemptions:
+            self.running[p.job_id] = replace(self.running[p.job_id], stopping=True)
+            self.stop_at[p.job_id] = now + self.running[p.job_id].grace_period
+            self.preempted.append(p.job_id)
+        for a in plan.admissions:
+            self._start(self.pending.pop(a.job_id), a, now)
+        return plan
+
+    def _finish(self, now: float) -> None:
+        for r in list(self.running.values()):
+            stopped = r.id in self.stop_at and self.stop_at[r.id] <= now
+            if stopped or r.started_at + r.max_runtime <= now:
+                del self.running[r.id]
+                for w in r.placement:
+                    self.nodes[w.node]["free"].extend(w.gpus)
+            if stopped:
+                del self.stop_at[r.id]
+                self.pending[r.id] = PendingJob(
+                    r.id,
+                    r.team,
+                    r.queue,
+                    r.flavor,
+                    len(r.placement) or 1,
+                    r.gpus // (len(r.placement) or 1),
+                    r.priority,
+                    r.submitted_at,
+                    r.max_runtime,
+                    r.preemptible,
+                )
+
+    def _start(self, job: PendingJob, adm, now: float) -> None:
+        for w in adm.placement:
+            free = self.nodes[w.node]["free"]
+            for g in w.gpus:
+                free.remove(g)  # raises if the GPU was not free
+        self.started.setdefault(job.id, now)
+        self.running[job.id] = RunningJob(
+            job.id,
+            job.team,
+            job.queue,
+            job.flavor,
+            job.gpus,
+            job.priority,
+            job.submitted_at,
+            now,
+            job.max_runtime,
+            adm.placement,
+            job.preemptible,
+        )
+
+    def _nodes(self) -> tuple[Node, ...]:
+        return tuple(
+            Node(
+                name,
+                n["flavor"],
+                tuple(sorted(n["free"], key=_gpu_order)),
+                n["gpus"],
+                n["rack"],
+                n["block"],
+            )
+            for name, n in self.nodes.items()
+        )
+
+
+def _gpu_order(gpu: str):
+    name, index = gpu.rsplit("/", 1)
+    return (name, int(index))

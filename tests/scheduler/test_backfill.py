@@ -1,0 +1,147 @@
+"""Backfill with a reservation (Slurm's rule): lower jobs never delay the top blocked job."""
+
+from itertools import count, cycle
+
+import pytest
+
+from scheduler import POLICIES, schedule
+from scheduler.gates import Gate
+from scheduler.policies import Policy, fair_share_order, register_policy
+from tests.scheduler.helpers import NOW, Cluster, Sim, admitted, make_job, reasons, verdict
+
+
+def two_nodes_busy():
+    """n0 busy until +1000, n1 half busy until +3000; a 16-GPU gang must wait for both."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=64)
+    c.run(10, on={"n0": 8}, started=NOW - 1000, runtime=2000)
+    c.run(11, on={"n1": 4}, started=NOW - 1000, runtime=4000)
+    c.job(1, workers=2, gpus=8)
+    return c
+
+
+@pytest.mark.parametrize("policy", ["fairshare", "fifo-backfill"])
+def test_short_job_backfills_long_job_waits(policy):
+    c = two_nodes_busy()
+    c.job(2, gpus=4, runtime=5000)  # fits n1 now, but the gang needs n1 at +3000
+    c.job(3, gpus=4, runtime=500)  # ends long before +3000
+    plan = schedule(c.snapshot(policy=policy))
+    assert admitted(plan) == [3]
+    assert reasons(plan) == {1: "no_capacity", 2: "reserved"}
+    assert verdict(plan, 1).estimated_start == NOW + 3000
+    assert "reserved for it from +3000 s" in verdict(plan, 1).message
+    assert "would delay job 1" in verdict(plan, 2).message
+    assert "at most 3000 s" in verdict(plan, 2).message
+
+
+def test_long_job_may_use_gpus_the_reservation_does_not_need():
+    c = two_nodes_busy()
+    c.node("n2", block="b2")  # another block: the gang cannot use it
+    c.job(3, gpus=8, runtime=5000)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [3]
+    assert [w.node for w in plan.admissions[0].placement] == ["n2"]
+
+
+def test_gpus_released_before_the_reservation_are_not_held_twice():
+    # n0: 4 free now, 4 more at +1000; n1: all 8 at +2000. The gang starts at
+    # +2000 and needs n0's 4 free GPUs, but none of n1's: nothing else is free.
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=64)
+    c.run(10, on={"n0": 4}, started=NOW, runtime=1000)
+    c.run(11, on={"n1": 8}, started=NOW, runtime=2000)
+    c.job(1, workers=2, gpus=8)
+    c.job(2, gpus=4, runtime=5000)
+    c.job(3, gpus=4, runtime=2000)  # ends exactly at the reservation: allowed
+    plan = schedule(c.snapshot())
+    assert reasons(plan) == {1: "no_capacity", 2: "reserved"}
+    assert admitted(plan) == [3]
+
+
+def test_without_backfill_a_job_waiting_for_gpus_blocks_its_flavor():
+    c = two_nodes_busy()
+    c.job(2, gpus=4, runtime=500)
+    c.job(3, gpus=1, flavor="a100")  # another flavor is not blocked (no nodes here)
+    plan = schedule(c.snapshot(backfill=False))
+    assert admitted(plan) == []
+    assert reasons(plan) == {1: "no_capacity", 2: "fifo_blocked", 3: "no_nodes"}
+
+
+def test_quota_blocked_job_holds_its_teams_quota_not_gpus():
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=8).team("b", nominal=8)
+    c.run(10, "a", on={"n0": 4}, runtime=10**6)
+    c.run(11, "a", on={"n0": 4}, started=NOW, runtime=1000)
+    c.job(1, "a", gpus=4)  # a uses 8 of 8: its quota frees when job 11 ends at +1000
+    c.job(2, "b", gpus=4, runtime=10**6)  # another team: no GPUs are held for job 1
+    c.job(3, "a", gpus=1, runtime=10**6)  # would outlast +1000 on a's quota
+    plan = schedule(c.snapshot(policy="fifo-backfill"))
+    assert admitted(plan) == [2]
+    assert reasons(plan) == {1: "quota", 3: "reserved"}
+    assert verdict(plan, 1).estimated_start == NOW + 1000
+    assert "needs the team's quota from +1000 s" in verdict(plan, 3).message
+
+
+# -- no starvation ------------------------------------------------------------
+
+
+@pytest.fixture
+def greedy():
+    """A policy without reservations: backfill that may delay the top job."""
+    register_policy(Policy("greedy-test", fair_share_order, lambda config: Gate()))
+    yield "greedy-test"
+    del POLICIES["greedy-test"]
+
+
+def busy_cluster(stream_team):
+    """8 nodes x 8 GPUs, all held by 1-GPU jobs ending at staggered times."""
+    c = Cluster().nodes_(8)
+    c.team("a", nominal=64).team("s", nominal=64)
+    runtimes = cycle([600.0, 1800.0, 3600.0, 900.0, 2400.0])
+    for i in range(64):
+        c.run(
+            1000 + i,
+            stream_team,
+            on={f"n{i // 8}": 1},
+            started=NOW - (i * 37) % 600,
+            runtime=next(runtimes),
+        )
+    longest = max(r.max_runtime for r in c.running)
+    c.job(1, "a", workers=8, gpus=8, submitted=NOW, runtime=3600)
+    return c, longest
+
+
+def run_stream(sim, stream_team, steps, step=60.0):
+    """Submit 10 one-GPU jobs a minute, more than the cluster drains; return the gang's start."""
+    ids = count(10_000)
+    runtimes = cycle([300.0, 1200.0, 5000.0, 60.0, 2000.0])
+    for n in range(steps):
+        now = NOW + n * step
+        for _ in range(10):
+            jid = next(ids)
+            sim.submit(
+                make_job(
+                    jid, stream_team, gpus=1, submitted=now + jid * 1e-6, runtime=next(runtimes)
+                )
+            )
+        sim.step(now)
+        if 1 in sim.started:
+            return sim.started[1]
+    return None
+
+
+@pytest.mark.parametrize("stream_team", ["a", "s"])
+@pytest.mark.parametrize("policy", ["fairshare", "fifo-backfill"])
+def test_big_gang_is_not_starved_by_a_stream_of_small_jobs(policy, stream_team):
+    c, longest = busy_cluster(stream_team)
+    sim = Sim(c, policy=policy)
+    started = run_stream(sim, stream_team, steps=int(longest // 60) + 3)
+    assert started is not None, "the 64-GPU gang starved"
+    assert started - NOW <= longest
+    assert len(sim.started) > 10  # small jobs did backfill meanwhile
+
+
+def test_the_starvation_check_fails_without_reservations(greedy):
+    c, longest = busy_cluster("s")
+    sim = Sim(c, policy=greedy)
+    assert run_stream(sim, "s", steps=int(2 * longest // 60)) is None
