@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.db import connection
+
 from portal.core.actions.jobs import transition
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
@@ -20,6 +22,7 @@ from scheduler import model as m
 State = Job.State
 # An estimate that moved less than this is not rewritten (saves writes every pass).
 ESTIMATE_SLACK_S = 60
+VERDICT_FIELDS = ["reason_code", "reason", "queue_position", "estimated_start_at"]
 OLD_ATTEMPT = (
     "previous_attempt",
     "Waiting for the workers of its previous attempt to stop before it can be admitted again.",
@@ -141,14 +144,28 @@ def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
                 )
             )
     if changed:
-        # Verdicts only describe pending jobs; a job that left `pending` meanwhile
-        # keeps its own fields because the update is limited to pending rows.
-        Job.objects.filter(state=State.PENDING).bulk_update(
-            changed,
-            ["reason_code", "reason", "queue_position", "estimated_start_at"],
-            batch_size=2000,
-        )
+        _update_pending(changed)
     return len(changed)
+
+
+def _update_pending(jobs: list[Job]) -> None:
+    """Write verdict fields in one statement. Verdicts only describe pending jobs,
+    so a job that left `pending` while the pass ran keeps its own fields."""
+    if connection.vendor != "postgresql":
+        Job.objects.filter(state=State.PENDING).bulk_update(jobs, VERDICT_FIELDS, batch_size=500)
+        return
+    # Django's bulk_update builds a CASE per row and field: seconds at 10,000 rows.
+    # One UPDATE … FROM unnest(arrays) is a single round trip and milliseconds.
+    columns = [[j.pk for j in jobs]] + [[getattr(j, f) for j in jobs] for f in VERDICT_FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""UPDATE {Job._meta.db_table} AS j
+                SET reason_code = v.code, reason = v.reason, queue_position = v.pos, estimated_start_at = v.est
+                FROM unnest(%s::bigint[], %s::varchar[], %s::text[], %s::integer[], %s::timestamptz[])
+                     AS v(id, code, reason, pos, est)
+                WHERE j.id = v.id AND j.state = %s""",
+            [*columns, State.PENDING],
+        )
 
 
 def _same(row: dict, code: str, message: str, position, start) -> bool:
