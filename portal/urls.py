@@ -1,5 +1,6 @@
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
 
 from portal.agentapi import views as agentapi
 from portal.ops import views as ops
@@ -9,4 +10,7 @@ urlpatterns = [
     path("healthz", ops.healthz, name="healthz"),
     path("api/agent/v1/register", agentapi.register, name="agent-register"),
     path("api/agent/v1/heartbeat", agentapi.heartbeat_view, name="agent-heartbeat"),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("portal.dashboard.urls")),
 ]

@@ -12,7 +12,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.core.actions.workers import WorkerReport, apply_worker_reports, is_desired
-from portal.core.models import Gpu, GpuFlavor, Job, Node, NodeBootstrapToken, Worker
+from portal.core.db import bulk_set
+from portal.core.models import Allocation, Gpu, GpuFlavor, Job, Node, NodeBootstrapToken, Worker
 from portal.core.secrets import digest, new_secret
 
 MASTER_PORT = 29500
@@ -43,7 +44,7 @@ class GpuReport:
 def node_for_token(token: str) -> Node | None:
     if not token:
         return None
-    return Node.objects.filter(token_hash=digest(token)).select_related("flavor").first()
+    return Node.objects.filter(token_hash=digest(token)).first()
 
 
 def register_node(
@@ -72,7 +73,7 @@ def register_node(
         node.flavor, node.rack, node.block = flavor, rack, block
         node.agent_version, node.token_hash = agent_version, secret.digest
         node.save()
-        _sync_inventory(node, gpus)
+        _sync_inventory(node, gpus, now)
         NodeBootstrapToken.objects.filter(pk=bootstrap.pk).update(uses=F("uses") + 1)
     return node, secret.plaintext
 
@@ -109,35 +110,46 @@ def _flavor_of(gpus: list[GpuReport]) -> GpuFlavor:
 def heartbeat(
     node: Node, *, agent_version: str, gpus: list[GpuReport], workers: list[WorkerReport]
 ) -> dict:
-    """Record one heartbeat and return the node's desired state (the reply body)."""
+    """Record one heartbeat and return the node's desired state (the reply body).
+
+    This runs for every node every few seconds, so the common case (nothing
+    changed) costs a handful of queries: the node's workers, its GPUs, the
+    heartbeat time, the GPUs' UUIDs for the reply.
+    """
     now = timezone.now()
     with transaction.atomic():
         known = _reportable_workers(node, [w.key for w in workers])
-        _sync_inventory(node, gpus)
-        ack = apply_worker_reports(known, workers, now=now)
-        Node.objects.filter(pk=node.pk).update(
-            last_heartbeat_at=now,
-            condition=Node.Condition.READY,
-            not_ready_since=None,
-            agent_version=agent_version,
-        )
+        _sync_inventory(node, gpus, now)
+        ack, changed = apply_worker_reports(known, workers, now=now)
+        fields = {"last_heartbeat_at": now}
+        if (
+            node.condition != Node.Condition.READY
+            or node.not_ready_since
+            or node.agent_version != agent_version
+        ):
+            fields |= {
+                "condition": Node.Condition.READY,
+                "not_ready_since": None,
+                "agent_version": agent_version,
+            }
+        Node.objects.filter(pk=node.pk).update(**fields)
         node.condition = Node.Condition.READY
-        reply = desired_state(node)
+        live = None if changed else [w for w in known.values() if w.is_live]
+        reply = desired_state(node, live=live)
     reply["ack"] = ack
     return reply
 
 
 def _reportable_workers(node: Node, keys: list[str]) -> dict[str, Worker]:
     """The node's live workers plus the reported ones; reject keys that are not this node's."""
-    parsed = [_parse_key(key) for key in keys]
-    by_key = Q(pk__in=[])
-    for job_id, attempt, rank in parsed:
-        by_key |= Q(job_id=job_id, attempt=attempt, rank=rank)
-    rows = Worker.objects.filter(node=node).filter(
-        by_key | ~Q(state__in=[Worker.State.EXITED, Worker.State.LOST])
+    reported = {key: _parse_key(key) for key in keys}
+    job_ids = {job_id for job_id, _, _ in reported.values()}
+    live = ~Q(state__in=[Worker.State.EXITED, Worker.State.LOST])
+    rows = (
+        Worker.objects.filter(node=node).filter(live | Q(job_id__in=job_ids)).select_related("job")
     )
-    found = {w.key: w for w in rows.select_related("job")}
-    foreign = sorted(set(keys) - found.keys())
+    found = {w.key: w for w in rows if w.is_live or w.key in reported}
+    foreign = sorted(reported.keys() - found.keys())
     if foreign:
         raise ProtocolError(
             "The heartbeat reports workers that are not assigned to this node.",
@@ -156,7 +168,14 @@ def _parse_key(key: str) -> tuple[int, int, int]:
     return job_id, attempt, rank
 
 
-def _sync_inventory(node: Node, gpus: list[GpuReport]) -> None:
+# Telemetry (utilization, memory, temperature, power) is written at most this
+# often per GPU; identity and health changes are written at once.
+TELEMETRY_EVERY_S = 30.0
+_IDENTITY = ["index", "product_name", "memory_mib", "health", "health_reason"]
+_TELEMETRY = ["memory_used_mib", "utilization_pct", "temperature_c", "power_w"]
+
+
+def _sync_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> None:
     """Update the node's GPU rows from the report; a GPU missing from it is lost."""
     existing = {
         g.uuid: g for g in Gpu.objects.filter(Q(node=node) | Q(uuid__in=[r.uuid for r in gpus]))
@@ -167,76 +186,86 @@ def _sync_inventory(node: Node, gpus: list[GpuReport]) -> None:
     reported, changed, new = set(), [], []
     for r in gpus:
         reported.add(r.uuid)
-        gpu = existing.get(r.uuid) or Gpu(node=node, uuid=r.uuid)
-        _copy_report(gpu, r)
-        (changed if gpu.pk else new).append(gpu)
+        gpu = existing.get(r.uuid)
+        if gpu is None:
+            new.append(_copy_report(Gpu(node=node, uuid=r.uuid), r, now))
+        elif _worth_writing(gpu, r, now):
+            changed.append(_copy_report(gpu, r, now))
     for uuid, gpu in existing.items():
         if uuid not in reported and gpu.health != Gpu.Health.LOST:
             gpu.health, gpu.health_reason = Gpu.Health.LOST, "missing from the agent's inventory"
+            gpu.updated_at = now
             changed.append(gpu)
-    if changed:
-        Gpu.objects.bulk_update(changed, _GPU_FIELDS + ["updated_at"])
+    bulk_set(Gpu, changed, _IDENTITY + _TELEMETRY + ["updated_at"])
     if new:
         Gpu.objects.bulk_create(new)
 
 
-_GPU_FIELDS = [
-    "index",
-    "product_name",
-    "memory_mib",
-    "memory_used_mib",
-    "utilization_pct",
-    "temperature_c",
-    "power_w",
-    "health",
-    "health_reason",
-]
+def _worth_writing(gpu: Gpu, r: GpuReport, now: datetime) -> bool:
+    identity = (r.index, r.name, r.memory_total_mib, r.health, r.health_reason[:200])
+    if identity != tuple(getattr(gpu, f) for f in _IDENTITY):
+        return True
+    return (now - gpu.updated_at).total_seconds() >= TELEMETRY_EVERY_S
 
 
-def _copy_report(gpu: Gpu, r: GpuReport) -> None:
+def _copy_report(gpu: Gpu, r: GpuReport, now: datetime) -> Gpu:
     gpu.index, gpu.product_name, gpu.memory_mib = r.index, r.name, r.memory_total_mib
     gpu.memory_used_mib, gpu.utilization_pct = r.memory_used_mib, r.utilization_pct
     gpu.temperature_c, gpu.power_w = r.temperature_c, r.power_w
     gpu.health, gpu.health_reason = r.health, r.health_reason[:200]
-    gpu.updated_at = timezone.now()
+    gpu.updated_at = now
+    return gpu
 
 
-def desired_state(node: Node) -> dict:
-    """What the node should run and stop now (the heartbeat reply, without `ack`)."""
-    live = list(
-        Worker.objects.filter(node=node)
-        .exclude(state__in=[Worker.State.EXITED, Worker.State.LOST])
-        .select_related("job")
-        .prefetch_related("allocations__gpu")
-    )
-    masters = _master_hosts({w.job_id for w in live})
-    run, stop = [], []
-    for worker in live:
-        if is_desired(worker, worker.job):
-            run.append(_run_entry(worker, masters))
-        else:
-            stop.append(_stop_entry(worker))
+def desired_state(node: Node, *, live: list[Worker] | None = None) -> dict:
+    """What the node should run and stop now (the heartbeat reply, without `ack`).
+
+    `live` are the node's live workers with their jobs, when the caller has them fresh.
+    """
+    if live is None:
+        live = list(
+            Worker.objects.filter(node=node)
+            .exclude(state__in=[Worker.State.EXITED, Worker.State.LOST])
+            .select_related("job")
+        )
+    wanted = [w for w in live if is_desired(w, w.job)]
+    uuids = _gpu_uuids(wanted)
+    masters = _master_hosts(node, wanted)
     cfg = settings.BERTH
     return {
         "node": {"id": node.pk, "state": node.state, "cordon": node.cordon},
         "heartbeat_interval_s": cfg["HEARTBEAT_INTERVAL_S"],
         "disconnect_limit_s": cfg["AGENT_DISCONNECT_LIMIT_S"],
-        "run": run,
-        "stop": stop,
+        "run": [_run_entry(w, uuids.get(w.pk, []), masters) for w in wanted],
+        "stop": [_stop_entry(w) for w in live if not is_desired(w, w.job)],
     }
 
 
-def _master_hosts(job_ids: set[int]) -> dict[int, str]:
-    """Hostname of each job's rank-0 worker in its current attempt."""
-    rows = Worker.objects.filter(job_id__in=job_ids, rank=0, attempt=F("job__attempt")).values_list(
-        "job_id", "node__hostname"
+def _gpu_uuids(workers: list[Worker]) -> dict[int, list[str]]:
+    if not workers:
+        return {}
+    out: dict[int, list[str]] = {}
+    rows = Allocation.objects.filter(worker__in=[w.pk for w in workers], active=True).values_list(
+        "worker_id", "gpu__uuid"
     )
-    return dict(rows)
+    for worker_id, uuid in rows:
+        out.setdefault(worker_id, []).append(uuid)
+    return out
 
 
-def _run_entry(worker: Worker, masters: dict[int, str]) -> dict:
+def _master_hosts(node: Node, workers: list[Worker]) -> dict[int, str]:
+    """Hostname of each job's rank-0 worker in its current attempt; asked of the
+    database only for gangs whose rank 0 runs on another node."""
+    masters = {w.job_id: node.hostname for w in workers if w.rank == 0}
+    elsewhere = {w.job_id for w in workers} - masters.keys()
+    if elsewhere:
+        rows = Worker.objects.filter(job_id__in=elsewhere, rank=0, attempt=F("job__attempt"))
+        masters |= dict(rows.values_list("job_id", "node__hostname"))
+    return masters
+
+
+def _run_entry(worker: Worker, uuids: list[str], masters: dict[int, str]) -> dict:
     job = worker.job
-    uuids = [a.gpu.uuid for a in worker.allocations.all() if a.active]
     return {
         "key": worker.key,
         "job_id": job.pk,

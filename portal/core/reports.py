@@ -4,14 +4,16 @@ of aggregate queries, whatever the number of jobs."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, Sum
-from django.db.models.functions import TruncDate
+from django.db import connection
+from django.db.models import Aggregate, Avg, Count, F, FloatField, Func, Sum
+from django.db.models.functions import TruncDate, TruncWeek
 from django.utils import timezone
 
 from portal.core.models import Allocation, DecayedUsage, GpuFlavor, Job, Quota, Team, Usage
@@ -160,13 +162,19 @@ def gpu_hours_by_day(team: Team, days: int = 30, today: date | None = None) -> l
 
 
 def wait_by_week(team: Team, weeks: int = 8, now: datetime | None = None) -> list[dict]:
-    """Median and p90 queueing delay (submit → admission) of jobs admitted each week."""
+    """Median and p90 queueing delay (submit → admission) of jobs admitted each week.
+
+    Weeks start on Monday (UTC). The median interpolates between the two middle
+    waits; p90 is the nearest-rank percentile (a wait some job really had). On
+    PostgreSQL one aggregate query computes both, so a team with thousands of
+    jobs costs no more rows than weeks; other databases compute them in Python.
+    """
     now = now or timezone.now()
-    since = now - timedelta(weeks=weeks)
+    jobs = Job.objects.filter(team=team, admitted_at__gte=now - timedelta(weeks=weeks))
+    if connection.vendor == "postgresql":
+        return _wait_by_week_sql(jobs)
     waits = defaultdict(list)
-    for submitted, admitted in Job.objects.filter(team=team, admitted_at__gte=since).values_list(
-        "submitted_at", "admitted_at"
-    ):
+    for submitted, admitted in jobs.values_list("submitted_at", "admitted_at"):
         week = (admitted - timedelta(days=admitted.weekday())).date()
         waits[week].append((admitted - submitted).total_seconds())
     return [
@@ -180,9 +188,48 @@ def wait_by_week(team: Team, weeks: int = 8, now: datetime | None = None) -> lis
     ]
 
 
+class _Percentile(Aggregate):
+    """PostgreSQL's ordered-set aggregates: percentile_cont (interpolated), percentile_disc (nearest rank)."""
+
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression, fraction: float, *, nearest_rank: bool):
+        function = "percentile_disc" if nearest_rank else "percentile_cont"
+        super().__init__(expression, fraction=float(fraction), function=function)
+
+
+def _wait_by_week_sql(jobs) -> list[dict]:
+    wait_s = Func(
+        F("admitted_at") - F("submitted_at"),
+        template="EXTRACT(EPOCH FROM %(expressions)s)::double precision",
+        output_field=FloatField(),
+    )
+    rows = (
+        jobs.annotate(week=TruncWeek("admitted_at"), wait_s=wait_s)
+        .values("week")
+        .annotate(
+            n=Count("pk"),
+            median=_Percentile("wait_s", 0.5, nearest_rank=False),
+            p90=_Percentile("wait_s", 0.9, nearest_rank=True),
+        )
+        .order_by("week")
+    )
+    return [
+        {
+            "week": r["week"].date().isoformat(),
+            "jobs": r["n"],
+            "median_wait_s": r["median"],
+            "p90_wait_s": r["p90"],
+        }
+        for r in rows
+    ]
+
+
 def _p90(values: list[float]) -> float:
+    """The nearest-rank 90th percentile: the ⌈0.9·n⌉-th smallest value."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
 
 
 def job_counts(team: Team) -> dict[str, int]:
@@ -193,3 +240,93 @@ def job_counts(team: Team) -> dict[str, int]:
         .values_list("state", "n")
     )
     return {state: counts.get(state, 0) for state in Job.State.values}
+
+
+# A running job whose GPUs average below this utilization is flagged as idle.
+IDLE_UTILIZATION_PCT = 10.0
+# Jobs younger than this are not flagged: they may still be loading data or compiling.
+IDLE_GRACE_S = 600
+
+
+@dataclass
+class IdleJob:
+    job_id: int
+    name: str
+    submitted_by: str
+    gpus: int  # GPUs the job holds
+    reporting: int  # of those, GPUs whose agent reports utilization
+    avg_utilization_pct: float
+
+
+def idle_jobs(
+    team: Team,
+    *,
+    threshold_pct: float = IDLE_UTILIZATION_PCT,
+    grace_s: float = IDLE_GRACE_S,
+    now: datetime | None = None,
+) -> list[IdleJob]:
+    """Running jobs of the team whose allocated GPUs average under `threshold_pct` utilization.
+
+    The average is over the job's GPUs of each GPU's latest telemetry sample
+    (the agent's last heartbeat); GPUs that report nothing are left out, and a
+    job with no reporting GPU is not flagged. One query.
+    """
+    now = now or timezone.now()
+    rows = (
+        Allocation.objects.filter(
+            active=True,
+            job__team=team,
+            job__state=Job.State.RUNNING,
+            job__started_at__lte=now - timedelta(seconds=grace_s),
+        )
+        .values("job_id", "job__name", "job__submitted_by__username")
+        .annotate(
+            gpus=Count("pk"),
+            reporting=Count("gpu__utilization_pct"),
+            avg=Avg("gpu__utilization_pct"),
+        )
+        .filter(reporting__gt=0, avg__lt=threshold_pct)
+        .order_by("avg", "job_id")
+    )
+    return [
+        IdleJob(
+            job_id=r["job_id"],
+            name=r["job__name"],
+            submitted_by=r["job__submitted_by__username"] or "",
+            gpus=r["gpus"],
+            reporting=r["reporting"],
+            avg_utilization_pct=round(r["avg"], 1),
+        )
+        for r in rows
+    ]
+
+
+def cohort_demand(team: Team) -> dict[str, dict[str, dict[str, int]]]:
+    """GPUs held and GPUs wanted by pending jobs, per team of the cohort and flavor.
+
+    {team slug: {flavor: {"used": n, "pending": n}}}. Two aggregate queries;
+    no job of another team is named.
+    """
+    teams = (
+        Team.objects.filter(cohort=team.cohort)
+        if team.cohort_id
+        else Team.objects.filter(pk=team.pk)
+    )
+    out: dict[str, dict[str, dict[str, int]]] = defaultdict(
+        lambda: defaultdict(lambda: {"used": 0, "pending": 0})
+    )
+    for slug, flavor, n in (
+        Job.objects.filter(team__in=teams, state=Job.State.PENDING)
+        .values_list("team__slug", "flavor__name")
+        .annotate(n=Sum(F("workers") * F("gpus_per_worker")))
+        .values_list("team__slug", "flavor__name", "n")
+    ):
+        out[slug][flavor]["pending"] = n or 0
+    for slug, flavor, n in (
+        Allocation.objects.filter(active=True, job__team__in=teams)
+        .values_list("job__team__slug", "job__flavor__name")
+        .annotate(n=Count("pk"))
+        .values_list("job__team__slug", "job__flavor__name", "n")
+    ):
+        out[slug][flavor]["used"] = n
+    return {slug: dict(flavors) for slug, flavors in out.items()}

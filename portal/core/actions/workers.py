@@ -53,8 +53,9 @@ def is_desired(worker: Worker, job: Job) -> bool:
 
 def apply_worker_reports(
     workers: dict[str, Worker], reports: Iterable[WorkerReport], *, now: datetime
-) -> list[str]:
-    """Record the agent's view of one node's workers; return the keys to acknowledge.
+) -> tuple[list[str], bool]:
+    """Record the agent's view of one node's workers; return the keys to
+    acknowledge and whether anything changed.
 
     `workers` are all of the node's workers that may be reported (live ones and
     any reported key), keyed by worker key, with `job` selected. Reports of
@@ -76,7 +77,8 @@ def apply_worker_reports(
             changed, ["state", "exit_code", "started_at", "finished_at", "log_tail"]
         )
         settle_jobs({w.job_id for w in changed}, ended_workers=ended, now=now)
-    return [key for key, r in reported.items() if _REPORTED.get(r.state) == WState.EXITED]
+    ack = [key for key, r in reported.items() if _REPORTED.get(r.state) == WState.EXITED]
+    return ack, bool(changed)
 
 
 def _from_report(worker: Worker, report: WorkerReport, now: datetime) -> bool:

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.db import connection
-
 from portal.core.actions.jobs import transition
+from portal.core.db import bulk_set
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
 from scheduler import model as m
@@ -149,23 +148,9 @@ def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
 
 
 def _update_pending(jobs: list[Job]) -> None:
-    """Write verdict fields in one statement. Verdicts only describe pending jobs,
-    so a job that left `pending` while the pass ran keeps its own fields."""
-    if connection.vendor != "postgresql":
-        Job.objects.filter(state=State.PENDING).bulk_update(jobs, VERDICT_FIELDS, batch_size=500)
-        return
-    # Django's bulk_update builds a CASE per row and field: seconds at 10,000 rows.
-    # One UPDATE … FROM unnest(arrays) is a single round trip and milliseconds.
-    columns = [[j.pk for j in jobs]] + [[getattr(j, f) for j in jobs] for f in VERDICT_FIELDS]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""UPDATE {Job._meta.db_table} AS j
-                SET reason_code = v.code, reason = v.reason, queue_position = v.pos, estimated_start_at = v.est
-                FROM unnest(%s::bigint[], %s::varchar[], %s::text[], %s::integer[], %s::timestamptz[])
-                     AS v(id, code, reason, pos, est)
-                WHERE j.id = v.id AND j.state = %s""",
-            [*columns, State.PENDING],
-        )
+    """Verdicts only describe pending jobs: a job that left `pending` while the
+    pass ran keeps its own fields."""
+    bulk_set(Job, jobs, VERDICT_FIELDS, where="t.state = %s", params=[State.PENDING])
 
 
 def _same(row: dict, code: str, message: str, position, start) -> bool:

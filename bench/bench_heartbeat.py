@@ -1,0 +1,213 @@
+"""Benchmark agent heartbeats: N simulated agents, each every T seconds, against
+gunicorn on PostgreSQL, open loop (latency counted from each heartbeat's
+scheduled time, so a slow server cannot hide its queueing).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench \\
+        .venv/bin/python bench/bench_heartbeat.py [--agents 2000] [--interval 10] \\
+        [--duration 60] [--workers 3] [--jobs-per-node 1]
+
+Each agent reports 8 GPUs with telemetry and its running workers; each reply
+carries its desired state. Target (../shared/DESIGN.md): 2,000 agents every
+10 s with p99 < 100 ms on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/berth_bench")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from bench.bench_pass import ensure_database  # noqa: E402
+from portal.core.models import Allocation, Gpu, GpuFlavor, Job, Node, Queue, Team, Worker  # noqa: E402
+from portal.core.secrets import new_secret  # noqa: E402
+
+PRODUCT = "NVIDIA H100 80GB HBM3"
+
+
+def populate(agents: int, jobs_per_node: int) -> list[tuple[str, dict]]:
+    """Nodes with tokens, GPUs and running single-node jobs; returns (token, body) per agent."""
+    flavor = GpuFlavor.objects.create(name="h100-80gb", display_name=PRODUCT, product_names=[PRODUCT])
+    team = Team.objects.create(slug="bench", name="Bench")
+    queue = Queue.objects.create(team=team, name="default")
+    secrets = [new_secret("bnt") for _ in range(agents)]
+    nodes = Node.objects.bulk_create(
+        Node(hostname=f"hb{i:05d}", flavor=flavor, rack=f"r{i // 32}", condition=Node.Condition.READY,
+             last_heartbeat_at=timezone.now(), token_hash=s.digest)
+        for i, s in enumerate(secrets)
+    )
+    gpus = Gpu.objects.bulk_create(Gpu(node=n, index=g, uuid=f"GPU-{n.hostname}-{g}") for n in nodes for g in range(8))
+    per = 8 // max(1, jobs_per_node)
+    jobs = Job.objects.bulk_create(
+        Job(team=team, queue=queue, flavor=flavor, name="hb", image="img", command=["sleep", "1d"],
+            gpus_per_worker=per, max_runtime_seconds=86400, state=Job.State.RUNNING, admitted_at=timezone.now())
+        for _ in nodes for _ in range(jobs_per_node)
+    )
+    workers = Worker.objects.bulk_create(
+        Worker(job=j, attempt=0, rank=0, node=nodes[k // jobs_per_node], state=Worker.State.RUNNING)
+        for k, j in enumerate(jobs)
+    )
+    by_node = {}
+    for w in workers:
+        by_node.setdefault(w.node_id, []).append(w)
+    gpus_of = {}
+    for g in gpus:
+        gpus_of.setdefault(g.node_id, []).append(g)
+    Allocation.objects.bulk_create(
+        Allocation(job_id=w.job_id, worker=w, worker_rank=0, node_id=w.node_id, gpu=g)
+        for w_list in by_node.values() for k, w in enumerate(w_list)
+        for g in gpus_of[w.node_id][k * per:(k + 1) * per]
+    )
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE")
+    out = []
+    for node, secret in zip(nodes, secrets, strict=True):
+        body = {
+            "agent_version": "bench",
+            "gpus": [{"index": g, "uuid": f"GPU-{node.hostname}-{g}", "name": PRODUCT, "memory_total_mib": 81559,
+                      "memory_used_mib": 4000, "utilization_pct": 90.0, "temperature_c": 60.0, "power_w": 500.0,
+                      "health": "healthy", "health_reason": ""} for g in range(8)],
+            "workers": [{"key": w.key, "state": "running", "exit_code": None} for w in by_node.get(node.pk, [])],
+        }
+        out.append((secret.plaintext, body))
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_gunicorn(port: int, workers: int) -> subprocess.Popen:
+    env = {**os.environ, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "b" * 20 + "x9!k#Lm2$Qp7&Rt4*Vw8^Yz1@Ac3-Ef6+",
+           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "DJANGO_SECURE_SSL_REDIRECT": "0", "BERTH_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
+         "--log-level", "warning", "--keep-alive", "30"],
+        cwd=ROOT, env=env, start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.2)
+    raise SystemExit("gunicorn did not start")
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.reader = self.writer = None
+
+    async def post(self, path: str, token: str, body: bytes) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        self.writer.write(head.encode() + body)
+        await self.writer.drain()
+        status_line = await self.reader.readline()
+        length, close = 0, False
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+            if name.lower() == "connection" and value.strip().lower() == "close":
+                close = True
+        await self.reader.readexactly(length)
+        if close:
+            self.writer.close()
+            self.writer = None
+        return int(status_line.split()[1])
+
+
+async def run_load(port: int, agents: list[tuple[str, bytes]], interval: float, duration: float, conns: int):
+    queue: asyncio.Queue = asyncio.Queue()
+    latencies, statuses = [], {}
+    start = time.monotonic() + 1.0
+    phase = [random.Random(i).uniform(0, interval) for i in range(len(agents))]
+
+    async def producer():
+        schedule = sorted((start + p + k * interval, i) for i, p in enumerate(phase)
+                          for k in range(int(duration / interval)))
+        for due, i in schedule:
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            queue.put_nowait((due, i))
+        for _ in range(conns):
+            queue.put_nowait(None)
+
+    async def consumer():
+        conn = Conn(port)
+        while (item := await queue.get()) is not None:
+            due, i = item
+            token, body = agents[i]
+            try:
+                status = await conn.post("/api/agent/v1/heartbeat", token, body)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                conn.writer, status = None, 0
+            latencies.append(time.monotonic() - due)
+            statuses[status] = statuses.get(status, 0) + 1
+
+    await asyncio.gather(producer(), *(consumer() for _ in range(conns)))
+    return latencies, statuses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", type=int, default=2000)
+    parser.add_argument("--interval", type=float, default=10.0)
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--jobs-per-node", type=int, default=1)
+    args = parser.parse_args()
+
+    ensure_database()
+    agents = [(t, json.dumps(b).encode()) for t, b in populate(args.agents, args.jobs_per_node)]
+    connection.close()
+    port = free_port()
+    server = start_gunicorn(port, args.workers)
+    try:
+        t0, c0 = time.monotonic(), time.process_time()
+        latencies, statuses = asyncio.run(run_load(port, agents, args.interval, args.duration, args.connections))
+        wall = time.monotonic() - t0
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(20)
+    latencies.sort()
+    q = statistics.quantiles(latencies, n=100)
+    print(f"{len(latencies)} heartbeats from {args.agents} agents every {args.interval:g} s over {wall:.0f} s "
+          f"({len(latencies) / wall:.0f}/s), gunicorn {args.workers} workers; statuses {statuses}; "
+          f"load generator CPU {time.process_time() - c0:.1f} s")
+    print(f"latency p50 {q[49] * 1000:.1f} ms, p90 {q[89] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms, "
+          f"max {latencies[-1] * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""Small formatters for people: durations, relative times, GPU counts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+def duration(seconds: float | None) -> str:
+    """Return '45 s', '12 min', '3 h 20 min' or '2 d 4 h'; '—' for None."""
+    if seconds is None:
+        return "—"
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    minutes = s // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def relative(when: datetime | None, now: datetime) -> str:
+    """Return 'in 12 min', '5 min ago' or 'now'; '—' for None."""
+    if when is None:
+        return "—"
+    delta = (when - now).total_seconds()
+    if abs(delta) < 30:
+        return "now"
+    return f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
+
+
+def parse_duration(text: str) -> int:
+    """Parse '3600', '90m', '2h', '1h30m', '1d' into seconds; raise ValueError otherwise."""
+    text = text.strip().lower().replace(" ", "")
+    if text.isdigit():
+        return int(text)
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    total, number = 0, ""
+    for char in text:
+        if char.isdigit():
+            number += char
+        elif char in units and number:
+            total, number = total + int(number) * units[char], ""
+        else:
+            raise ValueError(text)
+    if number or not text:
+        raise ValueError(text)
+    return total

@@ -1,0 +1,148 @@
+"""Forms parse what people type; portal.core.jobspec decides what a valid job is.
+
+The submit form only turns text into typed values (a command line into argv,
+KEY=VALUE lines into a dict, "4h" into seconds). Everything else is checked by
+clean_job_spec, exactly as for the REST API, and its per-field errors are put
+next to the form's fields.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import uuid
+
+from django import forms
+
+from portal.core.access import visible_teams
+from portal.core.jobspec import SpecError
+from portal.core.models import GpuFlavor, Team
+from portal.dashboard.format import parse_duration
+
+PREEMPTIBLE_CHOICES = [("", "Queue default"), ("yes", "Yes"), ("no", "No")]
+EXPIRY_CHOICES = [("30", "30 days"), ("90", "90 days"), ("365", "1 year"), ("", "Never")]
+
+
+class SubmitJobForm(forms.Form):
+    name = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"autocomplete": "off"}))
+    queue = forms.ChoiceField()
+    flavor = forms.ChoiceField(label="GPU flavor")
+    image = forms.CharField(
+        max_length=500, widget=forms.TextInput(attrs={"placeholder": "registry/image:tag"})
+    )
+    command = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "python train.py --epochs 10"}),
+        help_text='A command line (quoted like a shell) or a JSON list such as ["python", "train.py"].',
+    )
+    env = forms.CharField(
+        required=False,
+        label="Environment",
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "WANDB_PROJECT=vit\nSEED=1"}),
+        help_text="One KEY=VALUE per line.",
+    )
+    workers = forms.IntegerField(
+        initial=1, help_text="Processes of the gang, usually one per node; all start together."
+    )
+    gpus_per_worker = forms.IntegerField(initial=1, label="GPUs per worker")
+    priority = forms.IntegerField(required=False, help_text="Blank: the queue's default.")
+    preemptible = forms.ChoiceField(choices=PREEMPTIBLE_CHOICES, required=False)
+    max_runtime_seconds = forms.CharField(
+        required=False,
+        label="Max run time",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. 90m, 4h, 1d"}),
+        help_text="Seconds or 90m / 4h / 1d. Blank: the queue's default.",
+    )
+    checkpoint_signal = forms.CharField(initial="SIGTERM", max_length=16)
+    grace_period_seconds = forms.IntegerField(
+        initial=30, label="Grace period (s)", help_text="Between the signal and the kill."
+    )
+    request_id = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def __init__(self, *args, team: Team, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].choices = [
+            (q.name, q.name) for q in team.queues.order_by("name").only("name")
+        ]
+        self.fields["flavor"].choices = [
+            (f.name, f.name) for f in GpuFlavor.objects.order_by("name")
+        ]
+        self.fields["queue"].initial = "default"
+        self.fields["request_id"].initial = uuid.uuid4().hex
+
+    def clean_command(self) -> list[str]:
+        text = self.cleaned_data["command"].strip()
+        if text.startswith("["):
+            try:
+                argv = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise forms.ValidationError(f"Not a valid JSON list: {exc.msg}.") from None
+            if not isinstance(argv, list):
+                raise forms.ValidationError("Give a JSON list of strings.")
+            return argv
+        try:
+            return shlex.split(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Could not split the command line: {exc}.") from None
+
+    def clean_env(self) -> dict[str, str]:
+        env, bad = {}, []
+        for number, line in enumerate(self.cleaned_data["env"].splitlines(), start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                bad.append(str(number))
+                continue
+            env[key.strip()] = value
+        if bad:
+            raise forms.ValidationError(f"Line {', '.join(bad)}: write KEY=VALUE.")
+        return env
+
+    def clean_max_runtime_seconds(self) -> int | None:
+        text = self.cleaned_data["max_runtime_seconds"].strip()
+        if not text:
+            return None
+        try:
+            return parse_duration(text)
+        except ValueError:
+            raise forms.ValidationError(
+                "Write seconds, or a duration like 90m, 4h or 1d."
+            ) from None
+
+    def spec_data(self) -> dict:
+        """The cleaned values as clean_job_spec takes them; blanks fall back to queue defaults."""
+        data = {k: v for k, v in self.cleaned_data.items() if k != "request_id"}
+        data["preemptible"] = {"yes": True, "no": False}.get(data.get("preemptible") or "")
+        return {k: v for k, v in data.items() if v is not None}
+
+    def add_spec_errors(self, error: SpecError) -> None:
+        for name, messages in error.fields.items():
+            for message in messages:
+                self.add_error(name if name in self.fields else None, message)
+
+
+class ApiTokenForm(forms.Form):
+    name = forms.CharField(
+        max_length=100, widget=forms.TextInput(attrs={"placeholder": "e.g. ci-pipeline"})
+    )
+    expires_in_days = forms.TypedChoiceField(
+        choices=EXPIRY_CHOICES,
+        coerce=int,
+        empty_value=None,
+        required=False,
+        initial="90",
+        label="Expires",
+    )
+    teams = forms.ModelMultipleChoiceField(
+        queryset=Team.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every team you belong to, now and later.",
+    )
+    form_id = forms.CharField(widget=forms.HiddenInput, max_length=64)
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["teams"].queryset = visible_teams(user).order_by("slug")
+        self.fields["form_id"].initial = uuid.uuid4().hex

@@ -1,0 +1,60 @@
+"""Team overview: quota gauges, fair share, showback, waits, counts, idle GPUs."""
+
+import csv
+from datetime import date, timedelta
+
+from django.http import HttpResponse
+from django.utils import timezone
+
+from portal.core import reports
+from portal.dashboard import queries
+from portal.dashboard.shortcuts import is_fragment, render_page, team_page
+
+CSV_MAX_DAYS = 366
+
+
+@team_page
+def overview(request, ctx):
+    team = ctx.team
+    context = {
+        "gauges": queries.gauges(team),
+        "counts": reports.job_counts(team),
+        "standing": queries.standing_rows(team),
+        "idle": reports.idle_jobs(team),
+        "idle_threshold": reports.IDLE_UTILIZATION_PCT,
+        "recent": queries.recent_jobs(team),
+    }
+    if not is_fragment(request):
+        usage = queries.showback(team)
+        waits = queries.waits(team)
+        context |= {
+            "usage": usage,
+            "usage_chart": usage.chart(),
+            "waits": waits,
+            "wait_chart": queries.wait_chart(waits),
+        }
+    return render_page(request, "dashboard/overview.html", context, ctx=ctx, section="overview")
+
+
+@team_page
+def usage_csv(request, ctx):
+    """GPU-hours per day and flavor (showback) as CSV; ?days=N, 30 by default."""
+    try:
+        days = min(CSV_MAX_DAYS, max(1, int(request.GET.get("days", 30))))
+    except ValueError:
+        days = 30
+    usage = queries.showback(ctx.team, days)
+    today = timezone.now().date()
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = (
+        f'attachment; filename="{_csv_name(ctx.team.slug, today - timedelta(days=days - 1), today)}"'
+    )
+    writer = csv.writer(response)
+    writer.writerow(["date", *usage.flavors, "total"])
+    for day, values, total in usage.table():
+        writer.writerow([day, *values, total])
+    return response
+
+
+def _csv_name(slug: str, first: date, last: date) -> str:
+    return f"{slug}-gpu-hours-{first.isoformat()}-to-{last.isoformat()}.csv"

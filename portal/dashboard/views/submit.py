@@ -1,0 +1,66 @@
+"""Submit a job with the API's validation (portal.core.jobspec), errors next to fields."""
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+
+from portal.core.access import NotFound, get_queue_for_submit
+from portal.core.actions.jobs import IdempotencyConflict, QueueFull, submit_job
+from portal.core.jobspec import SpecError, clean_job_spec
+from portal.dashboard import queries
+from portal.dashboard.format import duration
+from portal.dashboard.forms import SubmitJobForm
+from portal.dashboard.shortcuts import render_page, team_page
+
+
+@team_page
+def submit(request, ctx):
+    if not ctx.can_submit:
+        raise PermissionDenied("Viewers may not submit jobs.")
+    form = SubmitJobForm(request.POST or None, team=ctx.team)
+    if request.method == "POST" and form.is_valid():
+        job = _submit(request, ctx.team, form)
+        if job is not None:
+            messages.success(request, f"Job #{job.pk} {job.name} was submitted.")
+            return redirect("dashboard:job", job.pk)
+    context = {
+        "form": form,
+        "gauges": queries.gauges(ctx.team),
+        "queues": [
+            (q, duration(q.max_runtime_seconds), duration(q.default_runtime_seconds))
+            for q in ctx.team.queues.order_by("name")
+        ],
+    }
+    return render_page(
+        request, "dashboard/submit.html", context, ctx=ctx, section="submit", live=False
+    )
+
+
+def _submit(request, team, form: SubmitJobForm):
+    """Validate as the API does and submit; None with errors on the form if it failed.
+
+    The form's hidden request id is the idempotency key, so a double click or a
+    re-sent POST returns the same job instead of a second one.
+    """
+    data = form.spec_data()
+    try:
+        get_queue_for_submit(request.user, team, data["queue"])
+        spec = clean_job_spec(team, data)
+        return submit_job(
+            team=team,
+            spec=spec,
+            user=request.user,
+            idempotency_key=f"web-{form.cleaned_data['request_id']}",
+        ).job
+    except NotFound:
+        form.add_error("queue", "No such queue.")
+    except SpecError as exc:
+        form.add_spec_errors(exc)
+    except QueueFull as exc:
+        form.add_error(None, f"{exc} Try again in a little while.")
+    except IdempotencyConflict as exc:
+        form.add_error(
+            None,
+            f"This form was already submitted as job #{exc.job.pk}; reload the page to submit another job.",
+        )
+    return None
