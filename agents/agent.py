@@ -31,7 +31,7 @@ from agents.gpu import GpuBackend, GpuInfo
 from agents.portal import AuthError, PortalClient, PortalError, RejectedError, TransientError
 from agents.reconcile import plan_reconcile
 from agents.runtimes.base import Runtime, StartFailed
-from agents.state import NodeTokenFile
+from agents.state import LEASE_FILE, NodeTokenFile, write_json
 from agents.workers import (
     DEFAULT_GRACE_S,
     DEFAULT_STOP_SIGNAL,
@@ -315,11 +315,21 @@ class Agent:
         self._last_contact = now
         self._backoff.reset()
         self._apply_timing(reply)
+        self._renew_lease()
         self._desired = self._parse(reply.get("run"), WorkerSpec.from_json, "run")
         self._stop_orders = self._parse(reply.get("stop"), StopOrder.from_json, "stop")
         self._sent_tails = tails
         self._apply_acks(reply.get("ack"))
         self._next_beat = now + self.heartbeat_interval_s
+
+    def _renew_lease(self) -> None:
+        """Let the process runtime's workers live for another disconnect limit (shim.py fences
+        them when this file goes stale, e.g. because this agent died)."""
+        lease = self._cfg.state_dir / LEASE_FILE
+        try:
+            write_json(lease, {"valid_until": time.time() + self.disconnect_limit_s})
+        except OSError as exc:
+            self._warn_once("lease", "cannot renew the worker lease %s: %s", lease, exc)
 
     def _apply_timing(self, reply: dict[str, Any]) -> None:
         """The portal may change the heartbeat interval and disconnect limit in any reply."""

@@ -7,6 +7,13 @@ stop signals to that group, and writes ``result.json`` with the exit code
 the group is SIGKILLed, the exit code survives an agent restart: the next
 agent reads the file instead of needing to be CMD's parent.
 
+With ``--lease PATH`` the shim also fences its command: the agent renews the
+lease file (``{"valid_until": epoch seconds}``) after every heartbeat the
+portal answers; if the lease runs out — the agent crashed, or it has been cut
+off from the portal past its disconnect limit — the shim stops the command
+(SIGTERM, then SIGKILL after FENCE_GRACE_S) so a gang the portal requeues
+elsewhere never runs twice. A missing lease file fences nothing.
+
 Standard library only, and run by path with ``-I``: it must work even where
 the ``agents`` package is not importable, and it must not shadow anything.
 """
@@ -84,7 +91,49 @@ class Forwarder:
             os.killpg(self.pgid, signum)
 
 
-def run(worker_dir: str, command: list[str]) -> int:
+FENCE_GRACE_S = 10.0
+LEASE_POLL_S = 1.0
+
+
+def lease_expired(path: str | None, now: float) -> bool:
+    """True when the lease file exists and its time is up; unreadable counts as still valid
+    (the agent is rewriting it)."""
+    if not path:
+        return False
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return float(json.load(handle)["valid_until"]) < now
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def wait_fenced(child: subprocess.Popen, forwarder: Forwarder, lease: str | None) -> int:
+    """Wait for the command; stop it if the lease runs out. Return its returncode."""
+    while True:
+        try:
+            return child.wait(timeout=LEASE_POLL_S if lease else None)
+        except subprocess.TimeoutExpired:
+            if lease_expired(lease, time.time()):
+                break
+    # The message lands in the worker's log, which the portal shows as its log tail.
+    print(
+        "berth: the agent's lease expired (agent gone or cut off from the portal); "
+        "stopping the worker",
+        file=sys.stderr,
+        flush=True,
+    )
+    forwarder.send(signal.SIGTERM)
+    try:
+        returncode = child.wait(timeout=FENCE_GRACE_S)
+    except subprocess.TimeoutExpired:
+        forwarder.send(signal.SIGKILL)
+        returncode = child.wait()
+    return returncode
+
+
+def run(worker_dir: str, command: list[str], lease: str | None = None) -> int:
     forwarder = Forwarder()
     forwarder.install()
     # The pid file doubles as "ready": from now on a stop signal is forwarded, not fatal.
@@ -102,7 +151,7 @@ def run(worker_dir: str, command: list[str]) -> int:
         return code
     write_atomic(os.path.join(worker_dir, "child.pid"), str(child.pid))
     forwarder.attach(child.pid)
-    returncode = child.wait()
+    returncode = wait_fenced(child, forwarder, lease)
     forwarder.send(signal.SIGKILL)  # stragglers left in the group, as a container's end would
     code = 128 - returncode if returncode < 0 else returncode
     write_result(worker_dir, code)
@@ -111,10 +160,13 @@ def run(worker_dir: str, command: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    lease = None
+    if len(args) > 2 and args[1] == "--lease":
+        lease, args = args[2], [args[0], *args[3:]]
     if len(args) < 3 or args[1] != "--":
-        print("usage: shim.py WORKER_DIR -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: shim.py WORKER_DIR [--lease FILE] -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
-    return run(args[0], args[2:])
+    return run(args[0], args[2:], lease)
 
 
 if __name__ == "__main__":

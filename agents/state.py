@@ -57,3 +57,8 @@ class NodeTokenFile:
     def save(self, token: str) -> None:
         ensure_dir(self.path.parent)
         write_atomic(self.path, token + "\n", mode=0o600)
+
+
+# Renewed by the agent after every answered heartbeat; read by the process
+# runtime's shim, which stops its worker when the lease runs out.
+LEASE_FILE = "lease.json"

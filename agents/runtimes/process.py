@@ -28,7 +28,7 @@ from typing import NoReturn
 
 from agents import shim
 from agents.runtimes.base import Runtime, StartFailed, StopBook
-from agents.state import ensure_dir, read_json, write_json
+from agents.state import LEASE_FILE, ensure_dir, read_json, write_json
 from agents.workers import (
     EXITED,
     FAILED_TO_START,
@@ -106,6 +106,8 @@ class ProcessRuntime(Runtime):
     ):
         super().__init__(StopBook(state_dir / "stops" / "process"), clock)
         self._root = ensure_dir(state_dir / "workers")
+        # The agent renews this lease; a worker whose lease runs out stops itself (shim.py).
+        self._lease = state_dir / LEASE_FILE
         self._python = python
         self._base_env = os.environ if base_env is None else base_env
         # Shims this instance started: polled so they never linger as zombies.
@@ -122,7 +124,16 @@ class ProcessRuntime(Runtime):
             log.warning("worker %s already has a directory; not starting it twice", spec.key)
             return
         self._create_dir(spec, wdir)
-        argv = [self._python, "-I", str(SHIM_PATH), str(wdir), "--", *spec.command]
+        argv = [
+            self._python,
+            "-I",
+            str(SHIM_PATH),
+            str(wdir),
+            "--lease",
+            str(self._lease),
+            "--",
+            *spec.command,
+        ]
         try:
             with open(wdir / "output.log", "ab") as output:
                 child = subprocess.Popen(

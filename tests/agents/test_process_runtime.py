@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.runtimes.process import ProcessRuntime
+from agents.state import LEASE_FILE
 from agents.workers import EXITED, FAILED_TO_START, RUNNING, STOPPING
 from tests.agents.conftest import kill_all, make_spec, wait_until
 
@@ -192,3 +193,36 @@ def test_shim_that_cannot_start_is_a_recorded_failed_start(tmp_path):
     (status,) = ProcessRuntime(tmp_path).list()
     assert (status.state, status.exit_code) == (FAILED_TO_START, None)
     assert "shim exited" in status.detail
+
+
+def test_worker_is_fenced_when_the_agents_lease_runs_out(tmp_path):
+    """A worker whose agent died (no lease renewal) stops itself, so a gang the portal
+    requeues elsewhere never runs twice."""
+    lease = tmp_path / LEASE_FILE
+    lease.write_text(json.dumps({"valid_until": time.time() + 2}))
+    rt = ProcessRuntime(tmp_path)
+    rt.start(make_spec("21.0.0", ("sleep", "60")))
+    (status,) = rt.list()
+    assert status.state == RUNNING
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        rt.poll()
+        (status,) = rt.list()
+        if status.state == EXITED:
+            break
+        time.sleep(0.2)
+    assert status.state == EXITED and status.exit_code == 143
+    assert "lease expired" in rt.log_tail("21.0.0")
+
+
+def test_a_renewed_lease_keeps_the_worker_running(tmp_path):
+    lease = tmp_path / LEASE_FILE
+    rt = ProcessRuntime(tmp_path)
+    lease.write_text(json.dumps({"valid_until": time.time() + 1.5}))
+    rt.start(make_spec("22.0.0", ("sleep", "60")))
+    for _ in range(6):  # the agent renews every beat
+        lease.write_text(json.dumps({"valid_until": time.time() + 1.5}))
+        time.sleep(0.5)
+    (status,) = rt.list()
+    assert status.state == RUNNING
+    rt.stop("22.0.0", signal.SIGKILL, 0)

@@ -4,6 +4,7 @@ monitor are called from the test, as beat would call them."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -137,12 +138,19 @@ def test_a_failing_worker_fails_the_gang_and_the_other_is_stopped(portal):
 
 def test_node_loss_requeues_the_gang_and_it_runs_elsewhere(portal, settings):
     team, user, agents = portal
+    settings.BERTH = {**settings.BERTH, "AGENT_DISCONNECT_LIMIT_S": 3.0}
     register(agents, "node-a", "node-b", "node-c")
     job = submit(team, user, ["sleep", "60"], workers=1, gpus=4)
     run_pass()
     wait_for(lambda: state_of(job) == State.RUNNING, what="running")
-    lost = Worker.objects.get(job=job).node.hostname
-    agents.stop(lost, signal.SIGKILL)  # the node disappears; its worker is orphaned
+    worker = Worker.objects.get(job=job)
+    lost = worker.node.hostname
+    agents.stop(lost, signal.SIGKILL)  # the agent dies; its worker is orphaned
+    # Fencing: without lease renewals the orphan stops itself after the disconnect limit,
+    # before the portal would start the gang elsewhere.
+    result = agents.tmp / lost / "workers" / worker.key / "result.json"
+    wait_for(result.exists, timeout=20, what="the orphaned worker to fence itself")
+    assert json.loads(result.read_text())["exit_code"] == 128 + signal.SIGTERM
 
     later = timezone.now() + timedelta(seconds=settings.BERTH["NODE_NOT_READY_AFTER_S"] + 1)
     monitor_nodes(later)
