@@ -10,8 +10,8 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast lint format schema services browser bench bench-core \
-        bench-pass bench-api bench-heartbeat bench-dashboard simulate faults clean
+.PHONY: install run test test-fast lint format services browser bench-core bench-pass \
+        bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -50,6 +50,30 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+## benchmarks (by hand; figures go to docs/benchmarks.md). They use their own database.
+BENCH_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth_bench
+
+bench-core: install
+	$(BIN)/python bench/bench_core.py --repeat 5
+
+bench-pass: install services
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(BIN)/python bench/bench_pass.py
+
+bench-heartbeat: install services
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(BIN)/python bench/bench_heartbeat.py
+
+bench-api: install services
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(BIN)/python bench/bench_api.py
+
+bench-dashboard: install services
+	DATABASE_URL=$(BENCH_DATABASE_URL) $(BIN)/python bench/bench_dashboard.py
+
+bench-sim: install
+	$(BIN)/python bench/bench_sim.py
+
+bench-scrape: install services
+	DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(BIN)/python bench/bench_scrape.py
 
 clean:
 	rm -rf var staticfiles .pytest_cache test-artifacts

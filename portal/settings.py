@@ -210,17 +210,36 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- REST framework --------------------------------------------------------------
 REST_FRAMEWORK = {
+    # Bearer first: an anonymous request then gets 401 + WWW-Authenticate, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttles.TokenRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        # Requests per API token (or session user); "0" or "" turns throttling off.
+        "token": env_str("BERTH_API_RATE", "3000/min"),
+        # Failed password logins (POST /api/v1/tokens/ with Basic auth) per address.
+        "login": env_str("BERTH_API_LOGIN_FAILURES", "10/min"),
+    },
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Berth API",
-    "DESCRIPTION": "Submit, watch and cancel GPU gang jobs; read quotas, queues and nodes.",
+    "DESCRIPTION": "Submit, watch and cancel GPU gang jobs; read quotas, queues and nodes. "
+    "Every 4xx answers `{\"error\": {\"code\", \"message\", \"fields\"}}`; see docs/api.md.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api.schema.add_error_responses",
+    ],
 }
 
 # --- logging ---------------------------------------------------------------------
@@ -236,4 +255,43 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+
+# --- ops: /metrics, /readyz, logs, static files (portal/ops; docs/operations.md) --------------
+def _cidrs(name: str, default: list[str]) -> list[str]:
+    """A comma-separated list of networks; `none` allows no network (token only)."""
+    import ipaddress
+
+    raw = env_str(name)
+    if raw is not None and raw.lower() == "none":
+        return []
+    cidrs = env_list(name, default)
+    for cidr in cidrs:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must list networks like 10.0.0.0/8, got {cidr!r}"
+            ) from None
+    return cidrs
+
+
+# Scrapers from these networks need no token (default: this machine only).
+BERTH["METRICS_ALLOW_CIDRS"] = _cidrs("BERTH_METRICS_ALLOW_CIDRS", ["127.0.0.1/32", "::1/128"])
+# Rows older than this are folded into the shared metrics base (portal/ops/tallies.py).
+BERTH["METRICS_SETTLE_S"] = env_float("BERTH_METRICS_SETTLE_S", 600.0, minimum=60.0)
+# /readyz fails when the last successful scheduling pass finished longer ago than this.
+BERTH["READY_PASS_MAX_AGE_S"] = env_float(
+    "BERTH_READY_PASS_MAX_AGE_S", max(3 * BERTH["SCHEDULE_INTERVAL_S"], 60.0), minimum=1.0
+)
+BERTH["READY_BROKER_TIMEOUT_S"] = env_float("BERTH_READY_BROKER_TIMEOUT_S", 2.0, minimum=0.1)
+STATIC_ROOT = Path(env_str("BERTH_STATIC_ROOT", str(STATIC_ROOT)))
+if not DEBUG:
+    # Prometheus scrapes a web process directly, over plain HTTP inside the cluster.
+    SECURE_REDIRECT_EXEMPT = [*SECURE_REDIRECT_EXEMPT, r"^metrics$"]
+# Text logs show the `extra` fields (portal.ops.logs.log_fields) as key=value.
+LOGGING["formatters"]["text"] = {
+    "()": "portal.ops.logs.TextFormatter",
+    "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
 }

@@ -8,9 +8,15 @@ from portal.ops import views as ops
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
     path("api/agent/v1/register", agentapi.register, name="agent-register"),
     path("api/agent/v1/heartbeat", agentapi.heartbeat_view, name="agent-heartbeat"),
+    path("api/", include("portal.api.urls")),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("portal.dashboard.urls")),
 ]
+
+handler404 = "portal.api.errors.page_not_found"
+handler500 = "portal.errors.server_error"

@@ -17,6 +17,8 @@ dest=portal/static/vendor
 rm -rf "$dest"
 mkdir -p "$dest/chartjs" "$dest/htmx"
 cp node_modules/chart.js/dist/chart.umd.min.js "$dest/chartjs/chart.umd.min.js"
+# The source map the minified file points to: collectstatic (manifest storage) needs it.
+cp node_modules/chart.js/dist/chart.umd.min.js.map "$dest/chartjs/chart.umd.min.js.map"
 cp node_modules/chart.js/LICENSE.md "$dest/chartjs/LICENSE.md"
 cp node_modules/htmx.org/dist/htmx.min.js "$dest/htmx/htmx.min.js"
 cp node_modules/htmx.org/LICENSE "$dest/htmx/LICENSE"

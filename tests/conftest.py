@@ -21,3 +21,11 @@ def cluster(db):
 @pytest.fixture
 def personas(cluster):
     return cluster.personas
+
+
+def pytest_configure(config):
+    """Fast password hashing for the test users (PBKDF2 costs ~1 s per test here)."""
+    if config.pluginmanager.hasplugin("django"):
+        from django.conf import settings
+
+        settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from django.db.models import Count, Max, Q, Sum
@@ -23,7 +23,7 @@ MAX_ENV_BYTES = 32 * 1024
 MAX_ENV_VARS = 200
 MAX_WORKERS = 4096
 PRIORITY_RANGE = (-1000, 1000)
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: no trailing newline
 # Names the agent sets for the gang; a job may not override them.
 RESERVED_ENV = {
     "RANK",
@@ -68,15 +68,66 @@ class JobSpec:
 
     def fingerprint(self) -> str:
         """A digest of the request: the same Idempotency-Key with another body is a conflict."""
-        data = asdict(self) | {"queue": self.queue.name, "flavor": self.flavor.name}
+        # Not dataclasses.asdict: it would deep-copy the Queue and GpuFlavor rows first.
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data |= {"queue": self.queue.name, "flavor": self.flavor.name}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def clean_job_spec(team: Team, data: dict[str, Any]) -> JobSpec:
-    """Return a JobSpec with the queue's defaults filled in, or raise SpecError."""
+class SpecLookups:
+    """The team's queues, the flavors and the fit limits a spec is checked against,
+    each read once and remembered: validating many specs with one SpecLookups
+    (a bulk submission) costs a fixed number of queries, not a few per spec."""
+
+    def __init__(self, team: Team, queues: list[Queue] = ()):
+        self.team = team
+        self._queues: dict[str, Queue] = {q.name: q for q in queues}
+        self._all_queues = False
+        self._flavors: dict[str, GpuFlavor] | None = None
+        self._largest: dict[int, int | None] = {}
+        self._ceiling: dict[int, int] = {}
+
+    def queue(self, name: str) -> Queue | None:
+        if name not in self._queues and not self._all_queues:
+            self._load_queues()
+        return self._queues.get(name)
+
+    def queue_names(self) -> list[str]:
+        if not self._all_queues:
+            self._load_queues()
+        return sorted(self._queues)
+
+    def _load_queues(self) -> None:
+        for queue in Queue.objects.filter(team=self.team):
+            queue.team = self.team
+            self._queues.setdefault(queue.name, queue)
+        self._all_queues = True
+
+    def flavors(self) -> dict[str, GpuFlavor]:
+        if self._flavors is None:
+            self._flavors = {f.name: f for f in GpuFlavor.objects.all()}
+        return self._flavors
+
+    def largest_node(self, flavor: GpuFlavor) -> int | None:
+        if flavor.pk not in self._largest:
+            self._largest[flavor.pk] = _largest_node(flavor)
+        return self._largest[flavor.pk]
+
+    def max_gpus_ever(self, flavor: GpuFlavor) -> int:
+        if flavor.pk not in self._ceiling:
+            self._ceiling[flavor.pk] = max_gpus_ever(self.team, flavor)
+        return self._ceiling[flavor.pk]
+
+
+def clean_job_spec(team: Team, data: dict[str, Any], lookups: SpecLookups | None = None) -> JobSpec:
+    """Return a JobSpec with the queue's defaults filled in, or raise SpecError.
+
+    Pass one `lookups` (of the same team) to validate many specs cheaply.
+    """
+    lookups = lookups or SpecLookups(team)
     errors: dict[str, list[str]] = {}
-    queue = _lookup_queue(team, data.get("queue") or "default", errors)
-    flavor = _lookup_flavor(data.get("flavor"), errors)
+    queue = _lookup_queue(lookups, data.get("queue") or "default", errors)
+    flavor = _lookup_flavor(lookups, data.get("flavor"), errors)
     spec = _with_defaults(data, queue, flavor)
     _check_text(spec, errors)
     _check_env(spec.env, errors)
@@ -88,7 +139,7 @@ def clean_job_spec(team: Team, data: dict[str, Any]) -> JobSpec:
             f"Queue {queue.name} allows at most {queue.max_runtime_seconds} s.",
         )
     if flavor and not errors.keys() & {"workers", "gpus_per_worker"}:
-        _check_fits(team, spec, errors)
+        _check_fits(lookups, spec, errors)
     if errors:
         raise SpecError(errors)
     return spec
@@ -98,21 +149,23 @@ def _add(errors, name: str, message: str) -> None:
     errors.setdefault(name, []).append(message)
 
 
-def _lookup_queue(team: Team, name: str, errors) -> Queue | None:
-    queue = Queue.objects.filter(team=team, name=name).first()
+def _lookup_queue(lookups: SpecLookups, name: str, errors) -> Queue | None:
+    queue = lookups.queue(name)
     if queue is None:
-        known = ", ".join(Queue.objects.filter(team=team).values_list("name", flat=True)) or "none"
-        _add(errors, "queue", f"Team {team.slug} has no queue {name!r} (queues: {known}).")
+        known = ", ".join(lookups.queue_names()) or "none"
+        team = lookups.team.slug
+        _add(errors, "queue", f"Team {team} has no queue {name!r} (queues: {known}).")
     return queue
 
 
-def _lookup_flavor(name, errors) -> GpuFlavor | None:
+def _lookup_flavor(lookups: SpecLookups, name, errors) -> GpuFlavor | None:
     if not name:
         _add(errors, "flavor", "This field is required.")
         return None
-    flavor = GpuFlavor.objects.filter(name=name).first()
+    flavors = lookups.flavors()
+    flavor = flavors.get(name)
     if flavor is None:
-        known = ", ".join(GpuFlavor.objects.values_list("name", flat=True)) or "none"
+        known = ", ".join(sorted(flavors)) or "none"
         _add(errors, "flavor", f"Unknown GPU flavor {name!r} (flavors: {known}).")
     return flavor
 
@@ -185,20 +238,20 @@ def _check_numbers(spec: JobSpec, errors) -> None:
         _add(errors, "priority", f"Must be between {low} and {high}.")
 
 
-def _check_fits(team: Team, spec: JobSpec, errors) -> None:
-    largest_node = _largest_node(spec.flavor)
+def _check_fits(lookups: SpecLookups, spec: JobSpec, errors) -> None:
+    largest_node = lookups.largest_node(spec.flavor)
     if largest_node is not None and spec.gpus_per_worker > largest_node:
         _add(
             errors,
             "gpus_per_worker",
             f"No {spec.flavor.name} node has {spec.gpus_per_worker} GPUs (the largest has {largest_node}).",
         )
-    ceiling = max_gpus_ever(team, spec.flavor)
+    ceiling = lookups.max_gpus_ever(spec.flavor)
     if spec.gpus > ceiling:
         _add(
             errors,
             "workers",
-            f"The gang needs {spec.gpus} {spec.flavor.name} GPUs but team {team.slug} can get at most "
+            f"The gang needs {spec.gpus} {spec.flavor.name} GPUs but team {lookups.team.slug} can get at most "
             f"{ceiling} (nominal quota plus what it may borrow).",
         )
 
@@ -212,19 +265,21 @@ def _largest_node(flavor: GpuFlavor) -> int | None:
 
 
 def max_gpus_ever(team: Team, flavor: GpuFlavor) -> int:
-    """The most GPUs of the flavor the team could hold: nominal plus what it may ever borrow."""
-    own = Quota.objects.filter(team=team, flavor=flavor).first()
-    nominal = own.nominal if own else 0
-    if team.cohort_id is None:
-        return nominal
-    lendable = _lendable_in_cohort(team, flavor)
-    if own and own.borrowing_limit is not None:
-        lendable = min(lendable, own.borrowing_limit)
-    return nominal + lendable
+    """The most GPUs of the flavor the team could hold: nominal plus what it may ever borrow.
 
-
-def _lendable_in_cohort(team: Team, flavor: GpuFlavor) -> int:
-    others = Quota.objects.filter(team__cohort_id=team.cohort_id, flavor=flavor).exclude(team=team)
-    unlimited = others.filter(lending_limit__isnull=True).aggregate(s=Sum("nominal"))["s"] or 0
-    limited = others.filter(lending_limit__isnull=False).aggregate(s=Sum("lending_limit"))["s"] or 0
-    return unlimited + limited
+    One query: the team's own quota and what its cohort peers may lend (each
+    peer's lending limit, or all its nominal quota when it has none).
+    """
+    own, peers = Q(team=team), ~Q(team=team)
+    cohort = Q(team__cohort_id=team.cohort_id) if team.cohort_id else Q(pk__in=[])
+    quotas = Quota.objects.filter(Q(flavor=flavor) & (own | cohort))
+    row = quotas.aggregate(
+        own_nominal=Sum("nominal", filter=own),
+        own_borrowing=Max("borrowing_limit", filter=own),
+        lend_all=Sum("nominal", filter=peers & Q(lending_limit__isnull=True)),
+        lend_limited=Sum("lending_limit", filter=peers & Q(lending_limit__isnull=False)),
+    )
+    lendable = (row["lend_all"] or 0) + (row["lend_limited"] or 0)
+    if row["own_borrowing"] is not None:
+        lendable = min(lendable, row["own_borrowing"])
+    return (row["own_nominal"] or 0) + lendable

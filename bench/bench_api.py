@@ -1,0 +1,307 @@
+"""Benchmark job submission over REST: authenticated, validated, stored, under
+gunicorn on PostgreSQL, closed loop from several client processes.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench_api \\
+    REDIS_URL=redis://127.0.0.1:6379/12 \\
+        .venv/bin/python bench/bench_api.py [--duration 30] [--clients 8] \\
+        [--workers 4] [--bulk-size 1000] [--bulk-requests 20]
+
+Every request carries a Bearer token (one per client, each of its own team),
+passes the per-token throttle (its rate raised so it counts without refusing),
+full validation (jobspec) and is committed before its 201. A drainer stands in
+for the scheduler: every second it moves pending jobs on (to `succeeded`), so
+queues stay as short as a running cluster keeps them; `--no-drain` lets them grow.
+
+Each run also reports the CPU one success cost (gunicorn workers, their
+PostgreSQL sessions, the client processes), read from /proc, and what the
+machine's cores could sustain at that cost if nothing else ran: on a shared
+machine the measured rate depends on the neighbours, the CPU cost much less.
+
+Targets (../shared/DESIGN.md): ≥ 500 single submissions/s sustained and
+≥ 5,000 jobs/s in bulk on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/berth_bench_api")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/12")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from bench.bench_pass import ensure_database  # noqa: E402
+from portal.core.actions.tokens import create_api_token  # noqa: E402
+from portal.core.models import Cohort, Gpu, GpuFlavor, Membership, Node, Queue, Quota, Team  # noqa: E402
+
+JOB = {
+    "name": "bench",
+    "image": "registry.example.com/pytorch:2.4",
+    "command": ["python", "train.py", "--epochs", "3"],
+    "flavor": "h100-80gb",
+    "workers": 2,
+    "gpus_per_worker": 8,
+    "max_runtime_seconds": 3600,
+    "env": {"SEED": "1"},
+}
+
+
+def populate(clients: int) -> list[str]:
+    """One team, queue, member and token per client; 8 nodes of 8 GPUs. Returns the tokens."""
+    get_user_model().objects.filter(username__startswith="ci-").delete()  # from an earlier run
+    flavor = GpuFlavor.objects.create(name="h100-80gb", product_names=["NVIDIA H100 80GB HBM3"])
+    cohort = Cohort.objects.create(name="bench")
+    for i in range(8):
+        node = Node.objects.create(hostname=f"n{i}", flavor=flavor, condition=Node.Condition.READY)
+        Gpu.objects.bulk_create(Gpu(node=node, index=g, uuid=f"GPU-n{i}-{g}") for g in range(8))
+    tokens = []
+    for i in range(clients):
+        team = Team.objects.create(slug=f"team-{i}", name=f"Team {i}", cohort=cohort)
+        Quota.objects.create(team=team, flavor=flavor, nominal=32)
+        Queue.objects.create(team=team, name="default", max_pending_jobs=1_000_000)
+        user = get_user_model().objects.create_user(f"ci-{i}", password=None)
+        Membership.objects.create(user=user, team=team, role=Membership.Role.MEMBER)
+        tokens.append(create_api_token(user, name="bench")[1])
+    return tokens
+
+
+def start_gunicorn(port: int, workers: int, threads: int) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": "bench-" + "k9!x#Lm2$Qp7&Rt4*Vw8^Yz1@Ac3-Ef6+" * 2,
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "DJANGO_SECURE_SSL_REDIRECT": "0",
+        "BERTH_LOG_LEVEL": "WARNING",
+        "BERTH_API_RATE": "10000000/min",
+    }
+    worker_args = ["-k", "gthread", "--threads", str(threads)] if threads > 1 else []
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}",
+         "-w", str(workers), *worker_args, "--log-level", "warning"],
+        cwd=ROOT, env=env, start_new_session=True,
+    )  # fmt: skip
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("gunicorn did not start")
+
+
+def client(port: int, token: str, path: str, body: bytes | None, until: float, warmup: float, out):
+    """Closed loop on one keep-alive connection (a GET when there is no body);
+    sends (latencies after warm-up, statuses, successes) to `out`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    latencies, statuses, ok, cpu_start = [], {}, 0, None
+    while (now := time.perf_counter()) < until:
+        if cpu_start is None and now >= warmup:
+            cpu_start = time.process_time()
+        try:
+            conn.request("GET" if body is None else "POST", path, body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            status = response.status
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            status = 0
+        if now >= warmup:
+            latencies.append(time.perf_counter() - now)
+            statuses[status] = statuses.get(status, 0) + 1
+            ok += 200 <= status < 300
+    out.put((latencies, statuses, ok, time.process_time() - (cpu_start or time.process_time())))
+
+
+class Run:
+    """One closed-loop run: latencies, statuses, successes, and CPU seconds used in the
+    measured window by the server, its database sessions and the clients."""
+
+    def __init__(self, latencies, statuses, ok, cpu):
+        self.latencies, self.statuses, self.ok, self.cpu = latencies, statuses, ok, cpu
+
+    def cpu_per_success_ms(self) -> dict[str, float]:
+        return {k: 1000 * v / max(1, self.ok) for k, v in self.cpu.items()}
+
+
+def run_clients(port, tokens, path, body, duration, server_pid, warmup=3.0) -> Run:
+    start = time.perf_counter()
+    until, measure_from = start + warmup + duration, start + warmup
+    queue = multiprocessing.Queue()
+    procs = [
+        multiprocessing.Process(
+            target=client, args=(port, t, path, body, until, measure_from, queue)
+        )
+        for t in tokens
+    ]
+    for p in procs:
+        p.start()
+    time.sleep(warmup)
+    before = server_cpu(server_pid)
+    results = [queue.get() for _ in procs]
+    after = server_cpu(server_pid)
+    for p in procs:
+        p.join()
+    latencies = sorted(x for r in results for x in r[0])
+    statuses = {}
+    for r in results:
+        for k, v in r[1].items():
+            statuses[k] = statuses.get(k, 0) + v
+    cpu = {k: after[k] - before[k] for k in after} | {"clients": sum(r[3] for r in results)}
+    return Run(latencies, statuses, sum(r[2] for r in results), cpu)
+
+
+def _proc_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(master: int) -> dict[str, float]:
+    """CPU seconds so far of gunicorn's workers and of the database's sessions for this database."""
+    workers = [int(p) for p in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND application_name <> 'bench-drainer'"
+        )
+        backends = [row[0] for row in cur.fetchall()]
+    return {
+        "gunicorn": sum(_proc_cpu(p) for p in [master, *workers]),
+        "postgres": sum(_proc_cpu(p) for p in backends),
+    }
+
+
+def drain(stop: threading.Event) -> None:
+    """Stand-in for the scheduler: pending jobs move on, so queues stay short."""
+    import psycopg
+
+    s = connection.settings_dict
+    with psycopg.connect(dbname=s["NAME"], host=s["HOST"] or None, user=s["USER"] or None,
+                         port=s["PORT"] or 5432, autocommit=True, application_name="bench-drainer") as db:  # fmt: skip
+        while not stop.wait(1.0):
+            db.execute("UPDATE core_job SET state = 'succeeded' WHERE state = 'pending'")
+
+
+def report(what: str, run: Run, duration: float, per_request: int) -> None:
+    """Throughput, latency, statuses, and the CPU each success cost: what an idle
+    machine with os.cpu_count() cores could sustain is cores / CPU per success."""
+    rate = run.ok * per_request / duration
+    cpu = run.cpu_per_success_ms()
+    total = sum(cpu.values())
+    print(
+        f"{what}: {rate:,.0f} jobs/s over {duration:g} s; p50 {pct(run.latencies, 0.5):.1f} ms, "
+        f"p90 {pct(run.latencies, 0.9):.1f} ms, p99 {pct(run.latencies, 0.99):.1f} ms; "
+        f"statuses {run.statuses}\n    CPU per request: "
+        + ", ".join(f"{k} {v:.2f} ms" for k, v in cpu.items())
+        + f" = {total:.2f} ms → {os.cpu_count()} idle cores ≈ "
+        f"{os.cpu_count() * 1000 / total * per_request if total else float('nan'):,.0f} jobs/s"
+    )
+
+
+def pct(values, q):
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else float("nan")
+
+
+def machine() -> str:
+    model = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")), platform.processor()
+    )  # fmt: skip
+    with connection.cursor() as cur:
+        cur.execute("SHOW server_version")
+        pg = cur.fetchone()[0]
+    return f"nproc={os.cpu_count()} cpu={model!r} python={platform.python_version()} postgres={pg}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--duration", type=float, default=30.0, help="measured seconds (after 3 s warm-up)"
+    )
+    parser.add_argument("--clients", type=int, default=8, help="client processes, one token each")
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="threads per worker (gthread if > 1)"
+    )
+    parser.add_argument("--bulk-size", type=int, default=1000)
+    parser.add_argument("--bulk-clients", type=int, default=2)
+    parser.add_argument("--bulk-duration", type=float, default=15.0)
+    parser.add_argument("--no-drain", action="store_true")
+    parser.add_argument(
+        "--context",
+        action="store_true",
+        help="also measure GET /healthz (Django, no database) and GET /api/v1/me/ "
+        "(DRF, token auth, 3 queries): what this machine allows before any submit work",
+    )
+    parser.add_argument("--port", type=int, default=8777)
+    args = parser.parse_args()
+
+    ensure_database()
+    tokens = populate(max(args.clients, args.bulk_clients))
+    print(machine())
+    print(f"gunicorn: {args.workers} workers × {args.threads} threads; {args.clients} clients")
+    server = start_gunicorn(args.port, args.workers, args.threads)
+    stop = threading.Event()
+    drainer = threading.Thread(target=drain, args=(stop,), daemon=True)
+    if not args.no_drain:
+        drainer.start()
+    try:
+        single = json.dumps(JOB).encode()
+        run = run_clients(
+            args.port, tokens[: args.clients], "/api/v1/jobs/", single, args.duration, server.pid
+        )
+        report(f"single submit, {args.clients} clients", run, args.duration, 1)
+        if args.context:
+            for path in ("/healthz", "/api/v1/me/"):
+                run = run_clients(args.port, tokens[: args.clients], path, None, 10.0, server.pid)
+                report(f"context GET {path}", run, 10.0, 1)
+        bulk = json.dumps(
+            {"jobs": [JOB | {"name": f"sweep-{i}"} for i in range(args.bulk_size)]}
+        ).encode()
+        run = run_clients(
+            args.port,
+            tokens[: args.bulk_clients],
+            "/api/v1/jobs/bulk/",
+            bulk,
+            args.bulk_duration,
+            server.pid,
+        )
+        report(
+            f"bulk submit, {args.bulk_size} jobs/request, {args.bulk_clients} clients",
+            run,
+            args.bulk_duration,
+            args.bulk_size,
+        )
+    finally:
+        stop.set()
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()

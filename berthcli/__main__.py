@@ -1,0 +1,5 @@
+import sys
+
+from berthcli.main import main
+
+sys.exit(main())

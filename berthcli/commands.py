@@ -1,0 +1,449 @@
+"""One function per `berth` command: call the API, print for people or `--json`,
+return the exit code (berthcli.exitcodes)."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import sys
+import time
+import uuid
+from urllib.parse import urlsplit
+
+from berthcli import config, exitcodes
+from berthcli.client import ApiError, Client
+from berthcli.explain import explain
+from berthcli.jobfile import SpecFileError, load_file, normalise, parse_duration, parse_env
+from berthcli.output import duration, ordinal, parse_time, print_json, shape, table, when
+
+_sleep = time.sleep  # tests replace this to drive `berth wait` without waiting
+_clock = time.monotonic
+
+ACTIVE = "pending,admitted,running,preempting"
+FINAL = {
+    "succeeded": exitcodes.OK,
+    "failed": exitcodes.JOB_FAILED,
+    "cancelled": exitcodes.JOB_CANCELLED,
+}
+
+
+# --- account -------------------------------------------------------------------------
+
+
+def login(args, client_for) -> int:
+    """Trade a username and password for an API token and store it (mode 0600)."""
+    saved = config.load()
+    url = args.url or saved.url or _ask("Berth URL: ")
+    username = args.username or _ask("Username: ")
+    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else getpass.getpass()
+    body = {"name": args.name or f"berth-cli@{socket.gethostname()}"[:100]}
+    if args.expires_days:
+        body["expires_in_days"] = args.expires_days
+    if args.team:
+        body["teams"] = args.team
+    client = client_for(url=url, auth=(username, password), token=None)
+    token = client.post("/api/v1/tokens/", body).body
+    path = config.save(url, token.pop("token"))
+    if args.json:
+        print_json(token | {"url": url, "config": str(path)})
+        return exitcodes.OK
+    expiry = f", expires {when(token['expires_at'])}" if token.get("expires_at") else ""
+    print(f"Logged in to {url} as {username}; token {token['prefix']}… saved in {path}{expiry}.")
+    return exitcodes.OK
+
+
+def _ask(prompt: str) -> str:
+    """Prompt on stderr, so stdout stays clean for --json."""
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    return sys.stdin.readline().strip()
+
+
+def logout(args, client_for) -> int:
+    """Revoke the stored token on the server and forget it locally."""
+    client = client_for()
+    me = client.get("/api/v1/me/").body
+    if me.get("token"):
+        client.post(f"/api/v1/tokens/{me['token']['id']}/revoke/", safe=True)
+    path = config.forget_token()
+    if args.json:
+        print_json({"revoked": bool(me.get("token")), "config": str(path)})
+    else:
+        print(f"Token revoked and removed from {path}.")
+    return exitcodes.OK
+
+
+def whoami(args, client_for) -> int:
+    me = client_for().get("/api/v1/me/").body
+    if args.json:
+        print_json(me)
+        return exitcodes.OK
+    teams = ", ".join(f"{t['slug']} ({t['role']})" for t in me["teams"]) or "no team"
+    print(f"{me['username']}{' (staff)' if me['is_staff'] else ''} — {teams}")
+    if me.get("token"):
+        scope = ", ".join(me["token"]["teams"] or []) or "all your teams"
+        expiry = when(me["token"]["expires_at"]) or "never"
+        print(f"token {me['token']['prefix']}… reaches {scope}; expires {expiry}")
+    return exitcodes.OK
+
+
+# --- submit ------------------------------------------------------------------------
+
+
+def submit(args, client_for) -> int:
+    team, jobs, bulk = _specs(args)
+    client = client_for()
+    if bulk:
+        body = {"jobs": jobs} | ({"team": team} if team else {})
+        reply = client.post("/api/v1/jobs/bulk/", body)
+        return _print_bulk(args, reply.body)
+    key = args.idempotency_key or f"berth-cli-{uuid.uuid4()}"
+    body = jobs[0] | ({"team": team} if team else {})
+    # With a key, repeating the POST after a lost answer returns the same job.
+    reply = client.post("/api/v1/jobs/", body, headers={"Idempotency-Key": key}, safe=True)
+    replayed = reply.headers.get("Idempotent-Replayed") == "true"
+    if args.json:
+        print_json(reply.body)
+    elif args.parsable:
+        print(reply.body["id"])
+    else:
+        print(f"Submitted job {reply.body['id']}")
+    if replayed and args.idempotency_key:
+        print(f"berth: job {reply.body['id']} was already submitted with this key", file=sys.stderr)
+    return exitcodes.OK
+
+
+def _specs(args) -> tuple[str | None, list[dict], bool]:
+    """The jobs to send: the file's, with the flags laid over each of them."""
+    team, jobs, bulk = load_file(args.file) if args.file else (None, [{}], False)
+    team = args.team or team
+    flags = _flag_fields(args)
+    jobs = [normalise(job | flags) for job in jobs]
+    if args.array:
+        if bulk:
+            raise SpecFileError("--array needs a single job, not a file of many")
+        jobs, bulk = _array(jobs[0], args.array), True
+    return team, jobs, bulk
+
+
+def _flag_fields(args) -> dict:
+    fields = {
+        "name": args.name,
+        "queue": args.queue,
+        "image": args.image,
+        "workers": args.workers,
+        "gpus_per_worker": args.gpus_per_worker,
+        "flavor": args.flavor,
+        "priority": args.priority,
+        "preemptible": args.preemptible,
+        "checkpoint_signal": args.checkpoint_signal,
+    }
+    if args.time:
+        fields["max_runtime_seconds"] = parse_duration(args.time)
+    if args.grace_period:
+        fields["grace_period_seconds"] = parse_duration(args.grace_period)
+    if args.command:
+        fields["command"] = args.command[1:] if args.command[0] == "--" else args.command
+    out = {k: v for k, v in fields.items() if v is not None}
+    if args.env:
+        out["env"] = parse_env(args.env)
+    return out
+
+
+def _array(job: dict, count: int) -> list[dict]:
+    """Copies of one job for a sweep, each told its index (like Slurm's SLURM_ARRAY_TASK_ID)."""
+    name = job.get("name") or "job"
+    return [
+        job
+        | {
+            "name": f"{name}[{i}]",
+            "env": dict(job.get("env") or {}) | {"BERTH_ARRAY_INDEX": str(i)},
+        }
+        for i in range(count)
+    ]
+
+
+def _print_bulk(args, body: dict) -> int:
+    if args.json:
+        print_json(body)
+    elif args.parsable:
+        print("\n".join(str(i) for i in body["ids"]))
+    else:
+        ids = body["ids"]
+        span = (
+            f"{ids[0]}–{ids[-1]}"
+            if ids == list(range(ids[0], ids[-1] + 1))
+            else ", ".join(map(str, ids))
+        )
+        print(f"Submitted {body['count']} jobs to {body['team']}: {span}")
+    return exitcodes.OK
+
+
+# --- look ---------------------------------------------------------------------------
+
+
+def status(args, client_for) -> int:
+    job = client_for().get(f"/api/v1/jobs/{args.job}/").body
+    if args.json:
+        print_json(job)
+        return exitcodes.OK
+    print("\n".join(_status_lines(job)))
+    return exitcodes.OK
+
+
+def _status_lines(job: dict) -> list[str]:
+    lines = [
+        f"Job {job['id']}  {job['name']}  ({job['team']}/{job['queue']})",
+        f"State:       {job['state']}" + (f" ({job['reason_code']})" if job["reason_code"] else ""),
+    ]
+    if job["reason"]:
+        lines.append(f"Reason:      {job['reason']}")
+    if job["position"]:
+        lines.append(f"Position:    {ordinal(job['position'])} in its queue")
+    if job["estimated_start"]:
+        lines.append(f"Est. start:  {when(job['estimated_start'])}")
+    preempt = "preemptible" if job["preemptible"] else "not preemptible"
+    lines += [
+        f"Shape:       {shape(job)}, priority {job['priority']}, {preempt}, "
+        f"max {duration(job['max_runtime_seconds'])}",
+        f"Image:       {job['image']}",
+        f"Command:     {' '.join(job['command'])}",
+        f"Submitted:   {when(job['submitted_at'])} by {job['submitted_by'] or '?'}",
+    ]
+    for label, key in (("Started", "started_at"), ("Finished", "finished_at")):
+        if job.get(key):
+            lines.append(f"{label + ':':<13}{when(job[key])}")
+    if job["exit_code"] is not None:
+        lines.append(f"Exit code:   {job['exit_code']}")
+    if job["allocations"]:
+        lines.append("GPUs:")
+        lines += [f"  rank {a['rank']}  {a['node']}  {a['gpu_uuid']}" for a in job["allocations"]]
+    lines.append("Events:")
+    for event in job["events"][-10:]:
+        at = parse_time(event["at"]).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"  {at}  {event['kind']:<12} {event['message']}")
+    return lines
+
+
+def queue(args, client_for) -> int:
+    params = {"ordering": "queue", "limit": min(args.limit, 1000)}
+    if not args.all:
+        params["state"] = args.state or ACTIVE
+    for key in ("queue", "team"):
+        if getattr(args, key):
+            params[key] = getattr(args, key)
+    if args.me:
+        params["submitted_by"] = "me"
+    jobs = _all_pages(client_for(), "/api/v1/jobs/", params, args.limit)
+    if args.json:
+        print_json(jobs)
+        return exitcodes.OK
+    rows = [_queue_row(j) for j in jobs]
+    headers = ["JOBID", "TEAM", "QUEUE", "NAME", "USER", "STATE", "GPUS", "POS", "REASON", "START"]
+    print(table(rows, headers))
+    return exitcodes.OK
+
+
+def _all_pages(client: Client, path: str, params: dict, limit: int) -> list[dict]:
+    jobs, url = [], path
+    while url and len(jobs) < limit:
+        body = client.get(url, params).body
+        jobs += body["results"]
+        url, params = _local(body["next"]), None
+    return jobs[:limit]
+
+
+def _local(url: str | None) -> str | None:
+    """The path and query of a `next` link: follow it on the URL we were given, even
+    when the portal behind a proxy names itself differently."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}" if parts.query else parts.path
+
+
+def _queue_row(job: dict) -> list:
+    if job["state"] == "pending":
+        start = when(job["estimated_start"])
+    else:
+        start = when(job["started_at"] or job["admitted_at"] or job["finished_at"])
+    return [
+        job["id"],
+        job["team"],
+        job["queue"],
+        job["name"][:24],
+        job["submitted_by"],
+        job["state"],
+        job["gpus"],
+        job["position"],
+        job["reason_code"] or None,
+        start,
+    ]
+
+
+def why(args, client_for) -> int:
+    job = client_for().get(f"/api/v1/jobs/{args.job}/").body
+    lines = explain(job)
+    if args.json:
+        print_json({"id": job["id"], "state": job["state"], "reason_code": job["reason_code"],
+                    "explanation": lines})  # fmt: skip
+    else:
+        print("\n".join(lines))
+    return exitcodes.OK
+
+
+def share(args, client_for) -> int:
+    client = client_for()
+    slugs = [args.team] if args.team else [t["slug"] for t in client.get("/api/v1/teams/").body]
+    teams = [client.get(f"/api/v1/teams/{slug}/").body for slug in slugs]
+    if args.json:
+        print_json(teams)
+        return exitcodes.OK
+    rows = [
+        [t["slug"], q["flavor"], q["nominal"], q["borrowing_limit"], q["lending_limit"],
+         q["used"], q["borrowed"], q["pending_gpus"]]
+        for t in teams for q in t["quota"]
+    ]  # fmt: skip
+    print(
+        table(
+            rows,
+            ["TEAM", "FLAVOR", "NOMINAL", "BORROW_LIM", "LEND_LIM", "USED", "BORROWED", "PENDING"],
+        )
+    )
+    standings = {s["team"]: s for t in teams for s in t["fair_share"]}
+    print("\nFair share (lowest share is served first):")
+    rows = [
+        [
+            s["team"],
+            f"{s['weight']:g}",
+            f"{s['current']:.3f}",
+            f"{s['historical']:.3f}",
+            f"{s['share']:.3f}",
+        ]
+        for s in sorted(standings.values(), key=lambda s: (s["share"], s["team"]))
+    ]
+    print(table(rows, ["TEAM", "WEIGHT", "CURRENT", "HISTORICAL", "SHARE"]))
+    return exitcodes.OK
+
+
+def logs(args, client_for) -> int:
+    params = {"attempt": args.attempt} if args.attempt is not None else None
+    body = client_for().get(f"/api/v1/jobs/{args.job}/logs/", params).body
+    workers = [w for w in body["workers"] if args.rank is None or w["rank"] == args.rank]
+    if args.json:
+        print_json(body | {"workers": workers})
+        return exitcodes.OK
+    if not workers:
+        print(f"No logs for job {args.job} yet.", file=sys.stderr)
+    for worker in workers:
+        if len(workers) > 1:
+            print(f"==> rank {worker['rank']} on {worker['node']} ({worker['state']}) <==")
+        sys.stdout.write(worker["log_tail"])
+        if worker["log_tail"] and not worker["log_tail"].endswith("\n"):
+            sys.stdout.write("\n")
+    return exitcodes.OK
+
+
+# --- act ----------------------------------------------------------------------------
+
+
+def cancel(args, client_for) -> int:
+    client, results, code = client_for(), [], exitcodes.OK
+    for job_id in args.jobs:
+        try:
+            job = _cancel_one(client, job_id, args.reason)
+        except ApiError as exc:
+            results.append({"id": job_id, "error": exc.body or {"message": exc.message}})
+            print(f"berth: job {job_id}: {exc.message}", file=sys.stderr)
+            code = code or _code_for(exc)
+            continue
+        results.append({"id": job_id, "state": job["state"]})
+        if not args.json:
+            print(f"Cancelled job {job_id}")
+    if args.json:
+        print_json(results)
+    return code
+
+
+def _cancel_one(client: Client, job_id: int, reason: str | None) -> dict:
+    """Cancel; a retry that finds the job already cancelled (by us) is a success too."""
+    try:
+        return client.post(
+            f"/api/v1/jobs/{job_id}/cancel/", {"reason": reason} if reason else {}, safe=True
+        ).body
+    except ApiError as exc:
+        if exc.status == 409:
+            job = client.get(f"/api/v1/jobs/{job_id}/").body
+            if job["state"] == "cancelled":
+                return job
+        raise
+
+
+def wait(args, client_for) -> int:
+    """Poll until the job ends; exit 0 if it succeeded, else its own code (exitcodes)."""
+    client, started, last = client_for(), _clock(), None
+    progress = _Progress(args.job)
+    while True:
+        job = client.get(f"/api/v1/jobs/{args.job}/").body
+        elapsed = _clock() - started
+        if job["state"] in FINAL:
+            progress.done(job, elapsed)
+            if args.json:
+                print_json(job)
+            return FINAL[job["state"]]
+        last = progress.update(job, elapsed, last)
+        if args.timeout is not None and elapsed >= args.timeout:
+            progress.timed_out(job, elapsed)
+            if args.json:
+                print_json(job)
+            return exitcodes.WAIT_TIMEOUT
+        pause = args.interval
+        if args.timeout is not None:
+            pause = max(0.0, min(pause, args.timeout - elapsed))
+        _sleep(pause)
+
+
+class _Progress:
+    """One progress line on stderr: rewritten in place on a terminal, one line per change otherwise."""
+
+    def __init__(self, job_id: int):
+        self.job_id = job_id
+        self.tty = sys.stderr.isatty()
+
+    def update(self, job: dict, elapsed: float, last: str | None) -> str:
+        text = f"job {self.job_id}: {job['state']}"
+        if job["state"] == "pending":
+            extras = [job["reason_code"] or None]
+            if job["position"]:
+                extras.append(f"{ordinal(job['position'])} in queue")
+            if job["estimated_start"]:
+                extras.append(f"start {when(job['estimated_start'])}")
+            text += " (" + ", ".join(e for e in extras if e) + ")" if any(extras) else ""
+        if self.tty:
+            sys.stderr.write(f"\r\033[K{text} · waited {duration(elapsed)}")
+            sys.stderr.flush()
+        elif text != last:
+            print(f"{text} · waited {duration(elapsed)}", file=sys.stderr)
+        return text
+
+    def done(self, job: dict, elapsed: float) -> None:
+        exit_code = f" (exit code {job['exit_code']})" if job["exit_code"] is not None else ""
+        self._end(f"job {self.job_id} {job['state']}{exit_code} after waiting {duration(elapsed)}")
+
+    def timed_out(self, job: dict, elapsed: float) -> None:
+        self._end(
+            f"job {self.job_id} still {job['state']} after {duration(elapsed)}; stopped waiting"
+        )
+
+    def _end(self, text: str) -> None:
+        print(("\r\033[K" if self.tty else "") + text, file=sys.stderr)
+
+
+def _code_for(exc: ApiError) -> int:
+    if exc.status == 401:
+        return exitcodes.NOT_AUTHENTICATED
+    if exc.status == 404:
+        return exitcodes.NOT_FOUND
+    if exc.status == 429 or exc.status >= 500:
+        return exitcodes.UNAVAILABLE
+    return exitcodes.REFUSED

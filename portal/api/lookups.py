@@ -1,0 +1,50 @@
+"""Cluster facts for validating submissions, remembered briefly in each web process.
+
+The largest node of a flavor and the most GPUs a team could ever get change only
+when an admin edits quotas or nodes come and go, yet computing them costs two
+aggregate queries (one over every GPU of the flavor) per submission. The API
+remembers them for FACT_TTL_S seconds per process. For that long after such an
+edit, a submission is judged against the old limits: a gang that no longer fits
+is still accepted and the scheduler reports it as `never_fits` (visible in the
+job's reason, never silent); one that newly fits is refused until the facts
+refresh. Queues and flavors themselves are always read fresh.
+"""
+
+from __future__ import annotations
+
+import time
+
+from portal.core.jobspec import SpecLookups
+from portal.core.models import GpuFlavor
+
+FACT_TTL_S = 10.0
+
+_facts: dict[tuple, tuple[float, object]] = {}
+
+
+def forget() -> None:
+    """Drop every remembered fact (tests call this between scenarios)."""
+    _facts.clear()
+
+
+def _remembered(key: tuple, compute):
+    now = time.monotonic()
+    hit = _facts.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    value = compute()
+    _facts[key] = (now + FACT_TTL_S, value)
+    return value
+
+
+class ApiLookups(SpecLookups):
+    def largest_node(self, flavor: GpuFlavor) -> int | None:
+        return _remembered(
+            ("largest", flavor.pk), lambda: super(ApiLookups, self).largest_node(flavor)
+        )
+
+    def max_gpus_ever(self, flavor: GpuFlavor) -> int:
+        return _remembered(
+            ("ceiling", self.team.pk, flavor.pk),
+            lambda: super(ApiLookups, self).max_gpus_ever(flavor),
+        )

@@ -1,0 +1,109 @@
+"""OpenAPI details drf-spectacular cannot infer: our auth schemes and the error
+responses every operation can give, all in the one error format."""
+
+from __future__ import annotations
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "fields"],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "Stable machine-readable code, e.g. `invalid`, `not_found`, "
+                    "`queue_full`, `throttled`, `idempotency_conflict`.",
+                },
+                "message": {"type": "string", "description": "For people."},
+                "fields": {
+                    "type": "object",
+                    "description": "Field (or `jobs[3].workers`) → messages.",
+                    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        }
+    },
+}
+
+DESCRIPTIONS = {
+    "400": "Invalid request; `fields` says what to fix.",
+    "401": "Not authenticated: no, an invalid, an expired or a revoked token.",
+    "403": "Authenticated but not allowed (a viewer submitting, a member cancelling "
+    "another's job, a session request without CSRF token).",
+    "404": "No such object, or it belongs to another team.",
+    "409": "Conflict: the Idempotency-Key was used with another body, or the job already ended.",
+    "413": "The request body is too large.",
+    "415": "Send `Content-Type: application/json`.",
+    "429": "Too many requests for this token, or the queue is full; retry after `Retry-After` seconds.",
+}
+RETRY_AFTER = {
+    "Retry-After": {
+        "schema": {"type": "integer"},
+        "description": "Seconds to wait before retrying.",
+    }
+}
+
+
+class BearerScheme(OpenApiAuthenticationExtension):
+    target_class = "portal.api.auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token (`bat_…`), created at POST /api/v1/tokens/.",
+        }
+
+
+class PasswordScheme(OpenApiAuthenticationExtension):
+    target_class = "portal.api.auth.PasswordAuthentication"
+    name = "basicAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "basic", "description": "Only to create a token."}
+
+
+def add_error_responses(result, generator, request, public):
+    """Postprocessing hook: document the error answers of every operation."""
+    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            for code in _error_codes(path, method, operation):
+                operation["responses"].setdefault(code, _response(code))
+    return result
+
+
+# Errors particular to some operations: a team named in the body may be unknown
+# (404); an idempotency key or a finished job may conflict (409).
+EXTRA_ERRORS = {
+    "jobs_submit": ["404", "409"],
+    "jobs_bulk_submit": ["404"],
+    "jobs_cancel": ["409"],
+    "tokens_create": ["404"],
+}
+
+
+def _error_codes(path: str, method: str, operation: dict) -> list[str]:
+    codes = ["401", "403", "429"]
+    if "{" in path:
+        codes.append("404")
+    if operation.get("parameters") or "requestBody" in operation or method in ("post", "delete"):
+        codes.append("400")
+    if method == "post":
+        codes += ["413", "415"]
+    return codes + EXTRA_ERRORS.get(operation.get("operationId"), [])
+
+
+def _response(code: str) -> dict:
+    response = {
+        "description": DESCRIPTIONS[code],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+    if code == "429":
+        response["headers"] = RETRY_AFTER
+    return response

@@ -1,0 +1,429 @@
+"""Serializers shape requests and responses; the rules of a valid job live in
+portal.core.jobspec, which the views call after these have parsed the types."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from django.core.validators import RegexValidator
+from rest_framework import serializers
+from rest_framework.fields import SkipField
+
+from portal.core.jobspec import MAX_WORKERS, PRIORITY_RANGE
+
+# Bounds that only keep numbers inside the database's integer columns; the
+# rules that depend on the cluster (largest node, quota, queue limits) are jobspec's.
+INT32_MAX = 2**31 - 1
+MAX_BULK_JOBS = 5000
+_SLUG = re.compile(r"\A[-a-zA-Z0-9_]+\Z")
+STATES = ["pending", "admitted", "running", "preempting", "succeeded", "failed", "cancelled"]
+
+
+class SlugField(serializers.SlugField):
+    """A slug, exactly: DRF's strips whitespace first and its `$` lets a trailing
+    newline through, so `"alpha\\n"` or `"alpha\\x1d"` would pass as `alpha`."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_length", 64)
+        super().__init__(trim_whitespace=False, **kwargs)
+        self.validators = [v for v in self.validators if not isinstance(v, RegexValidator)]
+        self.validators.append(RegexValidator(_SLUG, message=self.error_messages["invalid"]))
+
+
+class TextField(serializers.CharField):
+    """A string, and only a string: 1 or 1.5 is not quietly turned into "1"."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def parse(serializer: serializers.Serializer, data) -> tuple[dict, dict[str, list]]:
+    """Return the typed values of the fields that parsed and the messages of those
+    that did not, unknown fields included, so every problem is reported at once."""
+    if not isinstance(data, Mapping):
+        return {}, {"non_field_errors": ["Expected a JSON object."]}
+    values, errors = {}, {}
+    for field in serializer._writable_fields:
+        try:
+            values[field.field_name] = field.run_validation(field.get_value(data))
+        except serializers.ValidationError as exc:
+            errors[field.field_name] = exc.detail
+        except SkipField:
+            continue
+    for name in sorted(set(data) - set(serializer.fields)):
+        errors[str(name)] = [f"Unknown field (known: {', '.join(serializer.fields)})."]
+    return values, errors
+
+
+class StrictSerializer(serializers.Serializer):
+    """Rejects unknown fields: a typo such as `gpu_per_worker` must not silently become a default."""
+
+    def to_internal_value(self, data):
+        values, errors = parse(self, data)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return values
+
+
+class JobSpecSerializer(StrictSerializer):
+    """One job as submitted. Omitted optional fields take the queue's defaults."""
+
+    name = TextField(max_length=200)
+    queue = SlugField(
+        max_length=64, required=False, help_text="Queue name; `default` when omitted."
+    )
+    image = TextField(max_length=500, help_text="Container image.")
+    command = serializers.ListField(
+        child=TextField(allow_blank=True, trim_whitespace=False),
+        allow_empty=False,
+        help_text='argv list, e.g. `["python", "train.py"]`.',
+    )
+    env = serializers.DictField(
+        child=TextField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text="Environment variables (names like `[A-Za-z_][A-Za-z0-9_]*`).",
+    )
+    workers = serializers.IntegerField(
+        min_value=1, max_value=MAX_WORKERS, required=False, help_text="Gang size; default 1."
+    )
+    gpus_per_worker = serializers.IntegerField(
+        min_value=1, max_value=INT32_MAX, required=False, help_text="Default 1."
+    )
+    flavor = SlugField(max_length=64, help_text="GPU flavor, e.g. `h100-80gb`.")
+    priority = serializers.IntegerField(
+        min_value=PRIORITY_RANGE[0],
+        max_value=PRIORITY_RANGE[1],
+        required=False,
+        help_text="Within the queue; default: the queue's default priority.",
+    )
+    preemptible = serializers.BooleanField(
+        required=False, help_text="Default: the queue's default."
+    )
+    max_runtime_seconds = serializers.IntegerField(
+        min_value=1,
+        max_value=INT32_MAX,
+        required=False,
+        help_text="Wall-clock limit; default: the queue's default run time.",
+    )
+    checkpoint_signal = TextField(
+        max_length=16, required=False, help_text="Sent before preemption; default SIGTERM."
+    )
+    grace_period_seconds = serializers.IntegerField(
+        min_value=0,
+        max_value=3600,
+        required=False,
+        help_text="Seconds between the signal and the kill; default 30.",
+    )
+
+
+class JobSubmitSerializer(JobSpecSerializer):
+    team = SlugField(
+        max_length=64,
+        required=False,
+        help_text="Team slug; optional when the caller (or the token's scope) has exactly one team.",
+    )
+
+
+class BulkSubmitSerializer(StrictSerializer):
+    """The envelope of a bulk submission; each job is then parsed on its own, so the
+    errors of every job come back together."""
+
+    team = SlugField(max_length=64, required=False)
+    jobs = serializers.ListField(
+        child=JobSpecSerializer(), allow_empty=False, max_length=MAX_BULK_JOBS
+    )
+
+
+class BulkEnvelopeSerializer(StrictSerializer):
+    team = SlugField(max_length=64, required=False)
+    jobs = serializers.ListField(
+        child=serializers.JSONField(), allow_empty=False, max_length=MAX_BULK_JOBS
+    )
+
+
+def query(request, serializer_class) -> dict:
+    """The request's query parameters, typed and checked; blank values are errors, not absent."""
+    params = serializer_class(data=request.query_params.dict())
+    params.is_valid(raise_exception=True)
+    return params.validated_data
+
+
+class TeamFilterSerializer(serializers.Serializer):
+    team = SlugField(max_length=64, required=False, help_text="Team slug.")
+
+
+class FlavorFilterSerializer(serializers.Serializer):
+    flavor = SlugField(max_length=64, required=False, help_text="GPU flavor name.")
+
+
+class AttemptSerializer(serializers.Serializer):
+    attempt = serializers.IntegerField(
+        min_value=0,
+        max_value=INT32_MAX,
+        required=False,
+        help_text="Which attempt; default: the latest that has workers.",
+    )
+
+
+class CancelSerializer(StrictSerializer):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True)
+
+
+# --- responses -------------------------------------------------------------------
+
+
+class JobReceiptSerializer(serializers.Serializer):
+    """What was accepted. Only facts fixed at submission, so an idempotent replay
+    answers with exactly the body of the original 201."""
+
+    id = serializers.IntegerField()
+    team = serializers.CharField(source="team.slug")
+    queue = serializers.CharField(source="queue.name")
+    name = serializers.CharField()
+    submitted_by = serializers.CharField(source="submitted_by.username", allow_null=True)
+    submitted_at = serializers.DateTimeField()
+    flavor = serializers.CharField(source="flavor.name")
+    workers = serializers.IntegerField()
+    gpus_per_worker = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    image = serializers.CharField()
+    command = serializers.ListField(child=serializers.CharField())
+    env = serializers.DictField(child=serializers.CharField())
+    priority = serializers.IntegerField()
+    preemptible = serializers.BooleanField()
+    max_runtime_seconds = serializers.IntegerField()
+    checkpoint_signal = serializers.CharField()
+    grace_period_seconds = serializers.IntegerField()
+    idempotency_key = serializers.CharField(allow_null=True)
+
+
+class JobSerializer(serializers.Serializer):
+    """A job as it is now, in lists."""
+
+    id = serializers.IntegerField()
+    team = serializers.CharField(source="team.slug")
+    queue = serializers.CharField(source="queue.name")
+    name = serializers.CharField()
+    submitted_by = serializers.CharField(source="submitted_by.username", allow_null=True)
+    state = serializers.ChoiceField(choices=STATES)
+    reason_code = serializers.CharField(
+        help_text="Why it waits (pending jobs) or why it ended; see docs/api.md."
+    )
+    reason = serializers.CharField(help_text="The reason in plain words.")
+    position = serializers.IntegerField(
+        source="queue_position", allow_null=True, help_text="1-based place in its queue."
+    )
+    estimated_start = serializers.DateTimeField(source="estimated_start_at", allow_null=True)
+    flavor = serializers.CharField(source="flavor.name")
+    workers = serializers.IntegerField()
+    gpus_per_worker = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    priority = serializers.IntegerField()
+    preemptible = serializers.BooleanField()
+    max_runtime_seconds = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    restart_count = serializers.IntegerField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    submitted_at = serializers.DateTimeField()
+    admitted_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class JobPageSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="Jobs matching the filters, on all pages.")
+    next = serializers.URLField(allow_null=True, help_text="The next page, or null.")
+    previous = serializers.URLField(allow_null=True)
+    results = JobSerializer(many=True)
+
+
+class AllocationSerializer(serializers.Serializer):
+    rank = serializers.IntegerField(source="worker_rank")
+    node = serializers.CharField(source="node.hostname")
+    gpu_uuid = serializers.CharField(source="gpu.uuid")
+    gpu_index = serializers.IntegerField(source="gpu.index")
+    active = serializers.BooleanField()
+
+
+class WorkerSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    node = serializers.CharField(source="node.hostname")
+    state = serializers.CharField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class JobEventSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    from_state = serializers.CharField()
+    to_state = serializers.CharField()
+    actor = serializers.CharField(source="actor.username", allow_null=True)
+    message = serializers.CharField()
+    data = serializers.DictField()
+
+
+class JobDetailSerializer(JobSerializer):
+    image = serializers.CharField()
+    command = serializers.ListField(child=serializers.CharField())
+    env = serializers.DictField(child=serializers.CharField())
+    checkpoint_signal = serializers.CharField()
+    grace_period_seconds = serializers.IntegerField()
+    idempotency_key = serializers.CharField(allow_null=True)
+    allocations = AllocationSerializer(
+        many=True, source="allocations_now", help_text="GPUs of the latest attempt."
+    )
+    ranks = WorkerSerializer(many=True, help_text="Workers of the latest attempt, by rank.")
+    events = JobEventSerializer(many=True, source="events_all")
+
+
+class BulkReceiptSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    count = serializers.IntegerField()
+    ids = serializers.ListField(child=serializers.IntegerField())
+
+
+class WorkerLogSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    node = serializers.CharField(source="node.hostname")
+    state = serializers.CharField()
+    exit_code = serializers.IntegerField(allow_null=True)
+    log_tail = serializers.CharField(help_text="The last lines the agent reported.")
+
+
+class JobLogsSerializer(serializers.Serializer):
+    job = serializers.IntegerField()
+    attempt = serializers.IntegerField(allow_null=True)
+    workers = WorkerLogSerializer(many=True)
+
+
+class QueueSerializer(serializers.Serializer):
+    team = serializers.CharField(source="team.slug")
+    name = serializers.CharField()
+    description = serializers.CharField()
+    pending = serializers.IntegerField()
+    running = serializers.IntegerField(help_text="Admitted, running or being preempted.")
+    max_pending_jobs = serializers.IntegerField()
+    default_priority = serializers.IntegerField()
+    default_runtime_seconds = serializers.IntegerField()
+    max_runtime_seconds = serializers.IntegerField()
+    preemptible_default = serializers.BooleanField()
+    max_restarts = serializers.IntegerField()
+
+
+class TeamSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    cohort = serializers.CharField(source="cohort.name", allow_null=True)
+    weight = serializers.FloatField()
+    role = serializers.ChoiceField(choices=["lead", "member", "viewer"], allow_null=True)
+
+
+class QuotaUsageSerializer(serializers.Serializer):
+    flavor = serializers.CharField()
+    nominal = serializers.IntegerField()
+    borrowing_limit = serializers.IntegerField(allow_null=True)
+    lending_limit = serializers.IntegerField(allow_null=True)
+    used = serializers.IntegerField(help_text="GPUs held now.")
+    borrowed = serializers.IntegerField(help_text="GPUs held beyond nominal quota.")
+    idle = serializers.IntegerField(help_text="Nominal GPUs not in use.")
+    pending_gpus = serializers.IntegerField(help_text="GPUs asked for by pending jobs.")
+
+
+class StandingSerializer(serializers.Serializer):
+    team = serializers.CharField()
+    weight = serializers.FloatField()
+    current = serializers.FloatField(help_text="Dominant share of current usage over nominal.")
+    historical = serializers.FloatField(help_text="Decayed past usage on the same scale.")
+    share = serializers.FloatField(help_text="(current + historical) / weight; lowest goes first.")
+
+
+class TeamDetailSerializer(TeamSerializer):
+    quota = QuotaUsageSerializer(many=True)
+    fair_share = StandingSerializer(many=True, help_text="The cohort, lowest share first.")
+    gpu_hours_by_day = serializers.ListField(
+        child=serializers.DictField(), help_text='`{"date": "2025-01-31", "<flavor>": hours, …}`'
+    )
+    jobs = serializers.DictField(child=serializers.IntegerField(), help_text="Jobs per state.")
+
+
+class GpuSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    uuid = serializers.CharField()
+    product_name = serializers.CharField()
+    memory_mib = serializers.IntegerField()
+    health = serializers.CharField()
+    health_reason = serializers.CharField()
+    utilization_pct = serializers.FloatField(allow_null=True)
+    memory_used_mib = serializers.IntegerField(allow_null=True)
+    temperature_c = serializers.FloatField(allow_null=True)
+    allocated = serializers.BooleanField()
+    job = serializers.IntegerField(
+        allow_null=True, help_text="The job holding it, only for jobs of the caller's teams."
+    )
+    job_name = serializers.CharField(allow_null=True)
+
+
+class NodeSerializer(serializers.Serializer):
+    hostname = serializers.CharField()
+    flavor = serializers.CharField(source="flavor.name")
+    rack = serializers.CharField()
+    block = serializers.CharField()
+    state = serializers.CharField(help_text="ready, not_ready, unknown, cordoned or draining.")
+    condition = serializers.CharField()
+    cordon = serializers.CharField()
+    last_heartbeat_at = serializers.DateTimeField(allow_null=True)
+    gpus = GpuSerializer(many=True, source="gpu_rows")
+
+
+class MembershipSerializer(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.CharField()
+
+
+class TokenSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    prefix = serializers.CharField(help_text="The token's first characters, to tell tokens apart.")
+    teams = serializers.ListField(
+        child=serializers.CharField(),
+        source="team_slugs",
+        allow_null=True,
+        help_text="Team slugs it is limited to; null: every team of its user.",
+    )
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    last_used_at = serializers.DateTimeField(allow_null=True)
+    usable = serializers.BooleanField(source="is_usable")
+
+
+class NewTokenSerializer(TokenSerializer):
+    token = serializers.CharField(help_text="The secret. Shown only in this response.")
+
+
+class TokenCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=100)
+    teams = serializers.ListField(
+        child=SlugField(max_length=64),
+        required=False,
+        help_text="Limit the token to these teams; omitted: every team of the user.",
+    )
+    expires_in_days = serializers.IntegerField(
+        min_value=1, max_value=3650, required=False, help_text="Omitted: never expires."
+    )
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    email = serializers.CharField()
+    is_staff = serializers.BooleanField()
+    teams = MembershipSerializer(many=True)
+    auth = serializers.ChoiceField(choices=["token", "session", "password"])
+    token = TokenSerializer(allow_null=True, help_text="The token this request used, if any.")

@@ -1,0 +1,101 @@
+"""Per-token request throttling and login-failure counting, in the shared cache.
+
+DRF's SimpleRateThrottle keeps a list of timestamps per client, which costs
+O(rate) per request at CI rates; a fixed-window counter costs one cache
+round trip (Redis SET NX + INCR, pipelined) and is what the rate limit needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
+from rest_framework import exceptions
+from rest_framework.settings import api_settings
+from rest_framework.throttling import BaseThrottle
+
+log = logging.getLogger(__name__)
+
+PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """`"3000/min"` → (3000, 60)."""
+    count, _, period = rate.partition("/")
+    return int(count), PERIODS[period.strip().lower()]
+
+
+def _hit(key: str, period: int) -> int:
+    """Count one hit in the window's counter and return the count."""
+    backend = caches["default"]
+    if isinstance(backend, RedisCache):
+        # One round trip: Django's incr() asks EXISTS first, and add() + incr() is two.
+        redis_key = backend.make_and_validate_key(key)
+        pipe = backend._cache.get_client(redis_key, write=True).pipeline(transaction=False)
+        pipe.set(redis_key, 0, ex=period + 1, nx=True)
+        pipe.incr(redis_key)
+        return pipe.execute()[1]
+    try:
+        return cache.incr(key)
+    except ValueError:
+        if cache.add(key, 1, timeout=period + 1):
+            return 1
+        return cache.incr(key)
+
+
+class TokenRateThrottle(BaseThrottle):
+    """At most DEFAULT_THROTTLE_RATES["token"] requests per API token (or session user)
+    per window. Fails open: if the cache is down the request goes through."""
+
+    scope = "token"
+
+    def allow_request(self, request, view) -> bool:
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        if not rate or rate.strip() in ("0", "off"):
+            return True
+        limit, period = parse_rate(rate)
+        now = time.time()
+        key = f"berth:throttle:{self.scope}:{self._ident(request)}:{int(now // period)}"
+        try:
+            count = _hit(key, period)
+        except Exception:  # noqa: BLE001 — throttling must not turn a cache outage into 500s
+            log.warning("throttle cache unavailable; not throttling", exc_info=True)
+            return True
+        self._wait = period - (now % period)
+        return count <= limit
+
+    def wait(self) -> float:
+        return self._wait
+
+    def _ident(self, request) -> str:
+        auth = request.auth
+        if getattr(auth, "prefix", None):
+            return f"token-{auth.prefix}"
+        if request.user and request.user.is_authenticated:
+            return f"user-{request.user.pk}"
+        return f"addr-{self.get_ident(request)}"
+
+
+class LoginFailures:
+    """Failed password logins per client address, limited by DEFAULT_THROTTLE_RATES["login"]."""
+
+    def __init__(self, request):
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get("login") or "10/min"
+        self.limit, self.period = parse_rate(rate)
+        address = BaseThrottle().get_ident(request)
+        self.key = f"berth:login-failures:{address}:{int(time.time() // self.period)}"
+
+    def check(self) -> None:
+        if (cache.get(self.key) or 0) >= self.limit:
+            raise exceptions.Throttled(
+                wait=self.period - (time.time() % self.period),
+                detail="Too many failed logins from this address; try again later.",
+            )
+
+    def record(self) -> None:
+        try:
+            _hit(self.key, self.period)
+        except Exception:  # noqa: BLE001
+            log.warning("login failure counter unavailable", exc_info=True)

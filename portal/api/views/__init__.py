@@ -1,0 +1,1 @@
+"""API views: authorize through portal.core.access, call one action, serialize."""

@@ -1,0 +1,113 @@
+"""API tokens of the caller: create (the secret is shown once), list, revoke.
+
+Creating one also accepts a username and password (HTTP Basic), which is how
+`berth login` gets its first token. A request made with a token scoped to some
+teams can only create tokens within that scope.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api import serializers as s
+from portal.api.auth import BearerTokenAuthentication, PasswordAuthentication, scope_of
+from portal.api.errors import ApiError
+from portal.core import access
+from portal.core.actions.tokens import create_api_token, revoke_api_token
+from portal.core.models import ApiToken
+
+
+def token_data(token: ApiToken, secret: str | None = None) -> dict:
+    token.team_slugs = sorted(t.slug for t in token.teams.all()) or None
+    data = s.TokenSerializer(token).data
+    if secret is not None:
+        data["token"] = secret
+    return data
+
+
+def own_token(request, token_id: int) -> ApiToken:
+    token = request.user.api_tokens.filter(pk=token_id).prefetch_related("teams").first()
+    if token is None:
+        raise access.NotFound("token")
+    return token
+
+
+class TokenListView(APIView):
+    authentication_classes = [
+        BearerTokenAuthentication,
+        SessionAuthentication,
+        PasswordAuthentication,
+    ]
+
+    @extend_schema(
+        operation_id="tokens_list",
+        responses={200: s.TokenSerializer(many=True)},
+        description="The caller's tokens, newest first. Never the secrets.",
+    )
+    def get(self, request):
+        tokens = request.user.api_tokens.prefetch_related("teams").order_by("-created_at", "-id")
+        return Response([token_data(t) for t in tokens])
+
+    @extend_schema(
+        operation_id="tokens_create",
+        request=s.TokenCreateSerializer,
+        responses={201: s.NewTokenSerializer},
+        description="Create a token for the caller; its secret is in this response only. "
+        "Accepts HTTP Basic (username and password) so a CLI can log in.",
+    )
+    def post(self, request):
+        body = s.TokenCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        scope = scope_of(request)
+        teams = [
+            access.get_team_for_user(request.user, slug, scope=scope)
+            for slug in data.get("teams", [])
+        ]
+        if not teams and scope is not None:
+            # A scoped token makes tokens no wider than itself.
+            teams = list(access.visible_teams(request.user, scope=scope))
+            if not teams:
+                raise ApiError(403, "permission_denied", "This token reaches no team.")
+        expires = data.get("expires_in_days")
+        try:
+            token, secret = create_api_token(
+                request.user,
+                name=data["name"],
+                teams=teams or None,
+                expires_at=timezone.now() + timedelta(days=expires) if expires else None,
+            )
+        except (PermissionError, ValueError) as exc:
+            raise ApiError(400, "invalid", str(exc)) from None
+        return Response(token_data(token, secret), status=201)
+
+
+class TokenDetailView(APIView):
+    @extend_schema(
+        operation_id="tokens_revoke_delete",
+        responses={204: None},
+        description="Revoke the token (it stays listed, as revoked).",
+    )
+    def delete(self, request, token_id: int):
+        revoke_api_token(own_token(request, token_id), acting_user=request.user)
+        return Response(status=204)
+
+
+class TokenRevokeView(APIView):
+    @extend_schema(
+        operation_id="tokens_revoke",
+        request=None,
+        responses={200: s.TokenSerializer},
+        description="Revoke the token; revoking a revoked token changes nothing.",
+    )
+    def post(self, request, token_id: int):
+        token = own_token(request, token_id)
+        revoke_api_token(token, acting_user=request.user)
+        token.refresh_from_db()
+        return Response(token_data(token))

@@ -1,0 +1,58 @@
+"""Bulk submit for array-style sweeps: all the jobs or none."""
+
+from __future__ import annotations
+
+from portal.core.models import Job, JobEvent
+from tests.api.conftest import error_of, job_body
+
+BULK = "/api/v1/jobs/bulk/"
+
+
+def sweep(n: int, **overrides) -> list[dict]:
+    return [job_body(name=f"lr-{i}", env={"LR": f"1e-{i}"}, **overrides) for i in range(n)]
+
+
+def test_a_sweep_is_submitted_in_one_request(as_member_a):
+    response = as_member_a.post(BULK, {"team": "alpha", "jobs": sweep(20, gpus_per_worker=1)})
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["team"] == "alpha" and body["count"] == 20
+    jobs = Job.objects.filter(pk__in=body["ids"]).order_by("pk")
+    assert [j.name for j in jobs] == [f"lr-{i}" for i in range(20)]
+    assert JobEvent.objects.filter(job__in=jobs, kind="submitted").count() == 20
+
+
+def test_one_bad_job_refuses_the_whole_sweep_with_indexed_errors(as_member_a):
+    jobs = sweep(5)
+    jobs[1]["flavor"] = "tpu-v5"
+    jobs[3]["workers"] = 0
+    jobs[4]["gpus_per_worker"] = 9
+
+    error = error_of(as_member_a.post(BULK, {"jobs": jobs}), 400, "invalid")
+
+    assert set(error["fields"]) == {"jobs[1].flavor", "jobs[3].workers", "jobs[4].gpus_per_worker"}
+    assert not Job.objects.exists()
+
+
+def test_a_sweep_that_would_overfill_the_queue_is_refused_whole(as_member_a, cluster):
+    cluster.queue_a.max_pending_jobs = 10
+    cluster.queue_a.save()
+
+    response = as_member_a.post(BULK, {"jobs": sweep(11)})
+
+    error_of(response, 429, "queue_full")
+    assert int(response["Retry-After"]) > 0
+    assert not Job.objects.exists()
+
+
+def test_an_empty_sweep_and_unknown_fields_are_refused(as_member_a):
+    assert "jobs" in error_of(as_member_a.post(BULK, {"jobs": []}), 400)["fields"]
+    error = error_of(as_member_a.post(BULK, {"jobs": [job_body(team="alpha")]}), 400)
+    assert "jobs[0].team" in error["fields"]
+
+
+def test_viewer_and_outsider_cannot_bulk_submit(as_viewer_a, as_lead_b):
+    error_of(as_viewer_a.post(BULK, {"team": "alpha", "jobs": sweep(2)}), 403)
+    error_of(as_lead_b.post(BULK, {"team": "alpha", "jobs": sweep(2)}), 404, "not_found")
+    assert not Job.objects.exists()

@@ -1,0 +1,112 @@
+"""Token endpoints: create (secret shown once), list (never the secret), revoke; `berth login`'s flow."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.test import Client
+
+from portal.core.models import ApiToken, Membership
+from tests.api.conftest import Api, bearer, error_of
+from tests.api.test_auth import _basic
+
+TOKENS = "/api/v1/tokens/"
+
+
+def test_login_with_password_creates_a_token_shown_once(personas):
+    client = Client()
+    response = client.post(
+        TOKENS,
+        {"name": "laptop", "expires_in_days": 30},
+        content_type="application/json",
+        headers={"Authorization": _basic("member_a")},
+    )
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    secret = body["token"]
+    assert secret.startswith(body["prefix"]) and body["teams"] is None
+    assert body["expires_at"] is not None and body["usable"] is True
+    assert not ApiToken.objects.filter(token_hash=secret).exists()  # stored hashed
+
+    api = Api(Client(), {"Authorization": f"Bearer {secret}"})
+    listed = api.get(TOKENS)
+    assert [t["name"] for t in listed.json()] == ["laptop"]
+    assert secret not in listed.content.decode() and "token" not in listed.json()[0]
+
+
+def test_a_wrong_password_is_refused_and_repeated_failures_are_throttled(personas, settings):
+    settings.REST_FRAMEWORK = settings.REST_FRAMEWORK | {
+        "DEFAULT_THROTTLE_RATES": {"token": "1000/min", "login": "2/min"}
+    }
+    client = Client(REMOTE_ADDR=f"10.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}.7")
+
+    def attempt(password):
+        return client.post(
+            TOKENS,
+            {"name": "x"},
+            content_type="application/json",
+            headers={"Authorization": _basic("member_a", password)},
+        )
+
+    error_of(attempt("wrong"), 401, "authentication_failed")
+    error_of(attempt("wrong"), 401, "authentication_failed")
+    response = attempt(None)  # even the right password, until the window passes
+    error_of(response, 429, "throttled")
+    assert int(response["Retry-After"]) > 0
+    assert not ApiToken.objects.exists()
+
+
+def test_a_token_can_be_scoped_to_some_teams(personas, cluster, as_lead_a):
+    Membership.objects.create(user=personas.lead_a, team=cluster.team_b, role="member")
+    body = as_lead_a.post(TOKENS, {"name": "ci-beta", "teams": ["beta"]}).json()
+    assert body["teams"] == ["beta"]
+    scoped = Api(Client(), {"Authorization": f"Bearer {body['token']}"})
+    assert [t["slug"] for t in scoped.get("/api/v1/teams/").json()] == ["beta"]
+
+
+def test_a_token_cannot_be_scoped_to_a_team_of_others(as_lead_a):
+    error_of(as_lead_a.post(TOKENS, {"name": "x", "teams": ["beta"]}), 404, "not_found")
+
+
+def test_a_scoped_token_only_makes_tokens_within_its_scope(personas, cluster):
+    Membership.objects.create(user=personas.lead_b, team=cluster.team_a, role="lead")
+    beta_only = bearer(personas.lead_b, teams=[cluster.team_b])
+
+    error_of(beta_only.post(TOKENS, {"name": "wider", "teams": ["alpha"]}), 404)
+    child = beta_only.post(TOKENS, {"name": "child"}).json()
+    assert child["teams"] == ["beta"]
+
+
+def test_revoke_by_delete_and_by_post(personas, as_member_a):
+    first = as_member_a.post(TOKENS, {"name": "one"}).json()
+    second = as_member_a.post(TOKENS, {"name": "two"}).json()
+
+    assert as_member_a.delete(f"{TOKENS}{first['id']}/").status_code == 204
+    revoked = as_member_a.post(f"{TOKENS}{second['id']}/revoke/")
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+    assert revoked.json()["usable"] is False
+    for token in (first, second):
+        error_of(
+            Api(Client(), {"Authorization": f"Bearer {token['token']}"}).get("/api/v1/me/"), 401
+        )
+    # Revoking again changes nothing and is not an error.
+    assert as_member_a.post(f"{TOKENS}{second['id']}/revoke/").status_code == 200
+
+
+def test_other_users_tokens_are_not_found(personas, as_lead_a, as_lead_b):
+    theirs = as_lead_b.post(TOKENS, {"name": "b"}).json()
+    error_of(as_lead_a.delete(f"{TOKENS}{theirs['id']}/"), 404, "not_found")
+    error_of(as_lead_a.post(f"{TOKENS}{theirs['id']}/revoke/"), 404, "not_found")
+    assert theirs["id"] not in [t["id"] for t in as_lead_a.get(TOKENS).json()]
+    assert ApiToken.objects.get(pk=theirs["id"]).revoked_at is None
+
+
+def test_token_list_is_constant_in_queries(
+    personas, cluster, as_lead_a, django_assert_max_num_queries
+):
+    for i in range(5):
+        as_lead_a.post(TOKENS, {"name": f"t{i}", "teams": ["alpha"]})
+    with django_assert_max_num_queries(4):  # token, tokens, their teams (+ last-used update)
+        body = as_lead_a.get(TOKENS).json()
+    assert len(body) == 6 and body[0]["teams"] == ["alpha"]

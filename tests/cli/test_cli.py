@@ -1,0 +1,474 @@
+"""The `berth` CLI as CI pipelines and people use it, against a live portal."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from berthcli import exitcodes
+from portal.core.actions.jobs import transition
+from portal.core.models import ApiToken, Job, Worker
+from tests.factories import PASSWORD
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ["--flavor", "h100-80gb", "-G", "8", "--image", "pytorch:2.4", "--time", "1h"]
+
+
+def submit(berth, *extra) -> int:
+    result = berth("submit", "--parsable", *JOB, *extra, "--", "python", "train.py")
+    assert result.code == 0, result.err
+    return int(result.out)
+
+
+def start(job_id: int) -> None:
+    """Stand in for the scheduler admitting the job and the agent starting it."""
+    with transaction.atomic():
+        transition([job_id], from_states=["pending"], to_state="running", kind="started")
+
+
+def finish(job_id: int, state: str, **fields) -> None:
+    """Stand in for the agent reporting the job's end."""
+    with transaction.atomic():
+        transition(
+            [job_id],
+            from_states=[s for s in Job.State.values if s not in Job.TERMINAL_STATES],
+            to_state=state,
+            kind=state,
+            finished_at=timezone.now(),
+            **fields,
+        )
+
+
+# --- login and configuration -----------------------------------------------------
+
+
+def test_login_stores_a_private_token_that_later_commands_use(berth, live_server, cluster, home):
+    result = berth(
+        "--url", live_server.url, "login", "--username", "member_a", "--password-stdin",
+        stdin=PASSWORD + "\n",
+    )  # fmt: skip
+
+    assert result.code == 0, result.err
+    assert "Logged in" in result.out and str(home) in result.out
+    assert stat.S_IMODE(home.stat().st_mode) == 0o600
+    saved = json.loads(home.read_text())
+    assert saved["url"] == live_server.url and saved["token"].startswith("bat_")
+    token = ApiToken.objects.get()
+    assert token.expires_at is not None  # 90 days by default
+
+    whoami = berth("whoami")
+    assert whoami.code == 0 and whoami.out.startswith("member_a — alpha (member)")
+
+
+def test_login_with_a_wrong_password_fails_with_the_auth_code(berth, live_server, cluster, home):
+    result = berth(
+        "--url", live_server.url, "login", "-u", "member_a", "--password-stdin", stdin="nope\n"
+    )
+    assert result.code == exitcodes.NOT_AUTHENTICATED
+    assert "berth: error:" in result.err
+    assert not home.exists()
+
+
+def test_logout_revokes_the_token(berth, live_server, cluster, home):
+    berth("--url", live_server.url, "login", "-u", "lead_a", "--password-stdin", stdin=PASSWORD)
+    assert berth("logout").code == 0
+    assert ApiToken.objects.get().revoked_at is not None
+    assert berth("whoami").code == exitcodes.NOT_AUTHENTICATED
+
+
+def test_without_credentials_commands_say_how_to_log_in(berth):
+    result = berth("queue")
+    assert result.code == exitcodes.NOT_AUTHENTICATED
+    assert "berth login" in result.err
+
+
+def test_a_revoked_token_exits_with_the_auth_code(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    ApiToken.objects.update(revoked_at=timezone.now())
+    result = berth("queue")
+    assert result.code == exitcodes.NOT_AUTHENTICATED and "berth login" in result.err
+
+
+# --- submit ---------------------------------------------------------------------------
+
+
+def test_submit_prints_the_job_id(berth, logged_in, personas):
+    logged_in(personas.member_a)
+
+    result = berth(
+        "submit", "-J", "llm", "-N", "2", *JOB, "-e", "LR=3e-4", "--", "torchrun", "t.py"
+    )
+
+    assert result.code == 0, result.err
+    job = Job.objects.get()
+    assert result.out == f"Submitted job {job.pk}\n"
+    assert (job.name, job.workers, job.gpus_per_worker) == ("llm", 2, 8)
+    assert (job.command, job.env, job.max_runtime_seconds) == (
+        ["torchrun", "t.py"],
+        {"LR": "3e-4"},
+        3600,
+    )
+    assert job.idempotency_key.startswith("berth-cli-")  # retries of this call are safe
+
+
+def test_submit_parsable_and_json(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    job_id = submit(berth)
+    assert Job.objects.filter(pk=job_id).exists()
+
+    result = berth("submit", "--json", *JOB, "--", "python", "x.py")
+    body = json.loads(result.out)
+    assert body["team"] == "alpha" and body["command"] == ["python", "x.py"]
+
+
+def test_submit_from_a_yaml_file_with_flags_overriding_it(berth, logged_in, personas, tmp_path):
+    logged_in(personas.member_a)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(
+        "name: finetune\nflavor: a100-40gb\nimage: pytorch:2.4\ngpus_per_worker: 4\n"
+        "time: 2h\ncommand: python finetune.py --lr 0.1\nenv:\n  DATA: /data\n"
+    )
+
+    result = berth("submit", "-f", spec, "--priority", "5", "--parsable")
+
+    assert result.code == 0, result.err
+    job = Job.objects.get(pk=int(result.out))
+    assert (job.name, job.flavor.name, job.priority) == ("finetune", "a100-40gb", 5)
+    assert job.command == ["python", "finetune.py", "--lr", "0.1"]
+    assert (job.max_runtime_seconds, job.env) == (7200, {"DATA": "/data"})
+
+
+def test_a_file_of_many_jobs_is_one_all_or_none_bulk_submission(
+    berth, logged_in, personas, tmp_path
+):
+    logged_in(personas.member_a)
+    spec = tmp_path / "sweep.json"
+    jobs = [
+        {"name": f"lr{i}", "flavor": "h100-80gb", "image": "x", "command": ["run"]}
+        for i in range(3)
+    ]
+    spec.write_text(json.dumps({"team": "alpha", "jobs": jobs}))
+
+    result = berth("submit", "-f", spec, "--parsable")
+
+    assert result.code == 0, result.err
+    assert [int(i) for i in result.out.split()] == list(
+        Job.objects.order_by("pk").values_list("pk", flat=True)
+    )
+
+    jobs[1]["workers"] = 0
+    spec.write_text(json.dumps({"jobs": jobs}))
+    refused = berth("submit", "-f", spec)
+    assert refused.code == exitcodes.REFUSED
+    assert "jobs[1].workers" in refused.err and Job.objects.count() == 3
+
+
+def test_array_submits_indexed_copies(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    result = berth("submit", "--array", "4", "-J", "sweep", *JOB, "--", "python", "t.py")
+    assert result.code == 0, result.err
+    assert "Submitted 4 jobs to alpha" in result.out
+    assert sorted(Job.objects.values_list("name", "env__BERTH_ARRAY_INDEX")) == [
+        (f"sweep[{i}]", str(i)) for i in range(4)
+    ]
+
+
+def test_refusals_print_the_servers_field_errors(berth, logged_in, personas):
+    logged_in(personas.member_a)
+
+    result = berth("submit", "--flavor", "tpu", "-G", "8", "--image", "x", "--", "run")
+
+    assert result.code == exitcodes.REFUSED
+    assert "flavor: Unknown GPU flavor 'tpu'" in result.err
+    assert not Job.objects.exists()
+
+
+def test_a_bad_job_file_is_a_usage_error(berth, logged_in, personas, tmp_path):
+    logged_in(personas.member_a)
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: [unclosed\n")
+    assert berth("submit", "-f", spec).code == exitcodes.USAGE
+    assert berth("submit", "--time", "60", *JOB[:-2], "--", "run").code == exitcodes.USAGE
+
+
+def test_the_same_idempotency_key_submits_once(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    first = berth("submit", "--parsable", "--idempotency-key", "pipeline-881", *JOB, "--", "run")
+    again = berth("submit", "--parsable", "--idempotency-key", "pipeline-881", *JOB, "--", "run")
+
+    assert first.out == again.out and Job.objects.count() == 1
+    assert "already submitted" in again.err
+    changed = berth("submit", "--idempotency-key", "pipeline-881", "-N", "2", *JOB, "--", "run")
+    assert changed.code == exitcodes.REFUSED and "Idempotency-Key" in changed.err
+
+
+def test_a_full_queue_is_retried_after_retry_after(berth, logged_in, personas, cluster, waits):
+    logged_in(personas.member_a)
+    cluster.queue_a.max_pending_jobs = 1
+    cluster.queue_a.save()
+    blocker = submit(berth)
+    # While the CLI waits, someone cancels the job that filled the queue.
+    waits.then.append(lambda: Job.objects.filter(pk=blocker).update(state="cancelled"))
+
+    result = berth("submit", "--parsable", *JOB, "--", "run")
+
+    assert result.code == 0, result.err
+    assert waits[0] >= 30  # the server's Retry-After, not a short backoff
+    assert "429 (queue_full)" in result.err
+
+
+def test_retries_are_bounded(berth, logged_in, personas, cluster, waits, monkeypatch):
+    logged_in(personas.member_a)
+    monkeypatch.setenv("BERTH_RETRIES", "2")
+    cluster.queue_a.max_pending_jobs = 0
+    cluster.queue_a.save()
+
+    result = berth("submit", *JOB, "--", "run")
+
+    assert result.code == exitcodes.UNAVAILABLE
+    assert len(waits) == 2 and "queue" in result.err
+
+
+def test_an_unreachable_portal_is_retried_then_reported(berth, monkeypatch, waits):
+    monkeypatch.setenv("BERTH_URL", "http://127.0.0.1:9")  # discard port: connection refused
+    monkeypatch.setenv("BERTH_TOKEN", "bat_x")
+    monkeypatch.setenv("BERTH_RETRIES", "3")
+
+    result = berth("queue")
+
+    assert result.code == exitcodes.UNAVAILABLE
+    assert len(waits) == 3 and waits == sorted(waits)  # growing backoff
+    assert "cannot reach" in result.err
+
+
+# --- look ----------------------------------------------------------------------------
+
+
+def test_status_shows_state_reason_position_and_gpus(berth, logged_in, personas, cluster):
+    logged_in(personas.member_a)
+    job_id = submit(berth)
+    Job.objects.filter(pk=job_id).update(
+        reason_code="quota", reason="Team uses 16 of 16 h100-80gb GPUs.", queue_position=2
+    )
+
+    result = berth("status", job_id)
+
+    assert result.code == 0
+    assert "State:       pending (quota)" in result.out
+    assert "Position:    2nd in its queue" in result.out
+    assert "submitted" in result.out
+    assert json.loads(berth("status", "--json", job_id).out)["position"] == 2
+
+
+def test_queue_lists_active_jobs_like_squeue(berth, logged_in, personas, cluster):
+    logged_in(personas.lead_a)
+    mine, done = submit(berth, "-J", "mine"), submit(berth, "-J", "done")
+    finish(done, "succeeded", exit_code=0)
+    Job.objects.filter(pk=mine).update(reason_code="no_capacity", queue_position=1)
+
+    result = berth("queue")
+
+    lines = result.out.splitlines()
+    assert lines[0].split() == [
+        "JOBID",
+        "TEAM",
+        "QUEUE",
+        "NAME",
+        "USER",
+        "STATE",
+        "GPUS",
+        "POS",
+        "REASON",
+        "START",
+    ]
+    assert lines[1].split()[:9] == [
+        str(mine),
+        "alpha",
+        "default",
+        "mine",
+        "lead_a",
+        "pending",
+        "8",
+        "1",
+        "no_capacity",
+    ]
+    assert len(lines) == 2  # the finished job is not listed
+    assert len(json.loads(berth("queue", "--all", "--json").out)) == 2
+    assert json.loads(berth("queue", "--state", "succeeded", "--json").out)[0]["id"] == done
+
+
+def test_queue_me_shows_only_my_jobs(berth, logged_in, personas, cluster):
+    from tests.api.conftest import submit as submit_as
+
+    submit_as(cluster.team_a, personas.lead_a)
+    logged_in(personas.member_a)
+    mine = submit(berth)
+    assert [j["id"] for j in json.loads(berth("queue", "--me", "--json").out)] == [mine]
+
+
+def test_why_explains_in_plain_words(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    job_id = submit(berth)
+    Job.objects.filter(pk=job_id).update(
+        reason_code="no_capacity",
+        reason="Needs 8 h100-80gb GPUs; 3 are free.",
+        queue_position=3,
+        estimated_start_at=timezone.now() + timezone.timedelta(minutes=20),
+    )
+
+    result = berth("why", job_id)
+
+    assert result.code == 0
+    assert "Needs 8 h100-80gb GPUs; 3 are free. (reason: no_capacity)" in result.out
+    assert "3rd in alpha/default" in result.out and "in 19m" in result.out
+    assert "What would change it:" in result.out
+
+
+def test_share_shows_quota_usage_and_fair_share(berth, logged_in, personas):
+    logged_in(personas.viewer_a)
+    result = berth("share")
+    assert result.code == 0, result.err
+    assert "alpha  h100-80gb  16" in result.out
+    assert "Fair share" in result.out and "beta" in result.out
+
+
+def test_logs_print_each_ranks_tail(berth, logged_in, personas, cluster):
+    logged_in(personas.member_a)
+    job_id = submit(berth, "-N", "2")
+    for rank in range(2):
+        Worker.objects.create(job_id=job_id, attempt=0, rank=rank, node=cluster.nodes[0],
+                              log_tail=f"rank {rank} step 10\n")  # fmt: skip
+
+    result = berth("logs", job_id)
+
+    assert result.code == 0
+    assert "==> rank 0 on h100-0" in result.out and "rank 1 step 10" in result.out
+    assert berth("logs", job_id, "--rank", "1").out == "rank 1 step 10\n"
+
+
+# --- act -------------------------------------------------------------------------------
+
+
+def test_cancel_several_jobs(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    first, second = submit(berth), submit(berth)
+
+    result = berth("cancel", first, second)
+
+    assert result.code == 0
+    assert result.out.splitlines() == [f"Cancelled job {first}", f"Cancelled job {second}"]
+    assert set(Job.objects.values_list("state", flat=True)) == {"cancelled"}
+    assert berth("cancel", first).code == 0  # already cancelled: nothing left to do
+
+
+def test_cancel_of_another_teams_job_is_not_found(berth, logged_in, personas, cluster):
+    from tests.api.conftest import submit as submit_as
+
+    theirs = submit_as(cluster.team_b, personas.lead_b)
+    logged_in(personas.lead_a)
+
+    result = berth("cancel", theirs.pk)
+
+    assert result.code == exitcodes.NOT_FOUND
+    assert Job.objects.get(pk=theirs.pk).state == "pending"
+    assert berth("status", theirs.pk).code == exitcodes.NOT_FOUND
+
+
+def test_viewer_cannot_cancel(berth, logged_in, personas, cluster):
+    from tests.api.conftest import submit as submit_as
+
+    job = submit_as(cluster.team_a, personas.member_a)
+    logged_in(personas.viewer_a)
+    result = berth("cancel", job.pk)
+    assert result.code == exitcodes.REFUSED and "leads" in result.err
+
+
+@pytest.mark.parametrize(
+    ("state", "code"),
+    [
+        ("succeeded", exitcodes.OK),
+        ("failed", exitcodes.JOB_FAILED),
+        ("cancelled", exitcodes.JOB_CANCELLED),
+    ],
+)
+def test_wait_exit_code_says_how_the_job_ended(berth, logged_in, personas, waits, state, code):
+    logged_in(personas.member_a)
+    job_id = submit(berth)
+    Job.objects.filter(pk=job_id).update(reason_code="no_capacity", queue_position=1)
+    # The job runs after the first poll and ends after the second.
+    waits.then += [
+        lambda: start(job_id),
+        lambda: finish(job_id, state, exit_code=0 if state == "succeeded" else 3),
+    ]
+
+    result = berth("wait", job_id, "--interval", "2", "--timeout", "60")
+
+    assert result.code == code, result.err
+    assert waits == [2.0, 2.0]
+    progress = result.err.splitlines()
+    assert progress[0].startswith(f"job {job_id}: pending (no_capacity, 1st in queue)")
+    assert progress[1].startswith(f"job {job_id}: running")
+    assert progress[-1].startswith(f"job {job_id} {state}")
+
+
+def test_wait_gives_up_after_the_timeout(berth, logged_in, personas, waits):
+    logged_in(personas.member_a)
+    job_id = submit(berth)
+
+    result = berth("wait", job_id, "--timeout", "12s", "--interval", "5")
+
+    assert result.code == exitcodes.WAIT_TIMEOUT
+    assert waits == [5.0, 5.0, 2.0]  # never sleeps past the timeout
+    assert "still pending after 12s" in result.err
+
+
+# --- packaging ---------------------------------------------------------------------
+
+
+def test_the_installed_berth_command_submits_and_reads(live_server, cluster, personas, home):
+    """A real subprocess through the console script, as a CI step runs it."""
+    script = Path(sys.executable).with_name("berth")
+    if not script.exists():
+        pytest.skip("the berth console script is not installed (make install)")
+    from portal.core.actions.tokens import create_api_token
+
+    _, secret = create_api_token(personas.member_a, name="ci")
+    env = os.environ | {
+        "BERTH_URL": live_server.url,
+        "BERTH_TOKEN": secret,
+        "BERTH_CONFIG": str(home),
+        "PYTHONPATH": str(ROOT),
+    }
+
+    def berth(*args):
+        return subprocess.run(
+            [str(script), *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    submitted = berth("submit", "--parsable", *JOB, "--", "python", "train.py")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = int(submitted.stdout)
+    status = berth("status", "--json", str(job_id))
+    assert status.returncode == 0 and json.loads(status.stdout)["state"] == "pending"
+    assert berth("status", "999999").returncode == exitcodes.NOT_FOUND
+
+
+def test_the_cli_does_not_import_django():
+    code = (
+        "import sys, berthcli.main, berthcli.commands\n"
+        "print(','.join(sorted(n for n in sys.modules if n.split('.')[0] in "
+        "('django', 'portal', 'rest_framework', 'scheduler'))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env={"PATH": ""}
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
