@@ -7,7 +7,8 @@ remembers them for FACT_TTL_S seconds per process. For that long after such an
 edit, a submission is judged against the old limits: a gang that no longer fits
 is still accepted and the scheduler reports it as `never_fits` (visible in the
 job's reason, never silent); one that newly fits is refused until the facts
-refresh. Queues and flavors themselves are always read fresh.
+refresh. GPU flavors (names and ids, which jobs keep PROTECTed) are remembered
+the same way; queues are always read fresh.
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ def _remembered(key: tuple, compute):
 
 
 class ApiLookups(SpecLookups):
+    def flavors(self) -> dict[str, GpuFlavor]:
+        if self._flavors is None:
+            self._flavors = _remembered(
+                ("flavors",), lambda: {f.name: f for f in GpuFlavor.objects.all()}
+            )
+        return self._flavors
+
     def largest_node(self, flavor: GpuFlavor) -> int | None:
         return _remembered(
             ("largest", flavor.pk), lambda: super(ApiLookups, self).largest_node(flavor)

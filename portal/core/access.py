@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Count, F, QuerySet, Subquery
 
 from portal.core.models import Job, Membership, Queue, Team
 
@@ -101,3 +101,64 @@ def get_queue_for_submit(
     if queue is None:
         raise NotFound("queue")
     return queue
+
+
+def get_submit_target(
+    user, slug: str | None, queue_name: str, *, scope: Collection[int] | None = None
+) -> tuple[Team, Queue | None]:
+    """The team a user submits to and its named queue, with the user's role checked,
+    in one query on the common path (this runs for every submission). The queue is
+    None when the team has no such queue: jobspec reports that with the queue names.
+
+    `slug` None means the user's only team. Raises NotFound for a team the user
+    cannot see, MultipleTeams when no team is named and the user has several, and
+    PermissionDenied for viewers, as get_queue_for_submit does.
+    """
+    queues = Queue.objects.select_related("team").filter(name=queue_name)
+    mine = Membership.objects.filter(user=user)
+    if slug:
+        queues = queues.filter(team__slug=slug)
+    if scope is not None:
+        queues, mine = queues.filter(team_id__in=scope), mine.filter(team_id__in=scope)
+    if not user.is_staff:
+        queues = queues.filter(team__memberships__user=user).annotate(
+            role=F("team__memberships__role")
+        )
+    if not slug:
+        count = mine.values("user").annotate(n=Count("pk")).values("n")
+        queues = queues.annotate(teams_of_user=Subquery(count))
+    found = list(queues[:2])
+    if len(found) == 1 and (slug or user.is_staff or found[0].teams_of_user == 1):
+        return _checked(user, found[0])
+    return _slow_submit_target(user, slug, queue_name, scope)
+
+
+def _checked(user, queue: Queue) -> tuple[Team, Queue]:
+    if not user.is_staff and queue.role == Role.VIEWER:
+        raise PermissionDenied("Viewers may not submit jobs.")
+    return queue.team, queue
+
+
+def _slow_submit_target(user, slug, queue_name, scope) -> tuple[Team, Queue | None]:
+    """The rare paths, where the error to give needs a closer look."""
+    if slug:
+        team = get_team_for_user(user, slug, scope=scope)
+    else:
+        teams = list(visible_teams(user, scope=scope).order_by("slug")[:3])
+        if len(teams) != 1:
+            raise MultipleTeams([t.slug for t in teams])
+        team = teams[0]
+    try:
+        return team, get_queue_for_submit(user, team, queue_name, scope=scope)
+    except NotFound as exc:
+        if exc.what != "queue":
+            raise
+        return team, None
+
+
+class MultipleTeams(Exception):
+    """The caller named no team and is in several (or none): they must say which."""
+
+    def __init__(self, slugs: list[str]):
+        super().__init__("name the team")
+        self.slugs = slugs

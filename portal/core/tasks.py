@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 from celery import shared_task
 from django.conf import settings
@@ -13,6 +14,7 @@ from django.core.cache import cache
 log = logging.getLogger(__name__)
 
 _REQUESTED_KEY = "berth:pass-requested"
+_last_request = float("-inf")
 
 
 @shared_task(name="portal.core.tasks.scheduling_pass", ignore_result=True)
@@ -40,7 +42,12 @@ def request_pass() -> None:
     Failure to reach the broker is logged, never raised: the job is already
     committed and the periodic pass will pick it up.
     """
+    global _last_request
     delay = settings.BERTH["SCHEDULE_DEBOUNCE_S"]
+    now = time.monotonic()
+    if now - _last_request < delay:
+        return  # this process asked moments ago; spare the shared cache a round trip
+    _last_request = now
     try:
         if not cache.add(_REQUESTED_KEY, 1, timeout=max(delay * 2, 1)):
             return

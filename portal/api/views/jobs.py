@@ -57,6 +57,19 @@ def submit_team(request, slug: str | None):
     raise invalid({"team": [f"You are in several teams ({names}); say which."]})
 
 
+def submit_target(request, slug: str | None, queue_name: str):
+    """The team and queue of a single submission, in one query (access.get_submit_target)."""
+    try:
+        return access.get_submit_target(request.user, slug, queue_name, scope=scope_of(request))
+    except access.MultipleTeams as exc:
+        if not exc.slugs:
+            raise invalid(
+                {"team": ["You are not in any team (or your token reaches none)."]}
+            ) from None
+        names = ", ".join(exc.slugs[:2]) + (", …" if len(exc.slugs) > 2 else "")
+        raise invalid({"team": [f"You are in several teams ({names}); say which."]}) from None
+
+
 def submit_lookups(request, team, queue_names) -> ApiLookups:
     """Raise unless the caller may submit to the team; return the lookups for jobspec,
     holding the queues found (unknown queue names are jobspec's to report)."""
@@ -187,8 +200,10 @@ class JobListView(APIView):
         values, errors = s.parse(s.JobSubmitSerializer(), request.data)
         if errors.keys() & {"team", "non_field_errors"}:
             raise invalid(flatten(errors))
-        team = submit_team(request, values.pop("team", None))
-        lookups = submit_lookups(request, team, [values.get("queue") or "default"])
+        team, queue = submit_target(
+            request, values.pop("team", None), values.get("queue") or "default"
+        )
+        lookups = ApiLookups(team, queues=[queue] if queue else [])
         key = idempotency_key(request)
         spec = validated_spec(team, values, errors, lookups)
         result = submit_job(team=team, spec=spec, user=request.user, idempotency_key=key)

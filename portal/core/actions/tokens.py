@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from portal.core.access import visible_teams
@@ -53,7 +54,13 @@ def revoke_api_token(token: ApiToken, *, acting_user) -> bool:
 
 def authenticate_token(plaintext: str) -> ApiToken | None:
     """The usable token with this plaintext, its last-used time refreshed (at most once a minute)."""
-    token = ApiToken.objects.filter(token_hash=digest(plaintext)).select_related("user").first()
+    scoped = Exists(ApiToken.teams.through.objects.filter(apitoken_id=OuterRef("pk")))
+    token = (
+        ApiToken.objects.filter(token_hash=digest(plaintext))
+        .select_related("user")
+        .annotate(scoped=scoped)
+        .first()
+    )
     if token is None or not token.is_usable or not token.user.is_active:
         return None
     now = timezone.now()
@@ -65,5 +72,7 @@ def authenticate_token(plaintext: str) -> ApiToken | None:
 
 def token_scope(token: ApiToken) -> set[int] | None:
     """Team ids the token may reach, or None for every team of its user."""
+    if getattr(token, "scoped", True) is False:
+        return None  # unscoped: known from authenticate_token's query, no second one
     ids = set(token.teams.values_list("pk", flat=True))
     return ids or None
