@@ -20,7 +20,9 @@ def _database_down(exc: BaseException | None) -> bool:
 
 
 def _wants_json(request) -> bool:
-    return request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", "")
+    return request.path.startswith("/api/") or "application/json" in request.headers.get(
+        "Accept", ""
+    )
 
 
 @requires_csrf_token
@@ -31,11 +33,14 @@ def server_error(request, template_name: str = "500.html"):
     down = _database_down(exc)
     status = 503 if down else 500
     code, message = (
-        ("unavailable", "The database is unreachable; retry shortly.") if down
+        ("unavailable", "The database is unreachable; retry shortly.")
+        if down
         else ("server_error", "An internal error occurred; it has been logged.")
     )
     if _wants_json(request):
-        response = JsonResponse({"error": {"code": code, "message": message, "fields": {}}}, status=status)
+        response = JsonResponse(
+            {"error": {"code": code, "message": message, "fields": {}}}, status=status
+        )
     else:
         try:
             body = loader.get_template(template_name).render({"message": message, "status": status})

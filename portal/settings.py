@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_celery_beat",
     "portal.core",
+    "portal.whatif",
 ]
 
 MIDDLEWARE = [
@@ -231,7 +232,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Berth API",
     "DESCRIPTION": "Submit, watch and cancel GPU gang jobs; read quotas, queues and nodes. "
-    "Every 4xx answers `{\"error\": {\"code\", \"message\", \"fields\"}}`; see docs/api.md.",
+    'Every 4xx answers `{"error": {"code", "message", "fields"}}`; see docs/api.md.',
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",

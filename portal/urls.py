@@ -15,6 +15,7 @@ urlpatterns = [
     path("api/", include("portal.api.urls")),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("whatif/", include("portal.whatif.urls")),
     path("", include("portal.dashboard.urls")),
 ]
 

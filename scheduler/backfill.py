@@ -22,6 +22,16 @@ team's quota from the time enough of the team's running jobs will have ended;
 later jobs of that team and flavor may start only if they end by then.
 Otherwise a team's big gang would starve behind its own stream of small jobs,
 each of which fits the quota one freed GPU leaves.
+
+Cohort quota gets it too: the first job of a cohort and flavor blocked because
+the cohort cannot lend it enough idle quota (reason `cohort_busy`) holds the
+cohort's lendable quota from the time enough borrowed GPUs of the cohort will
+have come back; later jobs of that cohort and flavor that would borrow may
+start only if they end by then. Without the hold, a gang larger than its
+team's nominal quota waits for several GPUs of idle cohort quota at once,
+while every single GPU that comes back is borrowed at once by a smaller job.
+Jobs within their team's nominal quota are never held back: that quota is
+guaranteed.
 """
 
 from __future__ import annotations
@@ -32,13 +42,15 @@ from typing import TYPE_CHECKING
 from . import placement
 from .gates import FOR_GPUS, Gate
 from .model import PendingJob
-from .reasons import QUOTA, RESERVED, Wait
+from .reasons import COHORT_BUSY, QUOTA, RESERVED, Wait
 from .state import FREE, Transaction
 
 if TYPE_CHECKING:
     from .core import Pass
     from .state import Pool
 
+# Reservation.nodes of a cohort hold (a quota hold has 0, a GPU reservation its nodes).
+COHORT_HOLD = -1
 # Give up reserving for a flavor after this many jobs could not get a reservation
 # (each costs a replay of the release events).
 MAX_TRIES = 4
@@ -64,11 +76,23 @@ class Backfill(Gate):
         self.tries: dict[str, int] = {}
 
     def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
-        """Return `reserved` if the job would use quota held for a job of its team."""
+        """Return `reserved` if the job would use quota held for an earlier job.
+
+        That is its team's quota (a quota hold), or, if it would borrow, its
+        cohort's lendable quota (a cohort hold).
+        """
         held = self.quota_holds.get((job.team, job.flavor))
         if held is not None and p.now + job.max_runtime > held.start:
-            return Wait(RESERVED, (held.job.id, held.start, 0))
-        return None
+            return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+        if not self.cohort_holds:
+            return None
+        book = p.ledger.book(job.team)
+        held = self.cohort_holds.get((book.cohort, job.flavor))
+        if held is None or p.now + job.max_runtime <= held.start:
+            return None
+        if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
+            return None  # within its nominal quota, which is guaranteed
+        return Wait(RESERVED, (held.job.id, held.start, held.nodes))
 
     def try_admit(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
         res = self.reservations.get(job.flavor)
@@ -83,6 +107,9 @@ class Backfill(Gate):
         if wait.code == QUOTA:
             if (job.team, f) not in self.quota_holds:
                 self._hold_quota(p, job)
+            return
+        if wait.code == COHORT_BUSY:
+            self._hold_cohort(p, job)
             return
         if pool is None or wait.code not in FOR_GPUS or f in self.reservations:
             return
@@ -100,6 +127,15 @@ class Backfill(Gate):
         start = quota_free_at(p, job)
         if start != math.inf:
             self.quota_holds[(job.team, job.flavor)] = Reservation(job, start, {}, 0)
+
+    def _hold_cohort(self, p: Pass, job: PendingJob) -> None:
+        """Hold the cohort's lendable quota for its first cohort-blocked job of the flavor."""
+        key = (p.ledger.book(job.team).cohort, job.flavor)
+        if key[0] is None or key in self.cohort_holds:
+            return
+        start = cohort_free_at(p, job)
+        if start != math.inf:
+            self.cohort_holds[key] = Reservation(job, start, {}, COHORT_HOLD)
 
     def _admit_short(self, p: Pass, job: PendingJob, pool: Pool, res: Reservation) -> Wait | None:
         """Admit a job that ends before the reservation, held GPUs included."""
@@ -158,6 +194,35 @@ def quota_free_at(p: Pass, job: PendingJob) -> float:
         if over <= 0:
             return end
     return math.inf
+
+
+def cohort_free_at(p: Pass, job: PendingJob) -> float:
+    """Return when enough of the cohort's jobs of the flavor end for the job's team to borrow.
+
+    Replays the end estimates of the cohort's running jobs and of the jobs
+    admitted in this pass, soonest first, on the ledger in a transaction that
+    is undone afterwards, until the team's headroom holds the job. Infinite if
+    they never free enough: then no quota is held.
+    """
+    ledger, f = p.ledger, job.flavor
+    book = ledger.book(job.team)
+    ends = []
+    for member in ledger.members.get(book.cohort, ()):
+        ends += [(r.end, r.job.id, member, r.job.gpus) for r in p.running_of(member.name, f)]
+    for i, a in enumerate(p.admitted.get(f, ())):
+        started = ledger.book(a.team)
+        if started.cohort == book.cohort:
+            ends.append((a.end, -1 - i, started, a.gpus))
+    ends.sort(key=lambda e: (e[0], e[1]))
+    tx = Transaction()
+    try:
+        for end, _, member, gpus in ends:
+            tx.add(ledger, member, f, -gpus)
+            if ledger.headroom(book, f) >= job.gpus:
+                return end
+        return math.inf
+    finally:
+        tx.rollback()
 
 
 def reserve(p: Pass, job: PendingJob, pool: Pool) -> Reservation | None:

@@ -19,7 +19,7 @@ from .policies import get_policy
 from .preemption import PREEMPT_ON, try_preempt
 from .quota import Ledger, TeamBook
 from .reasons import CAPACITY, COHORT_BUSY, NEVER_FITS, NO_NODES, PRIORITY, QUOTA, Wait
-from .state import Pool, Running, Started, Transaction, build_pools, build_running
+from .state import Pool, Running, Started, Transaction, build_pools, build_running, charge_running
 
 
 def schedule(snapshot: Snapshot) -> Plan:
@@ -53,7 +53,8 @@ class Pass:
         "policy",
         "pools",
         "ledger",
-        "running",
+        "_running_jobs",
+        "_running",
         "pending",
         "gate",
         "preempting",
@@ -76,7 +77,11 @@ class Pass:
         self.policy = get_policy(cfg.policy)
         self.pools = build_pools(snapshot.nodes, snapshot.running, cfg.topology_key)
         self.ledger = Ledger(snapshot.teams, cfg.half_life)
-        self.running = build_running(snapshot.running, self.pools, self.ledger, self.now)
+        # Usage is charged now; the Running views are built only if a step needs them
+        # (preemption, reservations, explain): most passes of a light cluster never do.
+        self._running_jobs = snapshot.running
+        self._running: list[Running] | None = None
+        self._own = charge_running(snapshot.running, self.ledger)
         self.pending = sorted(snapshot.pending, key=queue_key)
         self.gate = self.policy.gate(cfg)
         self.preempting = self.policy.preemption and cfg.preemption
@@ -92,7 +97,6 @@ class Pass:
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
-        self._own: dict[tuple[str, str], int] | None = None
 
     # -- step 3 ---------------------------------------------------------------
 
@@ -232,6 +236,13 @@ class Pass:
 
     # -- indexes --------------------------------------------------------------
 
+    @property
+    def running(self) -> list[Running]:
+        """Return the running and stopping jobs with where their GPUs are, by id."""
+        if self._running is None:
+            self._running = build_running(self._running_jobs, self.pools, self.ledger, self.now)
+        return self._running
+
     def team_queues(self) -> list[tuple[str, list[PendingJob]]]:
         """Return each team's pending jobs in queue order, teams by name."""
         by_team: dict[str, list[PendingJob]] = {}
@@ -262,11 +273,6 @@ class Pass:
 
     def own_gpus(self, team: str, flavor: str) -> int:
         """Return the GPUs of a flavor the team's running jobs held when the pass began."""
-        if self._own is None:
-            self._own = {}
-            for r in self.running:
-                key = (r.book.name, r.job.flavor)
-                self._own[key] = self._own.get(key, 0) + r.job.gpus
         return self._own.get((team, flavor), 0)
 
     def running_of(self, team: str, flavor: str) -> list[Running]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
+from .backfill import COHORT_HOLD
 from .model import PendingJob, Verdict
 from .reasons import (
     COHORT_BUSY,
@@ -105,7 +106,7 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     """Return the estimated start of each waiting job (see the module doc)."""
     shadows: dict[str, Shadow] = {}
     reserved = {res.job.id: res.start for res in p.gate.reservations.values()}
-    for res in p.gate.quota_holds.values():
+    for res in (*p.gate.quota_holds.values(), *p.gate.cohort_holds.values()):
         reserved[res.job.id] = max(res.start, reserved.get(res.job.id, p.now))
     out: dict[int, float | None] = {}
     for job in waiting:
@@ -204,6 +205,8 @@ def _cohort_busy(
 def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -> str:
     if nodes == 0:  # a quota hold within the team (scheduler.backfill)
         held = f"which needs the team's quota from {_rel(p, start)}"
+    elif nodes == COHORT_HOLD:  # a hold of the cohort's lendable quota
+        held = f"which needs the cohort's idle quota from {_rel(p, start)}"
     else:
         held = f"which has GPUs on {nodes} node(s) reserved from {_rel(p, start)}"
     return (

@@ -35,9 +35,11 @@ class Gate:
     """Admit whatever fits; a blocked job holds nothing back."""
 
     def __init__(self) -> None:
-        # Backfill only: flavor -> Reservation, and (team, flavor) -> Reservation of quota.
+        # Backfill only: flavor -> Reservation, (team, flavor) -> Reservation of the
+        # team's quota, (cohort, flavor) -> Reservation of the cohort's lendable quota.
         self.reservations: dict = {}
         self.quota_holds: dict = {}
+        self.cohort_holds: dict = {}
 
     def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
         return None

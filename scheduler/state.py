@@ -7,6 +7,8 @@ a Transaction so it can be undone in reverse (Volcano framework/statement.go).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain
+from operator import attrgetter
 
 from .index import FreeIndex
 from .model import GpuId, Node, PendingJob, RunningJob, WorkerPlacement
@@ -72,25 +74,29 @@ class Pool:
     )
 
     def __init__(
-        self, flavor: str, nodes: list[Node], kind: str, taken: set, held_on: dict[str, int]
+        self, flavor: str, nodes: list[Node], kind: str, stale: set, held_on: dict[str, int]
     ) -> None:
-        label = (lambda n: n.block) if kind == "block" else (lambda n: n.rack)
-        nodes.sort(key=lambda n: (label(n), n.name))
+        nodes.sort(key=attrgetter(kind, "name"))  # kind is the label attribute
         self.flavor = flavor
         self.domain_kind = kind
-        self.names = [n.name for n in nodes]
-        self.at = {name: i for i, name in enumerate(self.names)}
-        self.domains = sorted({label(n) for n in nodes})
+        self.names = names = [n.name for n in nodes]
+        self.at = at = {name: i for i, name in enumerate(names)}
+        labels = [getattr(n, kind) for n in nodes]
+        self.domains = sorted(set(labels))
         where = {name: d for d, name in enumerate(self.domains)}
-        dom = [where[label(n)] for n in nodes]
-        self.ids = [_unique(n.free_gpus, taken) for n in nodes]
+        dom = [where[label] for label in labels]
+        if stale:
+            self.ids = [_unique(n.free_gpus, stale) for n in nodes]
+        else:
+            self.ids = [list(n.free_gpus) for n in nodes]
         self.totals = [n.total_gpus for n in nodes]
-        self.max_total = max(self.totals)
-        # Preemption may give a node back every GPU its running jobs hold.
-        cap = max(
-            max(n.total_gpus, len(ids) + held_on.get(n.name, 0))
-            for n, ids in zip(nodes, self.ids, strict=True)
-        )
+        self.max_total = cap = max(self.totals)
+        # Preemption may give a node back every GPU its running jobs hold (more than
+        # its total if some of them went unhealthy); only nodes holding GPUs can.
+        for name, k in held_on.items():
+            i = at.get(name)
+            if i is not None and len(self.ids[i]) + k > cap:
+                cap = len(self.ids[i]) + k
         self.index = FreeIndex([len(ids) for ids in self.ids], dom, len(self.domains), cap)
         self.held: dict[int, int] = {}  # node -> GPUs held for a reservation
         self.holding = False  # whether `held` is currently taken from the index
@@ -126,11 +132,11 @@ class Pool:
         return tuple(out)
 
 
-def _unique(gpus: tuple[GpuId, ...], taken: set) -> list[GpuId]:
+def _unique(gpus: tuple[GpuId, ...], stale: set) -> list[GpuId]:
     """Return the node's free GPUs that no running job holds (a stale snapshot)."""
-    if taken.isdisjoint(gpus):
+    if stale.isdisjoint(gpus):
         return list(gpus)
-    return [g for g in gpus if g not in taken]
+    return [g for g in gpus if g not in stale]
 
 
 class Running:
@@ -191,34 +197,43 @@ def build_pools(
     nodes: Iterable[Node], running: Iterable[RunningJob], topology_key: str
 ) -> dict[str, Pool]:
     """Group schedulable nodes by flavor into pools, in a deterministic order."""
-    taken: set = set()
+    placements = [w for r in running for w in r.placement]
     held_on: dict[str, int] = {}
-    for r in running:
-        for w in r.placement:
-            taken.update(w.gpus)
-            held_on[w.node] = held_on.get(w.node, 0) + len(w.gpus)
+    for w in placements:
+        held_on[w.node] = held_on.get(w.node, 0) + len(w.gpus)
+    nodes = list(nodes)
+    # GPUs listed free although a running job holds them (a stale snapshot).
+    taken = set().union(*[w.gpus for w in placements])
+    stale = taken.intersection(chain.from_iterable([n.free_gpus for n in nodes]))
     by_flavor: dict[str, list[Node]] = {}
-    for n in sorted(nodes, key=lambda n: n.name):
+    for n in nodes:  # each Pool sorts its nodes by (domain, name)
         by_flavor.setdefault(n.flavor, []).append(n)
     return {
-        f: Pool(f, ns, domain_kind(ns, topology_key), taken, held_on)
+        f: Pool(f, ns, domain_kind(ns, topology_key), stale, held_on)
         for f, ns in sorted(by_flavor.items())
     }
+
+
+def charge_running(running: Iterable[RunningJob], ledger: Ledger) -> dict[tuple[str, str], int]:
+    """Charge running jobs' GPUs to their teams' usage; return GPUs per (team, flavor)."""
+    usage: dict[tuple[str, str], int] = {}
+    for job in running:
+        key = (job.team, job.flavor)
+        usage[key] = usage.get(key, 0) + job.gpus
+    for (team, flavor), gpus in sorted(usage.items()):
+        ledger.add(ledger.book(team), flavor, gpus)
+    return usage
 
 
 def build_running(
     running: Iterable[RunningJob], pools: dict[str, Pool], ledger: Ledger, now: float
 ) -> list[Running]:
-    """Index running jobs, charging their GPUs to their teams' usage."""
-    out = []
-    usage: dict[tuple[str, str], int] = {}
-    for job in sorted(running, key=lambda r: r.id):
-        key = (job.team, job.flavor)
-        usage[key] = usage.get(key, 0) + job.gpus
-        out.append(Running(job, ledger.book(job.team), pools.get(job.flavor), now))
-    for (team, flavor), gpus in sorted(usage.items()):
-        ledger.add(ledger.book(team), flavor, gpus)
-    return out
+    """Index running jobs by id (their usage is charged by charge_running)."""
+    book, pool = ledger.book, pools.get
+    return [
+        Running(job, book(job.team), pool(job.flavor), now)
+        for job in sorted(running, key=attrgetter("id"))
+    ]
 
 
 def _nodes_of(job: RunningJob, pool: Pool | None) -> list[tuple[int, int]]:

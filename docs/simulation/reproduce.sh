@@ -1,0 +1,51 @@
+#!/bin/sh
+# Reproduce every figure of docs/simulation.md (about 40 minutes on 2 cores).
+# Run from the repository root: sh docs/simulation/reproduce.sh
+set -e
+SIM=".venv/bin/python -m scheduler.sim"
+PHILLY=../shared/traces/philly.csv
+OPENB=../shared/traces/openb_pods.csv
+OUT=docs/simulation
+
+# Main result: two busy weeks of Philly on 640 GPUs (80 nodes x 8), the three policies.
+$SIM --trace $PHILLY --start 2017-10-02 --end 2017-10-16 --nodes 80 --gpus-per-node 8 \
+    --policy all --json $OUT/philly-oct02-80n.json --plots $OUT/philly-oct02-80n --teams
+
+# The same weeks on a smaller and a larger cluster.
+for n in 64 96; do
+  $SIM --trace $PHILLY --start 2017-10-02 --end 2017-10-16 --nodes $n --gpus-per-node 8 \
+      --policy all --json $OUT/philly-oct02-${n}n.json
+done
+
+# Two other windows.
+$SIM --trace $PHILLY --start 2017-10-16 --end 2017-10-30 --nodes 96 --gpus-per-node 8 \
+    --policy all --json $OUT/philly-oct16-96n.json
+$SIM --trace $PHILLY --start 2017-11-06 --end 2017-11-20 --nodes 48 --gpus-per-node 8 \
+    --policy all --json $OUT/philly-nov06-48n.json
+
+# What the scheduler is told about run times, and how quota is split (main window).
+for est in double queue-max; do
+  $SIM --trace $PHILLY --start 2017-10-02 --end 2017-10-16 --nodes 80 --gpus-per-node 8 \
+      --policy fifo-backfill --policy fairshare --runtime-estimate $est \
+      --json $OUT/philly-oct02-80n-$est.json
+done
+$SIM --trace $PHILLY --start 2017-10-02 --end 2017-10-16 --nodes 80 --gpus-per-node 8 \
+    --policy all --quota equal --json $OUT/philly-oct02-80n-equal.json
+
+# Racks of 16 nodes: multi-node gangs must stay inside one.
+$SIM --trace $PHILLY --start 2017-10-02 --end 2017-10-16 --nodes 80 --gpus-per-node 8 --racks 5 \
+    --policy all --json $OUT/philly-oct02-80n-racks.json
+
+# The whole trace on 1,000 GPUs (the speed target's setup).
+$SIM --trace $PHILLY --nodes 125 --gpus-per-node 8 --policy all --json $OUT/philly-all-125n.json
+
+# Alibaba openb: heterogeneous node shapes (1, 2, 4, 8 GPUs), its busy last five weeks,
+# on 8 of its nodes (33 GPUs) chosen evenly over (model, shape): one flavor, then one per model.
+$SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors single \
+    --policy all --json $OUT/openb-8n-single.json --plots $OUT/openb-8n-single
+$SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors model \
+    --policy all --json $OUT/openb-8n-model.json
+
+# The cohort hold (scheduler/backfill.py) switched off, on the main window and the overloaded one.
+.venv/bin/python $OUT/ablation_cohort_hold.py --nodes 80 --out $OUT/ablation-cohort-hold-80n.json
+.venv/bin/python $OUT/ablation_cohort_hold.py --nodes 64 --out $OUT/ablation-cohort-hold-64n.json

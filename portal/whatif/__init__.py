@@ -1,0 +1,1 @@
+"""What-if quota planning: replay the cluster's real job history with one setting changed."""

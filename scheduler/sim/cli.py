@@ -1,0 +1,220 @@
+"""python -m scheduler.sim: replay a trace under one or more policies, print a table.
+
+    python -m scheduler.sim --trace PATH [--format philly|openb|berth] [--start ISO] [--end ISO]
+        --nodes N --gpus-per-node G [--racks R] [--policy fifo|fifo-backfill|fairshare|all]...
+        [--quota proportional|equal] [--runtime-estimate exact|double|queue-max|declared]
+        [--json OUT.json] [--plots DIR]
+
+These flags and the JSON keys are stable: scripts depend on them. With one
+policy the JSON is that run's object; with several it is one object per
+policy, keyed by policy name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from scheduler.model import PolicyConfig
+
+from . import POLICY_NAMES, simulate
+from .cluster import (
+    QUOTA_MODES,
+    assign_flavors,
+    homogeneous,
+    quota_teams,
+    read_berth_cluster,
+    read_openb_nodes,
+)
+from .engine import ESTIMATES, QUEUE_MAX_S, SimConfig
+from .results import SimResult, table, team_table
+from .trace import FORMATS, Trace, load, parse_time
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m scheduler.sim",
+        description="Replay a GPU-cluster trace through Berth's scheduling core.",
+    )
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the simulator's options (manage.py simulate adds the same ones)."""
+    p.add_argument("--trace", help="trace file (required unless the caller brings its own jobs)")
+    p.add_argument("--format", choices=FORMATS, default="philly")
+    p.add_argument(
+        "--start", help="keep jobs submitted at or after this time (ISO 8601 or epoch s)"
+    )
+    p.add_argument("--end", help="keep jobs submitted before this time")
+    p.add_argument("--nodes", type=int, help="nodes (openb: keep this many of the trace's nodes)")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs per node (not for openb)")
+    p.add_argument("--racks", type=int, default=1, help="racks; a multi-node gang stays in one")
+    p.add_argument(
+        "--policy",
+        action="append",
+        choices=(*POLICY_NAMES, "all"),
+        help="repeat, or 'all', to compare policies (default fairshare)",
+    )
+    p.add_argument("--quota", choices=QUOTA_MODES, default="proportional")
+    p.add_argument("--runtime-estimate", choices=ESTIMATES, default="exact")
+    p.add_argument("--queue-max", type=float, default=QUEUE_MAX_S, help="seconds, for queue-max")
+    p.add_argument("--grace", type=float, default=30.0, help="preemption grace period, seconds")
+    p.add_argument(
+        "--half-life", type=float, default=7 * 24 * 3600.0, help="fair-share half-life, s"
+    )
+    p.add_argument(
+        "--node-file", help="openb: the nodes CSV (default: openb_gpu_nodes.csv beside the trace)"
+    )
+    p.add_argument(
+        "--openb-flavors",
+        choices=("model", "single"),
+        default="model",
+        help="openb: one flavor per GPU model, or all nodes in one flavor",
+    )
+    p.add_argument("--json", dest="json_out", help="write the results as JSON here")
+    p.add_argument("--plots", help="write PNG plots into this folder")
+    p.add_argument("--teams", action="store_true", help="also print the per-team table")
+    p.add_argument("--check", action="store_true", help="verify every plan (slow; for debugging)")
+
+
+def policies(chosen: list[str] | None) -> list[str]:
+    if not chosen:
+        return ["fairshare"]
+    if "all" in chosen:
+        return list(POLICY_NAMES)
+    return list(dict.fromkeys(chosen))
+
+
+def build_cluster(args: argparse.Namespace, trace: Trace):
+    """Return (nodes, jobs with flavors, notes, teams or None) for the trace and flags.
+
+    A Berth JSON export brings its own nodes and teams unless --nodes is given.
+    """
+    notes = list(trace.notes)
+    if args.format == "openb":
+        node_file = args.node_file or str(Path(args.trace).with_name("openb_gpu_nodes.csv"))
+        nodes = read_openb_nodes(
+            node_file, limit=args.nodes, single_flavor=args.openb_flavors == "single"
+        )
+        jobs = assign_flavors(trace.jobs, nodes)
+        if args.openb_flavors == "model":
+            notes.append(
+                "openb: pods have no GPU model, so each gets one in proportion to capacity"
+            )
+        return nodes, jobs, notes, None
+    if args.format == "berth" and not args.nodes:
+        carried = read_berth_cluster(args.trace)
+        if carried is not None:
+            nodes, teams = carried
+            notes.append("berth: nodes and teams from the export")
+            return nodes, list(trace.jobs), notes, teams or None
+    if not args.nodes or not args.gpus_per_node:
+        raise SystemExit("--nodes and --gpus-per-node are required for this trace format")
+    nodes = homogeneous(args.nodes, args.gpus_per_node, args.racks)
+    flavor = nodes[0].flavor
+    renamed = sum(1 for j in trace.jobs if j.flavor not in (None, flavor))
+    if renamed:
+        notes.append(f"{renamed} jobs of named flavors run on the one flavor of this cluster")
+    jobs = [replace(j, flavor=flavor) for j in trace.jobs]
+    return nodes, jobs, notes, None
+
+
+def run(args: argparse.Namespace) -> dict[str, SimResult]:
+    """Load the trace, build the cluster and teams, and simulate each policy."""
+    if not args.trace:
+        raise SystemExit("--trace is required")
+    start = parse_time(args.start) if args.start else None
+    end = parse_time(args.end) if args.end else None
+    worker_gpus = min(8, args.gpus_per_node or 8)
+    trace = load(args.trace, args.format, start=start, end=end, worker_gpus=worker_gpus)
+    if not trace.jobs:
+        raise SystemExit("no jobs in the trace window")
+    nodes, jobs, notes, teams = build_cluster(args, trace)
+    if teams is None:
+        teams = quota_teams(jobs, nodes, args.quota)
+    return run_policies(args, jobs, nodes, teams, notes)
+
+
+def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[str, SimResult]:
+    """Simulate the jobs under each policy of --policy."""
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    results = {}
+    for name in policies(args.policy):
+        config = SimConfig(
+            policy=PolicyConfig(policy=name, half_life=args.half_life, explain=False),
+            runtime_estimate=args.runtime_estimate,
+            queue_max_s=args.queue_max,
+            grace_period_s=args.grace,
+            check=args.check,
+        )
+        result = simulate(jobs, nodes, teams, config)
+        result.summary["peak_rss_mib"] = round(peak_rss_mib(), 1)
+        result.summary["setup"] = setup(args, nodes, jobs, notes)
+        results[name] = result
+    return results
+
+
+def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
+    """Return what was simulated, for the JSON."""
+    return {
+        "trace": str(args.trace),
+        "format": args.format,
+        "start": args.start,
+        "end": args.end,
+        "nodes": len(nodes),
+        "gpus": sum(n.gpus for n in nodes),
+        "racks": args.racks if args.format != "openb" else None,
+        "quota": args.quota,
+        "runtime_estimate": args.runtime_estimate,
+        "grace_s": args.grace,
+        "trace_jobs": len(jobs),
+        "notes": notes,
+    }
+
+
+def peak_rss_mib() -> float:
+    """Return this process's peak resident memory (Linux reports KiB)."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kib / 1024 if sys.platform != "darwin" else kib / 1024 / 1024
+
+
+def write_json(path: str, results: dict[str, SimResult]) -> None:
+    if len(results) == 1:
+        data = next(iter(results.values())).summary
+    else:
+        data = {name: r.summary for name, r in results.items()}
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    started = time.perf_counter()
+    report(run(args), args, started)
+    return 0
+
+
+def report(results: dict[str, SimResult], args: argparse.Namespace, started: float) -> None:
+    """Print the table (and per-team tables), write the JSON and the plots."""
+    print(table([r.summary for r in results.values()]))
+    if args.teams:
+        for name, r in results.items():
+            print(f"\n{name}:\n{team_table(r.summary)}")
+    if args.json_out:
+        write_json(args.json_out, results)
+    if args.plots:
+        from .plots import write_plots  # matplotlib only when asked
+
+        for path in write_plots(results, args.plots):
+            print(f"wrote {path}", file=sys.stderr)
+    print(
+        f"total {time.perf_counter() - started:.1f} s, peak RSS {peak_rss_mib():.0f} MiB",
+        file=sys.stderr,
+    )
