@@ -181,3 +181,10 @@ def test_staff_start_and_read_runs_in_the_admin(
         )
     run.refresh_from_db()
     assert run.status == WhatIfRun.Status.DONE and run.results["teams"]
+
+
+def test_the_dashboard_links_what_if_for_leads_only(client, cluster, personas):
+    client.force_login(personas.lead_a)
+    assert 'href="/whatif/"' in client.get(f"/teams/{cluster.team_a.slug}/").content.decode()
+    client.force_login(personas.member_a)
+    assert 'href="/whatif/"' not in client.get(f"/teams/{cluster.team_a.slug}/").content.decode()
