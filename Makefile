@@ -37,6 +37,14 @@ test-fast: install services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/python -m pytest -m "not browser and not services" $(PYTEST_ARGS)
 
+## the fault-injection suite (slow: real processes, own PostgreSQL and Redis instances; docs/reliability.md)
+FAULTS_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth_faults
+FAULTS_REDIS_URL ?= redis://127.0.0.1:6379/11
+
+faults: install services
+	DATABASE_URL=$(FAULTS_DATABASE_URL) REDIS_URL=$(FAULTS_REDIS_URL) \
+	  $(BIN)/python -m pytest -m faults tests/faults $(PYTEST_ARGS)
+
 services:
 	scripts/ensure-services.sh
 
