@@ -175,8 +175,35 @@ _IDENTITY = ["index", "product_name", "memory_mib", "health", "health_reason"]
 _TELEMETRY = ["memory_used_mib", "utilization_pct", "temperature_c", "power_w"]
 
 
+# (node id, node token) → (the identity and health this process last saw committed,
+# and when the node's telemetry was last written). A heartbeat that reports the same
+# identity and health before the telemetry is due needs no GPU query at all: most of
+# them. A re-registered node has a new token, hence a fresh entry.
+_inventory_seen: dict[tuple[int, str], tuple[tuple, datetime]] = {}
+
+
+def _signature(gpus: list[GpuReport]) -> tuple:
+    return tuple(
+        sorted(
+            (r.uuid, r.index, r.name, r.memory_total_mib, r.health, r.health_reason[:200])
+            for r in gpus
+        )
+    )
+
+
 def _sync_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> None:
     """Update the node's GPU rows from the report; a GPU missing from it is lost."""
+    signature = _signature(gpus)
+    key = (node.pk, node.token_hash)
+    seen = _inventory_seen.get(key)
+    if seen and seen[0] == signature and (now - seen[1]).total_seconds() < TELEMETRY_EVERY_S:
+        return
+    written = _write_inventory(node, gpus, now)
+    transaction.on_commit(lambda: _inventory_seen.__setitem__(key, (signature, written)))
+
+
+def _write_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> datetime:
+    """Write what changed; return when the node's telemetry is now oldest."""
     existing = {
         g.uuid: g for g in Gpu.objects.filter(Q(node=node) | Q(uuid__in=[r.uuid for r in gpus]))
     }
@@ -199,6 +226,8 @@ def _sync_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> None:
     bulk_set(Gpu, changed, _IDENTITY + _TELEMETRY + ["updated_at"])
     if new:
         Gpu.objects.bulk_create(new)
+    current = [g.updated_at for u, g in existing.items() if u in reported] + [now] * len(new)
+    return min(current, default=now)
 
 
 def _worth_writing(gpu: Gpu, r: GpuReport, now: datetime) -> bool:
