@@ -137,7 +137,13 @@ def settle_jobs(
         Allocation.objects.filter(worker__in=[w.pk for w in ended_workers], active=True).update(
             active=False, released_at=now
         )
-    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids)}
+    # Lock the gangs before reading their workers: when two nodes report the last
+    # two workers of one gang at once, each would otherwise read the other's worker
+    # as still running and neither would settle the job (it stayed `running` with
+    # every worker exited; tests/faults/test_gang_race.py). The second waits here,
+    # and READ COMMITTED lets its worker query below see the first one's commit.
+    # In id order, so two heartbeats settling the same gangs cannot deadlock.
+    jobs = {j.pk: j for j in Job.objects.select_for_update().filter(pk__in=job_ids).order_by("pk")}
     current = defaultdict(list)
     for worker in Worker.objects.filter(job_id__in=list(jobs)).only(
         "job_id", "attempt", "rank", "state", "exit_code"
