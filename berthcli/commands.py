@@ -95,7 +95,9 @@ def submit(args, client_for) -> int:
     client = client_for()
     if bulk:
         body = {"jobs": jobs} | ({"team": team} if team else {})
-        reply = client.post("/api/v1/jobs/bulk/", body)
+        key = args.idempotency_key or f"berth-cli-{uuid.uuid4()}"
+        # With a key a retried bulk submission returns the same jobs, never a second set.
+        reply = client.post("/api/v1/jobs/bulk/", body, headers={"Idempotency-Key": key}, safe=True)
         return _print_bulk(args, reply.body)
     key = args.idempotency_key or f"berth-cli-{uuid.uuid4()}"
     body = jobs[0] | ({"team": team} if team else {})

@@ -56,3 +56,28 @@ def test_viewer_and_outsider_cannot_bulk_submit(as_viewer_a, as_lead_b):
     error_of(as_viewer_a.post(BULK, {"team": "alpha", "jobs": sweep(2)}), 403)
     error_of(as_lead_b.post(BULK, {"team": "alpha", "jobs": sweep(2)}), 404, "not_found")
     assert not Job.objects.exists()
+
+
+def test_a_retried_sweep_with_the_same_key_returns_the_same_jobs(as_member_a):
+    body = {"team": "alpha", "jobs": sweep(3, gpus_per_worker=1)}
+    first = as_member_a.post(BULK, body, **{"Idempotency-Key": "ci-sweep-7"})
+    again = as_member_a.post(BULK, body, **{"Idempotency-Key": "ci-sweep-7"})
+
+    assert first.status_code == 201 and again.status_code == 200
+    assert again["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert Job.objects.count() == 3
+    assert sorted(Job.objects.values_list("idempotency_key", flat=True)) == [
+        "ci-sweep-7#0",
+        "ci-sweep-7#1",
+        "ci-sweep-7#2",
+    ]
+
+
+def test_the_same_key_with_another_sweep_is_a_conflict(as_member_a):
+    as_member_a.post(BULK, {"jobs": sweep(3, gpus_per_worker=1)}, **{"Idempotency-Key": "k"})
+    other = as_member_a.post(
+        BULK, {"jobs": sweep(4, gpus_per_worker=1)}, **{"Idempotency-Key": "k"}
+    )
+    error_of(other, 409, "idempotency_conflict")
+    assert Job.objects.count() == 3

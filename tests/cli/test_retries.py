@@ -65,15 +65,18 @@ def test_a_submission_is_retried_with_the_same_idempotency_key(berth, stub, wait
     assert waits[1] >= 4  # Retry-After honoured
 
 
-def test_a_bulk_submission_is_not_repeated_after_an_ambiguous_failure(berth, stub, tmp_path, waits):
+def test_a_bulk_submission_is_retried_under_one_idempotency_key(berth, stub, tmp_path, waits):
+    """An ambiguous failure (500) may have stored the sweep: the retries carry the same
+    Idempotency-Key, so the server answers with the first attempt's jobs, never a copy."""
     spec = tmp_path / "sweep.json"
     spec.write_text(json.dumps([{"name": "a"}, {"name": "b"}]))
-    stub.script = [(500, {}, {})]
+    stub.script = [(500, {}, {}), (200, {"team": "alpha", "count": 2, "ids": [7, 8]}, {})]
 
-    result = berth("submit", "-f", spec)
+    result = berth("submit", "-f", spec, "--parsable")
 
-    assert result.code == exitcodes.UNAVAILABLE
-    assert len(stub.seen) == 1 and waits == []
+    assert result.code == 0 and result.out == "7\n8\n"
+    keys = {headers["Idempotency-Key"] for _, _, headers, _ in stub.seen}
+    assert len(stub.seen) == 2 and len(keys) == 1
 
 
 def test_a_bulk_submission_refused_with_429_is_retried(berth, stub, tmp_path, waits):

@@ -21,6 +21,7 @@ from portal.core.models import Allocation, Job, Worker
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAY_HEADER = "Idempotent-Replayed"
 MAX_KEY_LENGTH = 200
+BULK_SUFFIX = 6  # bulk jobs are keyed KEY#0 … KEY#9999
 ACTIVE = [Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING]
 # Built once: a serializer's fields are deep-copied per instance, a measurable part of
 # every submission. parse() and to_representation() keep no per-request state on them.
@@ -89,14 +90,12 @@ def submit_lookups(request, team, queue_names) -> ApiLookups:
     return ApiLookups(team, queues=found)
 
 
-def idempotency_key(request) -> str | None:
+def idempotency_key(request, limit: int = MAX_KEY_LENGTH) -> str | None:
     key = request.headers.get(IDEMPOTENCY_HEADER, "").strip()
     if not key:
         return None
-    if len(key) > MAX_KEY_LENGTH or not key.isprintable() or not key.isascii():
-        raise invalid(
-            {IDEMPOTENCY_HEADER: [f"At most {MAX_KEY_LENGTH} printable ASCII characters."]}
-        )
+    if len(key) > limit or not key.isprintable() or not key.isascii():
+        raise invalid({IDEMPOTENCY_HEADER: [f"At most {limit} printable ASCII characters."]})
     return key
 
 
@@ -223,7 +222,15 @@ class BulkSubmitView(APIView):
     @extend_schema(
         operation_id="jobs_bulk_submit",
         request=s.BulkSubmitSerializer,
-        responses={201: s.BulkReceiptSerializer},
+        parameters=[IDEMPOTENCY_PARAMETER],
+        responses={
+            201: s.BulkReceiptSerializer,
+            200: OpenApiResponse(
+                s.BulkReceiptSerializer,
+                description="A replay of an earlier bulk submission with the same "
+                "Idempotency-Key (header `Idempotent-Replayed: true`): the same job ids.",
+            ),
+        },
         examples=[
             OpenApiExample(
                 "Learning-rate sweep",
@@ -237,7 +244,8 @@ class BulkSubmitView(APIView):
             )
         ],
         description="Submit many jobs of one team at once, all or none. Field errors name "
-        "the job by its index: `jobs[3].workers`.",
+        "the job by its index: `jobs[3].workers`. With an Idempotency-Key (at most 194 "
+        "characters) a retry of the same request returns the same jobs (200).",
     )
     def post(self, request):
         envelope = s.BulkEnvelopeSerializer(data=request.data)
@@ -257,9 +265,14 @@ class BulkSubmitView(APIView):
         if errors:
             bad = len({name.partition(".")[0] for name in errors})
             raise invalid(errors, f"{bad} of {len(parsed)} jobs are invalid; none was submitted.")
-        jobs = submit_jobs(team=team, specs=specs, user=request.user)
+        key = idempotency_key(request, limit=MAX_KEY_LENGTH - BULK_SUFFIX)
+        result = submit_jobs(team=team, specs=specs, user=request.user, idempotency_key=key)
+        jobs, created = (result.job, result.created) if key else (result, True)
         ids = [job.pk for job in jobs]
-        return Response({"team": team.slug, "count": len(ids), "ids": ids}, status=201)
+        body = {"team": team.slug, "count": len(ids), "ids": ids}
+        if created:
+            return Response(body, status=201)
+        return Response(body, status=200, headers={REPLAY_HEADER: "true"})
 
 
 def validated_spec(team, values: dict, errors: dict, lookups: SpecLookups) -> JobSpec:
