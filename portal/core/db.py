@@ -48,3 +48,22 @@ def bulk_set(
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*values, *params])
+
+
+def columns(model: type[models.Model], alias: str) -> str:
+    """The select list of every concrete column of `model` under table alias `alias`."""
+    return ", ".join(f'{alias}."{f.column}"' for f in model._meta.concrete_fields)
+
+
+def split_row(
+    row: Sequence, *model_classes: type[models.Model]
+) -> tuple[list[models.Model], Sequence]:
+    """Build one instance per model from consecutive slices of `row` (selected with
+    `columns`), as the ORM would; return them and the rest of the row."""
+    instances, at = [], 0
+    for model in model_classes:
+        fields = model._meta.concrete_fields
+        values = row[at : at + len(fields)]
+        instances.append(model.from_db(connection.alias, [f.attname for f in fields], values))
+        at += len(fields)
+    return instances, row[at:]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
 from django.utils import timezone
 
 from portal.core.access import visible_teams
 from portal.core.actions.audit import record_event
+from portal.core.db import columns, split_row
 from portal.core.models import ApiToken, Team
 from portal.core.secrets import digest, new_secret
 
@@ -53,15 +54,27 @@ def revoke_api_token(token: ApiToken, *, acting_user) -> bool:
 
 
 def authenticate_token(plaintext: str) -> ApiToken | None:
-    """The usable token with this plaintext, its last-used time refreshed (at most once a minute)."""
-    scoped = Exists(ApiToken.teams.through.objects.filter(apitoken_id=OuterRef("pk")))
-    token = (
-        ApiToken.objects.filter(token_hash=digest(plaintext))
-        .select_related("user")
-        .annotate(scoped=scoped)
-        .first()
+    """The usable token with this plaintext, its user attached and whether it is scoped
+    known, its last-used time refreshed (at most once a minute).
+
+    One hand-written query: this runs on every API request, and building the same
+    query through the ORM costs about 1 ms of Python each time.
+    """
+    User = get_user_model()
+    sql = (
+        f"SELECT {columns(ApiToken, 't')}, {columns(User, 'u')}, "
+        f"EXISTS (SELECT 1 FROM {ApiToken.teams.through._meta.db_table} s WHERE s.apitoken_id = t.id) "
+        f"FROM {ApiToken._meta.db_table} t JOIN {User._meta.db_table} u ON u.id = t.user_id "
+        "WHERE t.token_hash = %s"
     )
-    if token is None or not token.is_usable or not token.user.is_active:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [digest(plaintext)])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    (token, user), (scoped,) = split_row(row, ApiToken, User)
+    token.user, token.scoped = user, bool(scoped)
+    if not token.is_usable or not user.is_active:
         return None
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
