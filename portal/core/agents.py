@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.core.actions.workers import WorkerReport, apply_worker_reports, is_desired
-from portal.core.db import bulk_set
+from portal.core.db import bulk_set, columns, split_row
 from portal.core.models import Allocation, Gpu, GpuFlavor, Job, Node, NodeBootstrapToken, Worker
 from portal.core.secrets import digest, new_secret
 
@@ -41,10 +41,23 @@ class GpuReport:
     health_reason: str = ""
 
 
+# The heartbeat's reads are hand-written on PostgreSQL: 2,000 agents every 10 s make
+# them the hottest queries of the portal, and the ORM spends more Python building
+# each one than the database spends answering it. Other databases use the ORM.
+
+
 def node_for_token(token: str) -> Node | None:
     if not token:
         return None
-    return Node.objects.filter(token_hash=digest(token)).first()
+    if connection.vendor != "postgresql":
+        return Node.objects.filter(token_hash=digest(token)).first()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(Node, 'n')} FROM {Node._meta.db_table} n WHERE n.token_hash = %s",
+            [digest(token)],
+        )
+        row = cursor.fetchone()
+    return split_row(row, Node)[0][0] if row else None
 
 
 def register_node(
@@ -144,11 +157,7 @@ def _reportable_workers(node: Node, keys: list[str]) -> dict[str, Worker]:
     """The node's live workers plus the reported ones; reject keys that are not this node's."""
     reported = {key: _parse_key(key) for key in keys}
     job_ids = {job_id for job_id, _, _ in reported.values()}
-    live = ~Q(state__in=[Worker.State.EXITED, Worker.State.LOST])
-    rows = (
-        Worker.objects.filter(node=node).filter(live | Q(job_id__in=job_ids)).select_related("job")
-    )
-    found = {w.key: w for w in rows if w.is_live or w.key in reported}
+    found = {w.key: w for w in _node_workers(node, job_ids) if w.is_live or w.key in reported}
     foreign = sorted(reported.keys() - found.keys())
     if foreign:
         raise ProtocolError(
@@ -156,6 +165,32 @@ def _reportable_workers(node: Node, keys: list[str]) -> dict[str, Worker]:
             {"workers": [f"Not this node's worker: {key}" for key in foreign[:20]]},
         )
     return found
+
+
+def _node_workers(node: Node, job_ids: set[int]) -> list[Worker]:
+    """The node's live workers and its workers of `job_ids`, each with its job."""
+    ended = [Worker.State.EXITED, Worker.State.LOST]
+    if connection.vendor != "postgresql":
+        live = ~Q(state__in=ended)
+        return list(
+            Worker.objects.filter(node=node)
+            .filter(live | Q(job_id__in=job_ids))
+            .select_related("job")
+        )
+    sql = (
+        f"SELECT {columns(Worker, 'w')}, {columns(Job, 'j')} FROM {Worker._meta.db_table} w "
+        f"JOIN {Job._meta.db_table} j ON j.id = w.job_id "
+        "WHERE w.node_id = %s AND (w.state <> ALL(%s) OR w.job_id = ANY(%s))"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [node.pk, ended, list(job_ids)])
+        rows = cursor.fetchall()
+    workers = []
+    for row in rows:
+        (worker, job), _ = split_row(row, Worker, Job)
+        worker.job = job
+        workers.append(worker)
+    return workers
 
 
 def _parse_key(key: str) -> tuple[int, int, int]:
@@ -274,9 +309,19 @@ def _gpu_uuids(workers: list[Worker]) -> dict[int, list[str]]:
     if not workers:
         return {}
     out: dict[int, list[str]] = {}
-    rows = Allocation.objects.filter(worker__in=[w.pk for w in workers], active=True).values_list(
-        "worker_id", "gpu__uuid"
-    )
+    ids = [w.pk for w in workers]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT a.worker_id, g.uuid FROM {Allocation._meta.db_table} a "
+                f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.active AND a.worker_id = ANY(%s)",
+                [ids],
+            )
+            rows = cursor.fetchall()
+    else:
+        rows = Allocation.objects.filter(worker__in=ids, active=True).values_list(
+            "worker_id", "gpu__uuid"
+        )
     for worker_id, uuid in rows:
         out.setdefault(worker_id, []).append(uuid)
     return out

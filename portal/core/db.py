@@ -63,7 +63,14 @@ def split_row(
     instances, at = [], 0
     for model in model_classes:
         fields = model._meta.concrete_fields
-        values = row[at : at + len(fields)]
+        values = [_converted(f, v) for f, v in zip(fields, row[at : at + len(fields)], strict=True)]
         instances.append(model.from_db(connection.alias, [f.attname for f in fields], values))
         at += len(fields)
     return instances, row[at:]
+
+
+def _converted(field, value):
+    """Apply the field's own conversions (JSON decoding, …) that the ORM's compiler would."""
+    for convert in field.get_db_converters(connection):
+        value = convert(value, field.cached_col, connection)
+    return value
