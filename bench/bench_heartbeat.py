@@ -4,7 +4,7 @@ scheduled time, so a slow server cannot hide its queueing).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench \\
         .venv/bin/python bench/bench_heartbeat.py [--agents 2000] [--interval 10] \\
-        [--duration 60] [--workers 3] [--jobs-per-node 1]
+        [--duration 60] [--workers 2] [--threads 4] [--jobs-per-node 1]
 
 Each agent reports 8 GPUs with telemetry and its running workers; each reply
 carries its desired state. Target (../shared/DESIGN.md): 2,000 agents every
@@ -38,6 +38,7 @@ django.setup()
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.bench_api import server_cpu  # noqa: E402
 from bench.bench_pass import ensure_database  # noqa: E402
 from portal.core.models import Allocation, Gpu, GpuFlavor, Job, Node, Queue, Team, Worker  # noqa: E402
 from portal.core.secrets import new_secret  # noqa: E402
@@ -99,12 +100,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_gunicorn(port: int, workers: int) -> subprocess.Popen:
+def start_gunicorn(port: int, workers: int, threads: int = 1) -> subprocess.Popen:
     env = {**os.environ, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "b" * 20 + "x9!k#Lm2$Qp7&Rt4*Vw8^Yz1@Ac3-Ef6+",
            "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "DJANGO_SECURE_SSL_REDIRECT": "0", "BERTH_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-         "--log-level", "warning", "--keep-alive", "30"],
+         "--threads", str(threads), "--log-level", "warning", "--keep-alive", "30"],
         cwd=ROOT, env=env, start_new_session=True,
     )
     deadline = time.monotonic() + 30
@@ -183,7 +184,8 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=2000)
     parser.add_argument("--interval", type=float, default=10.0)
     parser.add_argument("--duration", type=float, default=60.0)
-    parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    parser.add_argument("--threads", type=int, default=4, help="threads per worker (gthread, as deploy/gunicorn.conf.py)")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--jobs-per-node", type=int, default=1)
     args = parser.parse_args()
@@ -192,21 +194,31 @@ def main() -> None:
     agents = [(t, json.dumps(b).encode()) for t, b in populate(args.agents, args.jobs_per_node)]
     connection.close()
     port = free_port()
-    server = start_gunicorn(port, args.workers)
+    server = start_gunicorn(port, args.workers, args.threads)
     try:
-        t0, c0 = time.monotonic(), time.process_time()
+        # Warm up every worker (imports, URL resolver, database sessions) outside the figures.
+        asyncio.run(run_load(port, agents[:300], 1.0, 1.0, args.connections))
+        time.sleep(1.0)
+        t0, c0, s0 = time.monotonic(), time.process_time(), server_cpu(server.pid)
         latencies, statuses = asyncio.run(run_load(port, agents, args.interval, args.duration, args.connections))
         wall = time.monotonic() - t0
+        s1 = server_cpu(server.pid)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(20)
     latencies.sort()
     q = statistics.quantiles(latencies, n=100)
     print(f"{len(latencies)} heartbeats from {args.agents} agents every {args.interval:g} s over {wall:.0f} s "
-          f"({len(latencies) / wall:.0f}/s), gunicorn {args.workers} workers; statuses {statuses}; "
+          f"({len(latencies) / wall:.0f}/s), gunicorn {args.workers} workers × {args.threads} threads; statuses {statuses}; "
           f"load generator CPU {time.process_time() - c0:.1f} s")
     print(f"latency p50 {q[49] * 1000:.1f} ms, p90 {q[89] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms, "
           f"max {latencies[-1] * 1000:.1f} ms")
+    per = {k: (s1[k] - s0[k]) / len(latencies) * 1000 for k in s0}
+    client = (time.process_time() - c0) / len(latencies) * 1000
+    total = sum(per.values()) + client
+    print(f"CPU per heartbeat: gunicorn {per['gunicorn']:.2f} ms, postgres {per['postgres']:.2f} ms, "
+          f"load generator {client:.2f} ms = {total:.2f} ms → {os.cpu_count()} idle cores ≈ "
+          f"{os.cpu_count() * 1000 / total:,.0f} heartbeats/s")
 
 
 if __name__ == "__main__":
