@@ -48,21 +48,42 @@ PRODUCT = "NVIDIA H100 80GB HBM3"
 
 def populate(agents: int, jobs_per_node: int) -> list[tuple[str, dict]]:
     """Nodes with tokens, GPUs and running single-node jobs; returns (token, body) per agent."""
-    flavor = GpuFlavor.objects.create(name="h100-80gb", display_name=PRODUCT, product_names=[PRODUCT])
+    flavor = GpuFlavor.objects.create(
+        name="h100-80gb", display_name=PRODUCT, product_names=[PRODUCT]
+    )
     team = Team.objects.create(slug="bench", name="Bench")
     queue = Queue.objects.create(team=team, name="default")
     secrets = [new_secret("bnt") for _ in range(agents)]
     nodes = Node.objects.bulk_create(
-        Node(hostname=f"hb{i:05d}", flavor=flavor, rack=f"r{i // 32}", condition=Node.Condition.READY,
-             last_heartbeat_at=timezone.now(), token_hash=s.digest)
+        Node(
+            hostname=f"hb{i:05d}",
+            flavor=flavor,
+            rack=f"r{i // 32}",
+            condition=Node.Condition.READY,
+            last_heartbeat_at=timezone.now(),
+            token_hash=s.digest,
+        )
         for i, s in enumerate(secrets)
     )
-    gpus = Gpu.objects.bulk_create(Gpu(node=n, index=g, uuid=f"GPU-{n.hostname}-{g}") for n in nodes for g in range(8))
+    gpus = Gpu.objects.bulk_create(
+        Gpu(node=n, index=g, uuid=f"GPU-{n.hostname}-{g}") for n in nodes for g in range(8)
+    )
     per = 8 // max(1, jobs_per_node)
     jobs = Job.objects.bulk_create(
-        Job(team=team, queue=queue, flavor=flavor, name="hb", image="img", command=["sleep", "1d"],
-            gpus_per_worker=per, max_runtime_seconds=86400, state=Job.State.RUNNING, admitted_at=timezone.now())
-        for _ in nodes for _ in range(jobs_per_node)
+        Job(
+            team=team,
+            queue=queue,
+            flavor=flavor,
+            name="hb",
+            image="img",
+            command=["sleep", "1d"],
+            gpus_per_worker=per,
+            max_runtime_seconds=86400,
+            state=Job.State.RUNNING,
+            admitted_at=timezone.now(),
+        )
+        for _ in nodes
+        for _ in range(jobs_per_node)
     )
     workers = Worker.objects.bulk_create(
         Worker(job=j, attempt=0, rank=0, node=nodes[k // jobs_per_node], state=Worker.State.RUNNING)
@@ -76,8 +97,9 @@ def populate(agents: int, jobs_per_node: int) -> list[tuple[str, dict]]:
         gpus_of.setdefault(g.node_id, []).append(g)
     Allocation.objects.bulk_create(
         Allocation(job_id=w.job_id, worker=w, worker_rank=0, node_id=w.node_id, gpu=g)
-        for w_list in by_node.values() for k, w in enumerate(w_list)
-        for g in gpus_of[w.node_id][k * per:(k + 1) * per]
+        for w_list in by_node.values()
+        for k, w in enumerate(w_list)
+        for g in gpus_of[w.node_id][k * per : (k + 1) * per]
     )
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
@@ -85,10 +107,25 @@ def populate(agents: int, jobs_per_node: int) -> list[tuple[str, dict]]:
     for node, secret in zip(nodes, secrets, strict=True):
         body = {
             "agent_version": "bench",
-            "gpus": [{"index": g, "uuid": f"GPU-{node.hostname}-{g}", "name": PRODUCT, "memory_total_mib": 81559,
-                      "memory_used_mib": 4000, "utilization_pct": 90.0, "temperature_c": 60.0, "power_w": 500.0,
-                      "health": "healthy", "health_reason": ""} for g in range(8)],
-            "workers": [{"key": w.key, "state": "running", "exit_code": None} for w in by_node.get(node.pk, [])],
+            "gpus": [
+                {
+                    "index": g,
+                    "uuid": f"GPU-{node.hostname}-{g}",
+                    "name": PRODUCT,
+                    "memory_total_mib": 81559,
+                    "memory_used_mib": 4000,
+                    "utilization_pct": 90.0,
+                    "temperature_c": 60.0,
+                    "power_w": 500.0,
+                    "health": "healthy",
+                    "health_reason": "",
+                }
+                for g in range(8)
+            ],
+            "workers": [
+                {"key": w.key, "state": "running", "exit_code": None}
+                for w in by_node.get(node.pk, [])
+            ],
         }
         out.append((secret.plaintext, body))
     return out
@@ -101,12 +138,32 @@ def free_port() -> int:
 
 
 def start_gunicorn(port: int, workers: int, threads: int = 1) -> subprocess.Popen:
-    env = {**os.environ, "DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "b" * 20 + "x9!k#Lm2$Qp7&Rt4*Vw8^Yz1@Ac3-Ef6+",
-           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "DJANGO_SECURE_SSL_REDIRECT": "0", "BERTH_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "DJANGO_DEBUG": "0",
+        "DJANGO_SECRET_KEY": "b" * 20 + "x9!k#Lm2$Qp7&Rt4*Vw8^Yz1@Ac3-Ef6+",
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+        "DJANGO_SECURE_SSL_REDIRECT": "0",
+        "BERTH_LOG_LEVEL": "WARNING",
+    }
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-         "--threads", str(threads), "--log-level", "warning", "--keep-alive", "30"],
-        cwd=ROOT, env=env, start_new_session=True,
+        [
+            str(Path(sys.executable).parent / "gunicorn"),
+            "portal.wsgi",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            "--threads",
+            str(threads),
+            "--log-level",
+            "warning",
+            "--keep-alive",
+            "30",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -127,8 +184,10 @@ class Conn:
     async def post(self, path: str, token: str, body: bytes) -> int:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
-        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
         self.writer.write(head.encode() + body)
         await self.writer.drain()
         status_line = await self.reader.readline()
@@ -146,15 +205,20 @@ class Conn:
         return int(status_line.split()[1])
 
 
-async def run_load(port: int, agents: list[tuple[str, bytes]], interval: float, duration: float, conns: int):
+async def run_load(
+    port: int, agents: list[tuple[str, bytes]], interval: float, duration: float, conns: int
+):
     queue: asyncio.Queue = asyncio.Queue()
     latencies, statuses = [], {}
     start = time.monotonic() + 1.0
     phase = [random.Random(i).uniform(0, interval) for i in range(len(agents))]
 
     async def producer():
-        schedule = sorted((start + p + k * interval, i) for i, p in enumerate(phase)
-                          for k in range(int(duration / interval)))
+        schedule = sorted(
+            (start + p + k * interval, i)
+            for i, p in enumerate(phase)
+            for k in range(int(duration / interval))
+        )
         for due, i in schedule:
             delay = due - time.monotonic()
             if delay > 0:
@@ -185,7 +249,12 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=10.0)
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker (gthread, as deploy/gunicorn.conf.py)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=4,
+        help="threads per worker (gthread, as deploy/gunicorn.conf.py)",
+    )
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--jobs-per-node", type=int, default=1)
     args = parser.parse_args()
@@ -200,7 +269,9 @@ def main() -> None:
         asyncio.run(run_load(port, agents[:300], 1.0, 1.0, args.connections))
         time.sleep(1.0)
         t0, c0, s0 = time.monotonic(), time.process_time(), server_cpu(server.pid)
-        latencies, statuses = asyncio.run(run_load(port, agents, args.interval, args.duration, args.connections))
+        latencies, statuses = asyncio.run(
+            run_load(port, agents, args.interval, args.duration, args.connections)
+        )
         wall = time.monotonic() - t0
         s1 = server_cpu(server.pid)
     finally:
@@ -208,17 +279,23 @@ def main() -> None:
         server.wait(20)
     latencies.sort()
     q = statistics.quantiles(latencies, n=100)
-    print(f"{len(latencies)} heartbeats from {args.agents} agents every {args.interval:g} s over {wall:.0f} s "
-          f"({len(latencies) / wall:.0f}/s), gunicorn {args.workers} workers × {args.threads} threads; statuses {statuses}; "
-          f"load generator CPU {time.process_time() - c0:.1f} s")
-    print(f"latency p50 {q[49] * 1000:.1f} ms, p90 {q[89] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms, "
-          f"max {latencies[-1] * 1000:.1f} ms")
+    print(
+        f"{len(latencies)} heartbeats from {args.agents} agents every {args.interval:g} s over {wall:.0f} s "
+        f"({len(latencies) / wall:.0f}/s), gunicorn {args.workers} workers × {args.threads} threads; statuses {statuses}; "
+        f"load generator CPU {time.process_time() - c0:.1f} s"
+    )
+    print(
+        f"latency p50 {q[49] * 1000:.1f} ms, p90 {q[89] * 1000:.1f} ms, p99 {q[98] * 1000:.1f} ms, "
+        f"max {latencies[-1] * 1000:.1f} ms"
+    )
     per = {k: (s1[k] - s0[k]) / len(latencies) * 1000 for k in s0}
     client = (time.process_time() - c0) / len(latencies) * 1000
     total = sum(per.values()) + client
-    print(f"CPU per heartbeat: gunicorn {per['gunicorn']:.2f} ms, postgres {per['postgres']:.2f} ms, "
-          f"load generator {client:.2f} ms = {total:.2f} ms → {os.cpu_count()} idle cores ≈ "
-          f"{os.cpu_count() * 1000 / total:,.0f} heartbeats/s")
+    print(
+        f"CPU per heartbeat: gunicorn {per['gunicorn']:.2f} ms, postgres {per['postgres']:.2f} ms, "
+        f"load generator {client:.2f} ms = {total:.2f} ms → {os.cpu_count()} idle cores ≈ "
+        f"{os.cpu_count() * 1000 / total:,.0f} heartbeats/s"
+    )
 
 
 if __name__ == "__main__":

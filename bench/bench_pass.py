@@ -62,8 +62,15 @@ def ensure_database() -> None:
     import psycopg
 
     name = connection.settings_dict["NAME"]
-    params = {k: v for k, v in {"host": connection.settings_dict["HOST"], "user": connection.settings_dict["USER"],
-                                "port": connection.settings_dict["PORT"] or 5432}.items() if v}
+    params = {
+        k: v
+        for k, v in {
+            "host": connection.settings_dict["HOST"],
+            "user": connection.settings_dict["USER"],
+            "port": connection.settings_dict["PORT"] or 5432,
+        }.items()
+        if v
+    }
     with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
         if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             admin.execute(f'CREATE DATABASE "{name}"')
@@ -75,20 +82,36 @@ def ensure_database() -> None:
 
 def populate(n_nodes: int, n_pending: int, seed: int = 7) -> None:
     rng = random.Random(seed)
-    flavors = [GpuFlavor.objects.create(name=n, display_name=n, product_names=[n]) for n in ("h100-80gb", "a100-40gb")]
+    flavors = [
+        GpuFlavor.objects.create(name=n, display_name=n, product_names=[n])
+        for n in ("h100-80gb", "a100-40gb")
+    ]
     cohorts = [Cohort.objects.create(name=f"cohort-{i}") for i in range(5)]
     teams = Team.objects.bulk_create(
-        Team(slug=f"team-{i:02d}", name=f"Team {i}", weight=rng.choice([1, 1, 2]), cohort=cohorts[i % 5])
+        Team(
+            slug=f"team-{i:02d}",
+            name=f"Team {i}",
+            weight=rng.choice([1, 1, 2]),
+            cohort=cohorts[i % 5],
+        )
         for i in range(50)
     )
     per_team = n_nodes * 8 // 2 // 50
     Quota.objects.bulk_create(
-        Quota(team=t, flavor=f, nominal=per_team, borrowing_limit=per_team * 2) for t in teams for f in flavors
+        Quota(team=t, flavor=f, nominal=per_team, borrowing_limit=per_team * 2)
+        for t in teams
+        for f in flavors
     )
     queues = Queue.objects.bulk_create(Queue(team=t, name="default") for t in teams)
     nodes = Node.objects.bulk_create(
-        Node(hostname=f"n{i:04d}", flavor=flavors[i * 2 // n_nodes], rack=f"r{i // 16}", block=f"b{i // 32}",
-             condition=Node.Condition.READY, last_heartbeat_at=timezone.now())
+        Node(
+            hostname=f"n{i:04d}",
+            flavor=flavors[i * 2 // n_nodes],
+            rack=f"r{i // 16}",
+            block=f"b{i // 32}",
+            condition=Node.Condition.READY,
+            last_heartbeat_at=timezone.now(),
+        )
         for i in range(n_nodes)
     )
     gpus = Gpu.objects.bulk_create(
@@ -100,9 +123,20 @@ def populate(n_nodes: int, n_pending: int, seed: int = 7) -> None:
 
 def _job(rng, team, queue, flavor, shape, state, submitted):
     workers, per = shape
-    return Job(team=team, queue=queue, flavor=flavor, name="bench", image="img", command=["true"],
-               workers=workers, gpus_per_worker=per, priority=rng.choice([0, 0, 0, 10]),
-               max_runtime_seconds=rng.choice(RUNTIMES), state=state, submitted_at=submitted)
+    return Job(
+        team=team,
+        queue=queue,
+        flavor=flavor,
+        name="bench",
+        image="img",
+        command=["true"],
+        workers=workers,
+        gpus_per_worker=per,
+        priority=rng.choice([0, 0, 0, 10]),
+        max_runtime_seconds=rng.choice(RUNTIMES),
+        state=state,
+        submitted_at=submitted,
+    )
 
 
 def _running(rng, teams, queues, flavors, nodes, gpus) -> None:
@@ -115,19 +149,28 @@ def _running(rng, teams, queues, flavors, nodes, gpus) -> None:
         while budget > 0:
             per = min(budget, rng.choice([1, 2, 4, 8]))
             i = rng.randrange(50)
-            job = _job(rng, teams[i], queues[i], next(f for f in flavors if f.pk == node.flavor_id), (1, per),
-                       Job.State.RUNNING, now - timedelta(hours=rng.uniform(1, 48)))
+            job = _job(
+                rng,
+                teams[i],
+                queues[i],
+                next(f for f in flavors if f.pk == node.flavor_id),
+                (1, per),
+                Job.State.RUNNING,
+                now - timedelta(hours=rng.uniform(1, 48)),
+            )
             job.admitted_at = job.started_at = now - timedelta(hours=rng.uniform(0, 1))
             jobs.append(job)
             places.append((node, [free[node.pk].pop() for _ in range(per)]))
             budget -= per
     jobs = Job.objects.bulk_create(jobs)
     workers = Worker.objects.bulk_create(
-        Worker(job=j, attempt=0, rank=0, node=node, state=Worker.State.RUNNING) for j, (node, _) in zip(jobs, places, strict=True)
+        Worker(job=j, attempt=0, rank=0, node=node, state=Worker.State.RUNNING)
+        for j, (node, _) in zip(jobs, places, strict=True)
     )
     Allocation.objects.bulk_create(
         Allocation(job=j, worker=w, worker_rank=0, node=node, gpu=g)
-        for j, w, (node, gs) in zip(jobs, workers, places, strict=True) for g in gs
+        for j, w, (node, gs) in zip(jobs, workers, places, strict=True)
+        for g in gs
     )
 
 
@@ -137,8 +180,17 @@ def _pending(rng, teams, queues, flavors, count) -> None:
     for k in range(count):
         i = rng.randrange(50)
         shape = rng.choices(SIZES, SIZE_WEIGHTS)[0]
-        jobs.append(_job(rng, teams[i], queues[i], rng.choice(flavors), shape, Job.State.PENDING,
-                         base + timedelta(seconds=k)))
+        jobs.append(
+            _job(
+                rng,
+                teams[i],
+                queues[i],
+                rng.choice(flavors),
+                shape,
+                Job.State.PENDING,
+                base + timedelta(seconds=k),
+            )
+        )
     Job.objects.bulk_create(jobs, batch_size=5000)
 
 
@@ -148,8 +200,14 @@ def undo_pass(marks: dict, pending: list[int], running: list[int]) -> None:
     Worker.objects.filter(pk__gt=marks["worker"]).delete()
     JobEvent.objects.filter(pk__gt=marks["event"]).delete()
     SchedulingPass.objects.all().delete()
-    Job.objects.filter(pk__in=pending).update(state=Job.State.PENDING, admitted_at=None, reason_code="", reason="",
-                                              queue_position=None, estimated_start_at=None)
+    Job.objects.filter(pk__in=pending).update(
+        state=Job.State.PENDING,
+        admitted_at=None,
+        reason_code="",
+        reason="",
+        queue_position=None,
+        estimated_start_at=None,
+    )
     Job.objects.filter(pk__in=running).update(state=Job.State.RUNNING, stop_requested_at=None)
 
 
@@ -167,14 +225,20 @@ def main() -> None:
     ensure_database()
     started = time.perf_counter()
     populate(args.nodes, args.pending)
-    print(f"populated in {time.perf_counter() - started:.1f} s: {Node.objects.count()} nodes, "
-          f"{Gpu.objects.count()} GPUs, {Allocation.objects.count()} held, "
-          f"{Job.objects.filter(state='running').count()} running, {Job.objects.filter(state='pending').count()} pending")
+    print(
+        f"populated in {time.perf_counter() - started:.1f} s: {Node.objects.count()} nodes, "
+        f"{Gpu.objects.count()} GPUs, {Allocation.objects.count()} held, "
+        f"{Job.objects.filter(state='running').count()} running, {Job.objects.filter(state='pending').count()} pending"
+    )
     with connection.cursor() as cur:
         cur.execute("ANALYZE")
     pending = list(Job.objects.filter(state="pending").values_list("pk", flat=True))
     running = list(Job.objects.filter(state="running").values_list("pk", flat=True))
-    marks = {"allocation": last_id(Allocation), "worker": last_id(Worker), "event": last_id(JobEvent)}
+    marks = {
+        "allocation": last_id(Allocation),
+        "worker": last_id(Worker),
+        "event": last_id(JobEvent),
+    }
     walls, rows = [], []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
@@ -186,9 +250,13 @@ def main() -> None:
     if not rows:
         return
     for wall, queries, admitted, preempted in rows:
-        print(f"pass: {wall:.3f} s wall, {queries} queries, {admitted} admitted, {preempted} preempted")
-    print(f"median {statistics.median(walls):.3f} s over {len(walls)} passes "
-          f"({args.pending} pending, {args.nodes} nodes × 8 GPUs) at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+        print(
+            f"pass: {wall:.3f} s wall, {queries} queries, {admitted} admitted, {preempted} preempted"
+        )
+    print(
+        f"median {statistics.median(walls):.3f} s over {len(walls)} passes "
+        f"({args.pending} pending, {args.nodes} nodes × 8 GPUs) at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ REMEDIES = {
     "or ask an admin for more quota or bigger nodes; then cancel it and submit again.",
     "no_nodes": "A node of its GPU flavor becoming Ready and uncordoned (ask an admin), "
     "or submitting to another flavor.",
+    "backoff": "Nothing: after a preemption or a lost node it waits out its requeue backoff, "
+    "then keeps its place in the queue.",
     "fifo_blocked": "The blocked job ahead of it starting or being cancelled.",
     "waiting_for_preemption": "Nothing: preempted jobs are stopping to make room; it starts "
     "when their grace periods end.",

@@ -140,7 +140,13 @@ if not DEBUG:
 _redis_url = env_str("REDIS_URL")
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _redis_url}
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _redis_url,
+            # A Redis that hangs must not hang requests: the cache only debounces
+            # passes and counts throttles, and both give way when it is away.
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
         if _redis_url
         else {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
@@ -162,6 +168,9 @@ if _broker == "filesystem://":
         "store_processed": False,
         "control_folder": str(_queue_dir / "control"),
     }
+else:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -179,6 +188,10 @@ BERTH = {
     "FAIRSHARE_HALF_LIFE_S": env_float("BERTH_FAIRSHARE_HALF_LIFE_S", 7 * 24 * 3600.0, minimum=1.0),
     "TOPOLOGY_KEY": env_choice("BERTH_TOPOLOGY_KEY", "block", ("block", "rack")),
     "DEFAULT_MAX_RESTARTS": env_int("BERTH_DEFAULT_MAX_RESTARTS", 3, minimum=0),
+    # Requeue backoff (Kueue's requeuingStrategy, scheduler/requeue.py): the n-th requeue
+    # of a job waits min(base x 2^(n-1), max) seconds before it may be admitted again.
+    "REQUEUE_BACKOFF_BASE_S": env_float("BERTH_REQUEUE_BACKOFF_BASE_S", 60.0, minimum=0.0),
+    "REQUEUE_BACKOFF_MAX_S": env_float("BERTH_REQUEUE_BACKOFF_MAX_S", 3600.0, minimum=0.0),
     # Node agents (see docs/protocol.md for how these three relate)
     "HEARTBEAT_INTERVAL_S": env_float("BERTH_HEARTBEAT_INTERVAL_S", 5.0, minimum=0.5),
     "AGENT_DISCONNECT_LIMIT_S": env_float("BERTH_AGENT_DISCONNECT_LIMIT_S", 60.0, minimum=1.0),
@@ -187,6 +200,10 @@ BERTH = {
     # Metrics endpoint
     "METRICS_TOKEN": env_str("BERTH_METRICS_TOKEN"),
 }
+if BERTH["REQUEUE_BACKOFF_MAX_S"] < BERTH["REQUEUE_BACKOFF_BASE_S"]:
+    raise ImproperlyConfigured(
+        "BERTH_REQUEUE_BACKOFF_MAX_S must be at least BERTH_REQUEUE_BACKOFF_BASE_S"
+    )
 if (
     BERTH["AGENT_DISCONNECT_LIMIT_S"]
     >= BERTH["NODE_NOT_READY_AFTER_S"] + BERTH["NODE_EVICT_AFTER_S"]

@@ -25,6 +25,7 @@ from .model import (
 )
 from .policies import POLICIES, Policy, get_policy, register_policy
 from .reasons import REASONS
+from .requeue import requeue_backoff
 
 __all__ = [
     "POLICIES",
@@ -46,5 +47,6 @@ __all__ = [
     "decay",
     "get_policy",
     "register_policy",
+    "requeue_backoff",
     "schedule",
 ]

@@ -18,7 +18,16 @@ from .placement import Where
 from .policies import get_policy
 from .preemption import PREEMPT_ON, try_preempt
 from .quota import Ledger, TeamBook
-from .reasons import CAPACITY, COHORT_BUSY, NEVER_FITS, NO_NODES, PRIORITY, QUOTA, Wait
+from .reasons import (
+    BACKOFF,
+    CAPACITY,
+    COHORT_BUSY,
+    NEVER_FITS,
+    NO_NODES,
+    PRIORITY,
+    QUOTA,
+    Wait,
+)
 from .state import Pool, Running, Started, Transaction, build_pools, build_running, charge_running
 
 
@@ -26,12 +35,15 @@ def schedule(snapshot: Snapshot) -> Plan:
     """Run one scheduling pass and return its plan.
 
     1. Build the pass state: a pool of free GPUs per flavor, team usage from
-       the running jobs, the policy named by snapshot.config.policy.
-    2. Order the pending jobs with the policy's order (fair share or submit).
+       the running jobs, the policy named by snapshot.config.policy. Jobs in
+       their requeue backoff (eligible_at > now) are set aside.
+    2. Order the eligible pending jobs with the policy's order (fair share or
+       submit).
     3. Consider each job in that order, up to max_backfill_candidates
        (Pass.consider: static checks, gate, quota, placement, preemption,
        reservation).
-    4. Jobs not reached wait with reason `priority`.
+    4. Jobs not reached wait with reason `priority`; jobs set aside wait with
+       reason `backoff`, after every other job in pass order.
     5. Explain: a verdict with reason, position and estimated start for every
        job not admitted.
     """
@@ -41,6 +53,8 @@ def schedule(snapshot: Snapshot) -> Plan:
         p.consider(job)
     for job in order:
         p.not_reached(job)
+    for job in p.backing_off:
+        p.back_off(job)
     return p.plan()
 
 
@@ -55,7 +69,9 @@ class Pass:
         "ledger",
         "_running_jobs",
         "_running",
+        "queued",
         "pending",
+        "backing_off",
         "gate",
         "preempting",
         "admissions",
@@ -65,6 +81,7 @@ class Pass:
         "order",
         "took",
         "preempt_fails",
+        "claimed",
         "_by_flavor",
         "_by_team",
         "_stopping",
@@ -82,7 +99,13 @@ class Pass:
         self._running_jobs = snapshot.running
         self._running: list[Running] | None = None
         self._own = charge_running(snapshot.running, self.ledger)
-        self.pending = sorted(snapshot.pending, key=queue_key)
+        # Every pending job in queue order (for positions); `pending` are the ones
+        # the policy orders, `backing_off` those not eligible yet (scheduler.requeue).
+        self.queued = self.pending = sorted(snapshot.pending, key=queue_key)
+        now = self.now
+        self.backing_off = [j for j in self.queued if j.eligible_at > now]
+        if self.backing_off:
+            self.pending = [j for j in self.queued if j.eligible_at <= now]
         self.gate = self.policy.gate(cfg)
         self.preempting = self.policy.preemption and cfg.preemption
         self.admissions: list[Admission] = []
@@ -94,6 +117,7 @@ class Pass:
             tuple[str, str, str], list[int]
         ] = {}  # (team, queue, flavor) -> [jobs, GPUs]
         self.preempt_fails: dict[tuple, int] = {}
+        self.claimed: dict[str, list[Running]] = {}  # flavor -> jobs preemptors wait for
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
@@ -218,6 +242,17 @@ class Pass:
         self.order.append(job)
         self.waits[job.id] = Wait(PRIORITY, ("limit", self.config.max_backfill_candidates))
 
+    def back_off(self, job: PendingJob) -> None:
+        """Record why a job in its requeue backoff waits, without considering it.
+
+        It is not ordered, gated, placed, given a reservation or a quota hold,
+        and preempts nothing: a reservation for a job that may not start would
+        keep GPUs idle for it. Only never_fits and no_nodes outrank it.
+        """
+        self.order.append(job)
+        static = self.static_wait(job, self.pools.get(job.flavor), self.ledger.book(job.team))
+        self.waits[job.id] = static or Wait(BACKOFF, (job.eligible_at, job.restart_count))
+
     def waiting(self) -> list[PendingJob]:
         """Return the jobs not admitted, in the order they were considered."""
         return [job for job in self.order if job.id in self.waits]
@@ -225,7 +260,8 @@ class Pass:
     def plan(self) -> Plan:
         found = verdicts(self)
         stats = {
-            "pending": float(len(self.pending)),
+            "pending": float(len(self.queued)),
+            "backing_off": float(len(self.backing_off)),
             "considered": float(len(self.order)),
             "admitted": float(len(self.admissions)),
             "preempted": float(len(self.preemptions)),

@@ -10,7 +10,8 @@ starts the waiting jobs in pass order, each once enough GPUs of its flavor are
 free and never before the job before it (so a small job that backfill might
 start early gets a pessimistic estimate). A reserved job starts no earlier
 than its reservation; a job waiting for preemption no earlier than its victims'
-grace periods end. Jobs that can never fit get None.
+grace periods end; a job in its requeue backoff, last in pass order, no
+earlier than it becomes eligible. Jobs that can never fit get None.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 from .backfill import COHORT_HOLD
 from .model import PendingJob, Verdict
 from .reasons import (
+    BACKOFF,
     COHORT_BUSY,
     FIFO_BLOCKED,
     FRAGMENTED,
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 def verdicts(p: Pass) -> tuple[Verdict, ...]:
     """Return one verdict per waiting job, in pass order."""
     waiting = p.waiting()
-    positions = queue_positions(p.pending, p.waits)
+    positions = queue_positions(p.queued, p.waits)
     if not p.config.explain:
         return tuple(
             Verdict(j.id, p.waits[j.id].code, REASONS[p.waits[j.id].code], positions[j.id], None)
@@ -120,6 +122,8 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         floor = reserved.get(job.id, p.now)
         if wait.code == WAITING_FOR_PREEMPTION:
             floor = max(floor, wait.info[1])
+        elif wait.code == BACKOFF:
+            floor = max(floor, job.eligible_at)
         out[job.id] = shadow.start(job.gpus, job.max_runtime, floor)
     return out
 
@@ -170,6 +174,23 @@ def _never_fits(p: Pass, job: PendingJob, why: str, *facts) -> str:
 
 def _no_nodes(p: Pass, job: PendingJob) -> str:
     return f"{_needs(p, job)}; no {job.flavor} node is Ready and uncordoned"
+
+
+def _backoff(p: Pass, job: PendingJob, eligible_at: float, requeues: int) -> str:
+    if requeues < 1:
+        return f"{_needs(p, job)}; not eligible before {_rel(p, eligible_at)}"
+    return (
+        f"{_needs(p, job)}; backing off after its {_ordinal(requeues)} requeue (it was preempted "
+        f"or lost its node): eligible again from {_rel(p, eligible_at)}, keeping its original "
+        f"submit time"
+    )
+
+
+def _ordinal(n: int) -> str:
+    """Return '1st', '2nd', '3rd', '4th', ..., '11th', '12th', '13th', '21st'."""
+    if n % 100 in (11, 12, 13):
+        return f"{n}th"
+    return f"{n}{({1: 'st', 2: 'nd', 3: 'rd'}).get(n % 10, 'th')}"
 
 
 def _fifo_blocked(p: Pass, job: PendingJob, blocker: int, code: str) -> str:
@@ -245,6 +266,7 @@ def _topology(
 _MESSAGES = {
     NEVER_FITS: _never_fits,
     NO_NODES: _no_nodes,
+    BACKOFF: _backoff,
     FIFO_BLOCKED: _fifo_blocked,
     WAITING_FOR_PREEMPTION: _waiting,
     QUOTA: _quota,

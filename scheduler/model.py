@@ -65,6 +65,12 @@ class WorkerPlacement:
 
 @dataclass(frozen=True, slots=True)
 class PendingJob:
+    """A gang waiting for admission.
+
+    `eligible_at`: a requeued job may not be admitted before this time (its
+    requeue backoff, scheduler.requeue); 0 for a job never requeued.
+    """
+
     id: JobId
     team: str
     queue: str
@@ -76,6 +82,7 @@ class PendingJob:
     max_runtime: float
     preemptible: bool = True
     restart_count: int = 0
+    eligible_at: float = 0.0
 
     @property
     def gpus(self) -> int:

@@ -22,7 +22,8 @@ Rules, as in Kueue's preemption.go:
 4. The preemptor is not admitted in this pass: its victims keep their GPUs for
    their grace period. It waits (waiting_for_preemption) and its GPUs are
    charged to its team's usage for the rest of the pass, so its team cannot
-   reclaim the same quota twice.
+   reclaim the same quota twice. Later preemptors of the pass decide as if
+   those victims' quota were already free, so they do not free it again.
 
 No cycle: a reclaim only takes from a team above its nominal quota and leaves
 the preemptor at or below its own, so the victim's team cannot reclaim back
@@ -52,11 +53,13 @@ PREEMPT_ON = CAPACITY | {QUOTA, COHORT_BUSY}
 def try_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
     """Preempt for the job, or find stopping jobs to wait for; None if neither helps.
 
-    Within a pass, candidates, free GPUs and quota only shrink, so a failure
-    is remembered: a later job of the same team, flavor and GPUs per worker,
-    with as many or more workers and no more candidates, fails too. "No more
+    Within a pass, candidates and free GPUs only shrink, so a failure is
+    remembered: a later job of the same team, flavor and GPUs per worker, with
+    as many or more workers and no more candidates, fails too. "No more
     candidates" holds for the same queue and priority, or when the later job
-    has no lower-priority jobs of its own to preempt.
+    has no lower-priority jobs of its own to preempt. (Quota can grow when a
+    preemptor's victims free more than it claims; the remembered failure then
+    waits for the next pass, which only errs towards preempting less.)
     """
     if pool is None:
         return None
@@ -72,12 +75,30 @@ def try_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
     base = (job.team, job.flavor, job.gpus_per_worker)
     if not lower and fails.get(base, math.inf) <= n:
         return None
+    claims = _without_claimed(p, f)
     chosen = _choose(p, job, pool, book, lower)
+    claims.rollback()
     if chosen is None:
         fails[exact] = min(n, fails.get(exact, math.inf))
         fails[base] = min(n, fails.get(base, math.inf))
         return None
     return _commit(p, job, book, chosen)
+
+
+def _without_claimed(p: Pass, flavor: str) -> Transaction:
+    """Take the jobs earlier preemptors of this pass wait for out of the quota, until rollback.
+
+    A preemptor is charged for its GPUs (rule 4) while its victims stay charged
+    until they stop. Counting both made a later preemptor of the cohort free
+    its predecessors' quota a second time: in trace replays one 4-GPU job
+    preempted 44 one-GPU jobs. So a later preemptor decides as if those victims
+    were gone, as they will be by the time it could start. Only their quota:
+    their GPUs stay taken, since they are promised to their own preemptor.
+    """
+    tx = Transaction()
+    for r in p.claimed.get(flavor, ()):
+        tx.add(p.ledger, r.book, flavor, -r.job.gpus)
+    return tx
 
 
 def _choose(
@@ -210,6 +231,7 @@ def _reacquire(p: Pass, r: Running, pool: Pool, tx: Transaction) -> None:
 def _commit(p: Pass, job: PendingJob, book: TeamBook, chosen: list[Running]) -> Wait:
     """Claim the chosen jobs, stop the new victims and charge the preemptor (rule 4)."""
     new = 0
+    p.claimed.setdefault(job.flavor, []).extend(chosen)
     for r in chosen:
         r.claimed = True
         if not r.stopping:

@@ -5,7 +5,9 @@ finds (Kueue ranks its reasons the same way): a job that can never fit is told
 so before it is told the cluster is busy. The pass checks them in this order,
 except that `waiting_for_preemption` replaces the quota or capacity reason that
 triggered the preemption, and `priority` replaces a capacity reason when jobs
-ahead of it in its own queue took the GPUs.
+ahead of it in its own queue took the GPUs. A job in its requeue backoff
+(`backoff`) is not considered at all: only `never_fits` and `no_nodes`, which
+no wait would change, are told before it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import NamedTuple
 
 NEVER_FITS = "never_fits"
 NO_NODES = "no_nodes"
+BACKOFF = "backoff"
 FIFO_BLOCKED = "fifo_blocked"
 WAITING_FOR_PREEMPTION = "waiting_for_preemption"
 QUOTA = "quota"
@@ -28,6 +31,7 @@ NO_CAPACITY = "no_capacity"
 REASONS: dict[str, str] = {
     NEVER_FITS: "It can never run: bigger than any node, topology domain or its quota allows.",
     NO_NODES: "No schedulable node of its GPU flavor is Ready and uncordoned.",
+    BACKOFF: "Requeued after a preemption or a lost node, it backs off before it may start again.",
     FIFO_BLOCKED: "A job submitted before it is blocked, and strict FIFO lets nothing pass it.",
     WAITING_FOR_PREEMPTION: "It waits for preempted or stopping jobs to free their GPUs.",
     QUOTA: "It would exceed its team's nominal quota plus borrowing limit.",
@@ -49,6 +53,7 @@ class Wait(NamedTuple):
     `info` by code (see scheduler.explain for how each is worded):
       never_fits: ("shape",) | ("node", largest node) |
                   ("topology", most workers one domain holds) | ("quota", most ever)
+      backoff: (when it becomes eligible, how many times it was requeued)
       fifo_blocked: (id of the blocked job ahead, its reason code)
       waiting_for_preemption: (ids waited for, their latest end, how many preempted now)
       quota, cohort_busy: (team usage, nominal, usage limit, GPUs it may still take)

@@ -46,6 +46,23 @@ $SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors 
 $SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors model \
     --policy all --json $OUT/openb-8n-model.json
 
+# The requeue backoff (scheduler/requeue.py) switched off: the reclaim thrash it bounds (openb,
+# a flavor per model), four Philly windows; then longer maxima on openb.
+$SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors model \
+    --policy fairshare --requeue-backoff 0 --json $OUT/ablation-backoff-openb-8n-model.json
+for n in 80 64; do
+  $SIM --trace $PHILLY --start 2017-10-02 --end 2017-10-16 --nodes $n --gpus-per-node 8 \
+      --policy fairshare --requeue-backoff 0 --json $OUT/ablation-backoff-philly-oct02-${n}n.json
+done
+$SIM --trace $PHILLY --start 2017-10-16 --end 2017-10-30 --nodes 96 --gpus-per-node 8 \
+    --policy fairshare --requeue-backoff 0 --json $OUT/ablation-backoff-philly-oct16-96n.json
+$SIM --trace $PHILLY --start 2017-11-06 --end 2017-11-20 --nodes 48 --gpus-per-node 8 \
+    --policy fairshare --requeue-backoff 0 --json $OUT/ablation-backoff-philly-nov06-48n.json
+for most in 14400 86400; do
+  $SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors model \
+      --policy fairshare --requeue-backoff 60,$most --json $OUT/ablation-backoff-openb-8n-model-max$most.json
+done
+
 # The cohort hold (scheduler/backfill.py) switched off, on the main window and the overloaded one.
 .venv/bin/python $OUT/ablation_cohort_hold.py --nodes 80 --out $OUT/ablation-cohort-hold-80n.json
 .venv/bin/python $OUT/ablation_cohort_hold.py --nodes 64 --out $OUT/ablation-cohort-hold-64n.json

@@ -226,6 +226,10 @@ class JobSerializer(serializers.Serializer):
     max_runtime_seconds = serializers.IntegerField()
     attempt = serializers.IntegerField()
     restart_count = serializers.IntegerField()
+    eligible_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="A requeued job is not admitted before this time (its requeue backoff).",
+    )
     exit_code = serializers.IntegerField(allow_null=True)
     submitted_at = serializers.DateTimeField()
     admitted_at = serializers.DateTimeField(allow_null=True)

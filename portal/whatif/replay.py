@@ -1,9 +1,9 @@
 """Run a what-if: the period's job history replayed as configured and with the change.
 
 Both replays use the scheduler core through scheduler.sim, with the portal's
-policy (portal.core.scheduling.policy_config), the cluster's current nodes
-and teams (portal.whatif.history), and each job's declared max runtime as the
-scheduler's estimate. Progress goes to the row at most every PROGRESS_WRITE_S.
+policy (portal.core.scheduling.policy_config) and requeue backoff, the
+cluster's current nodes and teams (portal.whatif.history), and each job's
+declared max runtime as the scheduler's estimate. Progress goes to the row at most every PROGRESS_WRITE_S.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 import time
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
 from portal.core.scheduling import policy_config
@@ -118,7 +119,12 @@ def replay(run: WhatIfRun, progress: Progress) -> dict:
     }
     if not jobs:
         return {"setup": setup, "teams": [], "note": "No jobs were submitted in this period."}
-    config = SimConfig(policy=policy, runtime_estimate="declared")
+    config = SimConfig(
+        policy=policy,
+        runtime_estimate="declared",
+        requeue_backoff_s=settings.BERTH["REQUEUE_BACKOFF_BASE_S"],
+        requeue_backoff_max_s=settings.BERTH["REQUEUE_BACKOFF_MAX_S"],
+    )
     base = simulate(jobs, nodes, teams, config, progress.part(0.0, 0.5)).summary
     after = simulate(jobs, nodes, changed_teams, config, progress.part(0.5, 0.5)).summary
     return {

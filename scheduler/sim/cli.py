@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from scheduler.model import PolicyConfig
+from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S
 
 from . import POLICY_NAMES, simulate
 from .cluster import (
@@ -67,6 +68,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-max", type=float, default=QUEUE_MAX_S, help="seconds, for queue-max")
     p.add_argument("--grace", type=float, default=30.0, help="preemption grace period, seconds")
     p.add_argument(
+        "--requeue-backoff",
+        type=backoff_arg,
+        default=(DEFAULT_BASE_S, DEFAULT_MAX_S),
+        metavar="BASE[,MAX]",
+        help="a preempted job's requeue backoff: BASE x 2^(requeues-1) s, at most MAX "
+        f"(default {DEFAULT_BASE_S:g},{DEFAULT_MAX_S:g}, the portal's; 0 turns it off)",
+    )
+    p.add_argument(
         "--half-life", type=float, default=7 * 24 * 3600.0, help="fair-share half-life, s"
     )
     p.add_argument(
@@ -82,6 +91,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plots", help="write PNG plots into this folder")
     p.add_argument("--teams", action="store_true", help="also print the per-team table")
     p.add_argument("--check", action="store_true", help="verify every plan (slow; for debugging)")
+
+
+def backoff_arg(text: str) -> tuple[float, float]:
+    """Parse --requeue-backoff BASE[,MAX] (seconds); MAX defaults to the portal's."""
+    parts = text.split(",")
+    try:
+        base = float(parts[0])
+        most = float(parts[1]) if len(parts) > 1 else max(DEFAULT_MAX_S, base)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected BASE[,MAX] in seconds, got {text!r}") from None
+    if len(parts) > 2 or base < 0 or most < base:
+        raise argparse.ArgumentTypeError(f"expected 0 <= BASE <= MAX, got {text!r}")
+    return base, most
 
 
 def policies(chosen: list[str] | None) -> list[str]:
@@ -153,6 +175,8 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
             runtime_estimate=args.runtime_estimate,
             queue_max_s=args.queue_max,
             grace_period_s=args.grace,
+            requeue_backoff_s=args.requeue_backoff[0],
+            requeue_backoff_max_s=args.requeue_backoff[1],
             check=args.check,
         )
         result = simulate(jobs, nodes, teams, config)
@@ -175,6 +199,7 @@ def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
         "quota": args.quota,
         "runtime_estimate": args.runtime_estimate,
         "grace_s": args.grace,
+        "requeue_backoff_s": list(args.requeue_backoff),
         "trace_jobs": len(jobs),
         "notes": notes,
     }

@@ -1,14 +1,17 @@
 """The event loop: a trace replayed through scheduler.schedule() on a simulated clock.
 
-Events, in time order (at one time: completions, then stops, then arrivals):
+Events, in time order (at one time: completions, stops, wakes, then arrivals):
 
 - arrival: the job becomes pending (all arrivals of one timestamp in one batch);
 - completion: a running job ends `duration` seconds after it was admitted and
   frees its GPUs;
 - stop: a job preempted by a plan stops when its grace period ends, frees its
   GPUs, loses all work since its start (traces have no checkpoints) and is
-  requeued with its original submit time. A job that would complete before
-  its grace period ends completes instead.
+  requeued with its original submit time, eligible again after its requeue
+  backoff (scheduler.requeue, the portal's defaults). A job that would
+  complete before its grace period ends completes instead;
+- wake: a requeued job's backoff ends, so a pass runs even if nothing else
+  happens then (Kueue requeues a backed-off workload the same way).
 
 After the events of one timestamp, if anything changed and jobs are pending,
 one pass runs: the simulator builds a Snapshot at that time and applies the
@@ -40,6 +43,7 @@ from scheduler.model import (
     Team,
 )
 from scheduler.reasons import NEVER_FITS, NO_NODES
+from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S, requeue_backoff
 
 from .cluster import NodeSpec, capacity
 from .metrics import Recorder, fragmentation_share
@@ -48,7 +52,7 @@ from .trace import TraceJob
 ESTIMATES = ("exact", "double", "queue-max", "declared")
 QUEUE_MAX_S = 7 * 24 * 3600.0
 # Event kinds, in the order they are handled at one timestamp.
-END, STOP = 0, 1
+END, STOP, WAKE = 0, 1, 2
 # Call the progress callback after about this many arrivals.
 PROGRESS_EVERY = 500
 # Policies whose order reads Team.decayed_usage.
@@ -65,6 +69,9 @@ class SimConfig:
     runtime_estimate: str = "exact"
     queue_max_s: float = QUEUE_MAX_S
     grace_period_s: float = 30.0
+    # Requeue backoff after a preemption (scheduler.requeue); a base of 0 turns it off.
+    requeue_backoff_s: float = DEFAULT_BASE_S
+    requeue_backoff_max_s: float = DEFAULT_MAX_S
     bin_s: float = 3600.0  # utilization time series resolution
     check: bool = False  # verify every plan against the simulated cluster (slow)
 
@@ -319,13 +326,17 @@ class Simulator:
         self.rec.demand_change(r.job.flavor, r.job.team, -r.job.gpus)
 
     def _stop(self, r: JobRec) -> None:
-        """The grace period of a preempted job ended: free it and requeue it."""
+        """The grace period of a preempted job ended: free it and requeue it after its backoff."""
         r.lost_s += (self.now - r.started) * r.job.gpus
         self._release(r)
         r.attempt += 1
-        r.pending = replace(r.pending, restart_count=r.attempt)
+        cfg = self.config
+        delay = requeue_backoff(r.attempt, cfg.requeue_backoff_s, cfg.requeue_backoff_max_s)
+        r.pending = replace(r.pending, restart_count=r.attempt, eligible_at=self.now + delay)
         r.pending_since = self.now
         self.pending[r.job.id] = r.pending
+        if delay > 0:
+            heapq.heappush(self.events, (self.now + delay, WAKE, r.job.id, r.attempt))
 
     # -- fair share -----------------------------------------------------------
 
@@ -390,7 +401,9 @@ class Simulator:
         self.now = t
 
     def _event(self, kind: int, r: JobRec, attempt: int) -> bool:
-        """Handle a completion or stop; False if it is stale (the attempt moved on)."""
+        """Handle a completion, stop or wake; False if it is stale (the attempt moved on)."""
+        if kind == WAKE:
+            return attempt == r.attempt and r.job.id in self.pending
         if attempt != r.attempt or r.running is None:
             return False
         if kind == END:

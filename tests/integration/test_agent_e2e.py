@@ -41,13 +41,36 @@ class Agents:
     def start(self, host: str, rack: str = "r1") -> subprocess.Popen:
         state = self.tmp / host
         argv = [
-            sys.executable, "-m", "agents", "--portal-url", self.url, "--bootstrap-token", self.token,
-            "--hostname", host, "--rack", rack, "--block", rack, "--nvml", "fake", "--fake-gpus", "4",
-            "--fake-product", PRODUCT, "--runtime", "process", "--state-dir", str(state),
-            "--heartbeat-interval", "0.3",
+            sys.executable,
+            "-m",
+            "agents",
+            "--portal-url",
+            self.url,
+            "--bootstrap-token",
+            self.token,
+            "--hostname",
+            host,
+            "--rack",
+            rack,
+            "--block",
+            rack,
+            "--nvml",
+            "fake",
+            "--fake-gpus",
+            "4",
+            "--fake-product",
+            PRODUCT,
+            "--runtime",
+            "process",
+            "--state-dir",
+            str(state),
+            "--heartbeat-interval",
+            "0.3",
         ]
         log = open(self.tmp / f"{host}.log", "ab")  # noqa: SIM115 — owned by the child
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.procs[host] = proc
         return proc
 
@@ -68,8 +91,14 @@ class Agents:
 
 @pytest.fixture
 def portal(live_server, settings, tmp_path):
-    settings.BERTH = {**settings.BERTH, "HEARTBEAT_INTERVAL_S": 0.3, "AGENT_DISCONNECT_LIMIT_S": 30.0}
-    flavor = GpuFlavor.objects.create(name="h100-80gb", display_name=PRODUCT, product_names=[PRODUCT])
+    settings.BERTH = {
+        **settings.BERTH,
+        "HEARTBEAT_INTERVAL_S": 0.3,
+        "AGENT_DISCONNECT_LIMIT_S": 30.0,
+    }
+    flavor = GpuFlavor.objects.create(
+        name="h100-80gb", display_name=PRODUCT, product_names=[PRODUCT]
+    )
     team = make_team("alpha", quotas={flavor: 8})
     Queue.objects.create(team=team, name="default")
     user = make_user("lead")
@@ -90,9 +119,19 @@ def wait_for(predicate, timeout=30.0, what="condition"):
 
 
 def submit(team, user, command, workers=2, gpus=4) -> Job:
-    spec = clean_job_spec(team, {"name": "e2e", "image": "none", "command": command, "flavor": "h100-80gb",
-                                 "workers": workers, "gpus_per_worker": gpus, "max_runtime_seconds": 300,
-                                 "grace_period_seconds": 2})
+    spec = clean_job_spec(
+        team,
+        {
+            "name": "e2e",
+            "image": "none",
+            "command": command,
+            "flavor": "h100-80gb",
+            "workers": workers,
+            "gpus_per_worker": gpus,
+            "max_runtime_seconds": 300,
+            "grace_period_seconds": 2,
+        },
+    )
     return submit_job(team=team, spec=spec, user=user).job
 
 
@@ -104,13 +143,24 @@ def state_of(job: Job) -> str:
 def register(agents: Agents, *hosts: str) -> None:
     for i, host in enumerate(hosts):
         agents.start(host, rack="r1" if i < 2 else "r2")
-    wait_for(lambda: Node.objects.filter(condition=Node.Condition.READY).count() == len(hosts), what="registration")
+    wait_for(
+        lambda: Node.objects.filter(condition=Node.Condition.READY).count() == len(hosts),
+        what="registration",
+    )
 
 
 def test_a_gang_runs_on_two_agents_and_succeeds(portal):
     team, user, agents = portal
     register(agents, "node-a", "node-b")
-    job = submit(team, user, ["python3", "-c", "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], os.environ['CUDA_VISIBLE_DEVICES'].count('GPU-'))"])
+    job = submit(
+        team,
+        user,
+        [
+            "python3",
+            "-c",
+            "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], os.environ['CUDA_VISIBLE_DEVICES'].count('GPU-'))",
+        ],
+    )
     run_pass()
     assert state_of(job) == State.ADMITTED
     wait_for(lambda: state_of(job) == State.SUCCEEDED, what="success")
@@ -118,19 +168,26 @@ def test_a_gang_runs_on_two_agents_and_succeeds(portal):
     assert logs == ["rank 0 of 2 4\n", "rank 1 of 2 4\n"]
     kinds = list(job.events.values_list("kind", flat=True))
     # A gang this quick may end before a heartbeat ever saw it running.
-    assert kinds in (["submitted", "admitted", "started", "succeeded"], ["submitted", "admitted", "succeeded"])
+    assert kinds in (
+        ["submitted", "admitted", "started", "succeeded"],
+        ["submitted", "admitted", "succeeded"],
+    )
     assert job.started_at and job.finished_at and job.exit_code == 0
 
 
 def test_a_failing_worker_fails_the_gang_and_the_other_is_stopped(portal):
     team, user, agents = portal
     register(agents, "node-a", "node-b")
-    job = submit(team, user, ["sh", "-c", 'if [ "$RANK" = 1 ]; then sleep 1; exit 3; fi; exec sleep 60'])
+    job = submit(
+        team, user, ["sh", "-c", 'if [ "$RANK" = 1 ]; then sleep 1; exit 3; fi; exec sleep 60']
+    )
     run_pass()
     wait_for(lambda: state_of(job) == State.FAILED, what="failure")
     assert job.exit_code == 3
-    wait_for(lambda: not Worker.objects.filter(job=job).exclude(state=Worker.State.EXITED).exists(),
-             what="the surviving worker to stop")
+    wait_for(
+        lambda: not Worker.objects.filter(job=job).exclude(state=Worker.State.EXITED).exists(),
+        what="the surviving worker to stop",
+    )
     rank0 = Worker.objects.get(job=job, rank=0)
     assert rank0.exit_code == 128 + signal.SIGTERM
     assert not job.allocations.filter(active=True).exists()
@@ -158,7 +215,11 @@ def test_node_loss_requeues_the_gang_and_it_runs_elsewhere(portal, settings):
     assert state_of(job) == State.PENDING and job.attempt == 1
     assert job.events.filter(kind="node_lost").exists()
     # The clock jump made every node look silent; the live agents' next heartbeats revive theirs.
-    wait_for(lambda: Node.objects.filter(condition=Node.Condition.READY).count() == 2, what="live nodes ready")
+    wait_for(
+        lambda: Node.objects.filter(condition=Node.Condition.READY).count() == 2,
+        what="live nodes ready",
+    )
+    Job.objects.filter(pk=job.pk).update(eligible_at=timezone.now())  # its requeue backoff is over
     run_pass()
     assert state_of(job) == State.ADMITTED
     new_worker = Worker.objects.get(job=job, attempt=1)

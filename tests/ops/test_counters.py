@@ -91,6 +91,7 @@ def test_counters_follow_jobs_through_admission_preemption_requeue_and_success(
     history.append(scrape())
     assert history[-1].value("berth_requeued_jobs_total", reason="requeued", **ALPHA) == 1
 
+    Job.objects.filter(pk=second.pk).update(eligible_at=timezone.now())  # its backoff is over
     assert run_pass().admitted == [second.pk]
     history.append(scrape())
     final = history[-1]

@@ -24,6 +24,7 @@ from scheduler import (
     Snapshot,
     Team,
     WorkerPlacement,
+    requeue_backoff,
     schedule,
 )
 
@@ -68,11 +69,24 @@ def make_job(
     queue="q",
     flavor=FLAVOR,
     preemptible=True,
+    restarts=0,
+    eligible_at=0.0,
 ) -> PendingJob:
     """A pending gang of `workers` x `gpus` GPUs, submitted `id` seconds before NOW by default."""
     submitted = NOW - 1000 + id if submitted is None else submitted
     return PendingJob(
-        id, team, queue, flavor, workers, gpus, priority, submitted, runtime, preemptible
+        id,
+        team,
+        queue,
+        flavor,
+        workers,
+        gpus,
+        priority,
+        submitted,
+        runtime,
+        preemptible,
+        restarts,
+        eligible_at,
     )
 
 
@@ -203,10 +217,13 @@ def nodes_of(plan: Plan, job_id: int) -> list[str]:
 
 class Sim:
     """Drive many passes with a fixed step: jobs run exactly their max runtime,
-    preempted jobs stop after their grace period and go back to the queue."""
+    preempted jobs stop after their grace period and go back to the queue, after a
+    requeue backoff of `backoff` = (base, max) seconds (none by default)."""
 
-    def __init__(self, cluster: Cluster, **config) -> None:
+    def __init__(self, cluster: Cluster, backoff=(0.0, 0.0), **config) -> None:
         self.config = PolicyConfig(**config)
+        self.backoff = backoff
+        self.requeues: dict[int, int] = {}
         self.nodes = {name: dict(n, free=list(n["free"])) for name, n in cluster.nodes.items()}
         self.teams = tuple(cluster.teams)
         self.pending: dict[int, PendingJob] = {j.id: j for j in cluster.pending}
@@ -248,6 +265,7 @@ class Sim:
                     self.nodes[w.node]["free"].extend(w.gpus)
             if stopped:
                 del self.stop_at[r.id]
+                n = self.requeues[r.id] = self.requeues.get(r.id, 0) + 1
                 self.pending[r.id] = PendingJob(
                     r.id,
                     r.team,
@@ -259,6 +277,8 @@ class Sim:
                     r.submitted_at,
                     r.max_runtime,
                     r.preemptible,
+                    n,
+                    now + requeue_backoff(n, *self.backoff),
                 )
 
     def _start(self, job: PendingJob, adm, now: float) -> None:

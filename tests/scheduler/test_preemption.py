@@ -192,3 +192,19 @@ def test_victim_requeued_keeps_its_place_and_restarts_when_room():
     assert sim.preempted == [10]
     sim.step(NOW + 31)  # grace period over: the victim is back in the queue
     assert 1 in sim.started and 10 in sim.pending
+
+
+def test_two_preemptors_in_one_pass_do_not_free_the_same_quota_twice():
+    """a and c each reclaim 4 GPUs from b. The second preemptor decides as if the first one's
+    victims were gone: counting them too, it preempted 8 jobs for its 4 GPUs."""
+    c = cohort(("a", 4), ("c", 4), ("b", 8))
+    for i in range(16):  # b borrows all of a's and c's quota, one GPU per job
+        c.run(10 + i, "b", on={f"n{i % 2}": 1}, started=NOW - 1000 + i)
+    c.job(1, "a", gpus=4)
+    c.job(2, "c", gpus=4)
+    plan = schedule(c.snapshot())
+    by_preemptor = {}
+    for p in plan.preemptions:
+        by_preemptor.setdefault(p.preemptor_id, []).append(p.job_id)
+    assert {k: len(v) for k, v in by_preemptor.items()} == {1: 4, 2: 4}
+    assert reasons(plan) == {1: "waiting_for_preemption", 2: "waiting_for_preemption"}

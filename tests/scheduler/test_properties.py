@@ -24,6 +24,8 @@ from tests.scheduler.helpers import NOW
 
 FLAVORS = ["h100", "a100"]
 MOSTLY_H100 = st.sampled_from(["h100", "h100", "h100", "a100"])
+# Most jobs were never requeued; some are in their requeue backoff, some just out of it.
+ELIGIBLE_AT = st.sampled_from([0.0, 0.0, 0.0, NOW - 10, NOW, NOW + 60, NOW + 3600])
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -121,6 +123,8 @@ def pending(draw, team_names):
                 NOW - draw(st.integers(0, 5)) * 100.0,
                 draw(st.sampled_from([60.0, 3600.0, 1e5])),
                 draw(st.booleans()),
+                draw(st.integers(0, 3)),
+                draw(ELIGIBLE_AT),
             )
         )
     return out
@@ -209,6 +213,7 @@ def dense_snapshots(draw):
             draw(st.integers(0, 4)),
             NOW - j,
             draw(st.sampled_from([60.0, 20_000.0])),
+            eligible_at=draw(ELIGIBLE_AT),
         )
         for j in range(draw(st.integers(1, 8)))
     ]
@@ -341,10 +346,32 @@ def check_fifo_is_head_of_line(snap, plan):
     codes = {v.job_id: v.reason_code for v in plan.verdicts}
     blocked = set()
     for job in sorted(snap.pending, key=lambda j: (j.submitted_at, j.id)):
-        if job.id in codes and codes[job.id] not in ("never_fits", "no_nodes", "priority"):
+        # A job in its requeue backoff is not in line yet: it blocks nothing.
+        if job.id in codes and codes[job.id] not in (
+            "never_fits",
+            "no_nodes",
+            "priority",
+            "backoff",
+        ):
             blocked.add(job.flavor)
         elif job.id not in codes:
             assert job.flavor not in blocked, f"job {job.id} passed a blocked job under strict fifo"
+
+
+def check_backoff_respected(snap, plan):
+    """No job starts or preempts before it is eligible; one that is not says so and when."""
+    jobs = {j.id: j for j in snap.pending}
+    for a in plan.admissions:
+        assert jobs[a.job_id].eligible_at <= snap.now, f"job {a.job_id} admitted in its backoff"
+    for p in plan.preemptions:
+        assert jobs[p.preemptor_id].eligible_at <= snap.now
+    for v in plan.verdicts:
+        job = jobs[v.job_id]
+        if job.eligible_at <= snap.now:
+            assert v.reason_code != "backoff"
+            continue
+        assert v.reason_code in ("backoff", "never_fits", "no_nodes")
+        assert v.estimated_start is None or v.estimated_start >= job.eligible_at
 
 
 @SETTINGS
@@ -356,6 +383,7 @@ def test_plans_are_safe(snap):
     check_quotas_respected(snap, plan)
     check_preemptions_are_allowed(snap, plan)
     check_fifo_is_head_of_line(snap, plan)
+    check_backoff_respected(snap, plan)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

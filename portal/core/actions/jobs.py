@@ -4,16 +4,21 @@ race on one job cannot both win (healthchecks' sendalerts does the same)."""
 
 from __future__ import annotations
 
+import hashlib
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
+from scheduler.requeue import requeue_backoff
 
 State = Job.State
 
@@ -71,6 +76,7 @@ def transition(
     rows = dict(
         Job.objects.select_for_update()
         .filter(pk__in=ids, state__in=list(from_states))
+        .order_by("pk")  # one lock order for every caller: no deadlocks between them
         .values_list("pk", "state")
     )
     if rows:
@@ -170,19 +176,60 @@ def _columns(job: Job) -> tuple[str, list]:
     return names, [f.get_db_prep_save(f.pre_save(job, True), connection) for f in fields]
 
 
-def submit_jobs(*, team: Team, specs: list[JobSpec], user) -> list[Job]:
-    """Bulk submit (array jobs): all the jobs or none."""
+def submit_jobs(
+    *, team: Team, specs: list[JobSpec], user, idempotency_key: str | None = None
+) -> Submitted | list[Job]:
+    """Bulk submit (array jobs): all the jobs or none.
+
+    With an Idempotency-Key the jobs are keyed `KEY#0`, `KEY#1`, … and carry the
+    whole request's fingerprint, so a retry of the same request returns the same
+    jobs (Submitted.created False) and a different request with that key raises
+    IdempotencyConflict. Without a key it returns the list of jobs.
+    """
+    fingerprint = _bulk_fingerprint(specs) if idempotency_key else None
+    if idempotency_key:
+        existing = _bulk_by_key(team, idempotency_key, fingerprint, len(specs))
+        if existing:
+            return Submitted(existing, created=False)
+    try:
+        jobs = _bulk_insert(team, specs, user, idempotency_key, fingerprint)
+    except IntegrityError:
+        existing = idempotency_key and _bulk_by_key(team, idempotency_key, fingerprint, len(specs))
+        if not existing:
+            raise
+        return Submitted(existing, created=False)
+    return Submitted(jobs, created=True) if idempotency_key else jobs
+
+
+def _bulk_insert(team, specs, user, key, fingerprint) -> list[Job]:
     with transaction.atomic():
         queues = {spec.queue.pk: spec.queue for spec in specs}
         for queue in queues.values():
             _check_room(queue, extra=sum(1 for s in specs if s.queue.pk == queue.pk))
         now = timezone.now()
         jobs = Job.objects.bulk_create(
-            _new_job(team, spec, user, None, spec.fingerprint(), now) for spec in specs
+            _new_job(team, spec, user, key and f"{key}#{i}", fingerprint or spec.fingerprint(), now)
+            for i, spec in enumerate(specs)
         )
         JobEvent.objects.bulk_create(_submitted_event(job, user) for job in jobs)
         transaction.on_commit(request_scheduling_pass)
     return jobs
+
+
+def _bulk_fingerprint(specs: list[JobSpec]) -> str:
+    return hashlib.sha256("".join(spec.fingerprint() for spec in specs).encode()).hexdigest()
+
+
+def _bulk_by_key(team: Team, key: str, fingerprint: str, count: int) -> list[Job] | None:
+    """The jobs of an earlier bulk request with this key, in request order, or None."""
+    keys = [f"{key}#{i}" for i in range(count)]
+    jobs = {j.idempotency_key: j for j in Job.objects.filter(team=team, idempotency_key__in=keys)}
+    if not jobs:
+        return None
+    first = jobs.get(keys[0]) or next(iter(jobs.values()))
+    if len(jobs) != count or any(j.request_fingerprint != fingerprint for j in jobs.values()):
+        raise IdempotencyConflict(first)
+    return [jobs[k] for k in keys]
 
 
 def cancel_job(job: Job, *, actor, reason: str = "") -> Job:
@@ -223,14 +270,18 @@ def cancel_job(job: Job, *, actor, reason: str = "") -> Job:
 def requeue_or_fail(
     job_ids: Iterable[int], *, kind: str, message: str, from_states=Job.ACTIVE_STATES
 ) -> dict[str, list[int]]:
-    """Put interrupted jobs back in the queue with their original submit time,
-    or fail those past their restart limit (Slurm's requeue + max restarts)."""
+    """Put interrupted jobs back in the queue with their original submit time, eligible
+    again after their requeue backoff (Kueue's requeuingStrategy, scheduler.requeue), or
+    fail those past their restart limit (Slurm's requeue + max restarts)."""
     ids = list(job_ids)
     jobs = Job.objects.filter(pk__in=ids, state__in=list(from_states)).values_list(
         "pk", "restart_count", "max_restarts"
     )
     over = [pk for pk, count, limit in jobs if count >= limit]
-    under = [pk for pk, count, limit in jobs if count < limit]
+    under = defaultdict(list)  # requeues after this one -> jobs
+    for pk, count, limit in jobs:
+        if count < limit:
+            under[count + 1].append(pk)
     now = timezone.now()
     failed = transition(
         over,
@@ -242,21 +293,39 @@ def requeue_or_fail(
         reason_code="restart_limit",
         reason="Failed after reaching its restart limit.",
     )
-    requeued = transition(
-        under,
+    requeued = []
+    for requeues, pks in sorted(under.items()):
+        requeued += _requeue(pks, requeues, now, kind, message, from_states)
+    return {"requeued": requeued, "failed": failed}
+
+
+def _requeue(ids: list[int], requeues: int, now: datetime, kind, message, from_states) -> list[int]:
+    """Requeue jobs that are all at their `requeues`-th requeue, so share one backoff."""
+    cfg = settings.BERTH
+    delay = requeue_backoff(requeues, cfg["REQUEUE_BACKOFF_BASE_S"], cfg["REQUEUE_BACKOFF_MAX_S"])
+    eligible = now + timedelta(seconds=delay)
+    when = f"{eligible:%Y-%m-%d %H:%M:%S} UTC"
+    again = (
+        f"eligible again from {when}, after a backoff of {delay:.0f} s for its requeue {requeues}"
+        if delay > 0
+        else "eligible again at once"
+    )
+    return transition(
+        ids,
         from_states=from_states,
         to_state=State.PENDING,
         kind=kind,
-        message=f"{message} Requeued with its original submit time.",
+        message=f"{message} Requeued with its original submit time; {again}.",
+        data={"requeues": requeues, "backoff_s": delay, "eligible_at": eligible.isoformat()},
         admitted_at=None,
         started_at=None,
         stop_requested_at=None,
+        eligible_at=eligible,
         reason_code="requeued",
-        reason="Requeued; waiting for the next scheduling pass.",
+        reason=f"Requeued; {again}.",
         restart_count=F("restart_count") + 1,
         attempt=F("attempt") + 1,
     )
-    return {"requeued": requeued, "failed": failed}
 
 
 def request_scheduling_pass() -> None:

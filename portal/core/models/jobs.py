@@ -66,6 +66,11 @@ class Job(models.Model):
     )
     restart_count = models.PositiveIntegerField(default=0)
     max_restarts = models.PositiveIntegerField(default=3)
+    eligible_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A requeued job is not admitted before this time (its requeue backoff).",
+    )
     exit_code = models.IntegerField(null=True, blank=True)
 
     submitted_at = models.DateTimeField(default=timezone.now)

@@ -199,6 +199,7 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
             "max_runtime_seconds",
             "preemptible",
             "restart_count",
+            "eligible_at",
             "draining",
             "reason_code",
             "reason",
@@ -226,6 +227,7 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
                 max_runtime=float(row["max_runtime_seconds"]),
                 preemptible=row["preemptible"],
                 restart_count=row["restart_count"],
+                eligible_at=row["eligible_at"].timestamp() if row["eligible_at"] else 0.0,
             )
         )
     return pending
