@@ -11,7 +11,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
 .PHONY: install run test test-fast lint format services browser bench-core bench-pass \
-        bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults clean
+        bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults fuzz clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,12 @@ FAULTS_REDIS_URL ?= redis://127.0.0.1:6379/11
 faults: install services
 	DATABASE_URL=$(FAULTS_DATABASE_URL) REDIS_URL=$(FAULTS_REDIS_URL) \
 	  $(BIN)/python -m pytest -m faults tests/faults $(PYTEST_ARGS)
+
+## schemathesis with fresh random cases, 200 per operation and mode (the default suite runs a fixed 30)
+fuzz: install services
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) BERTH_FUZZ_RANDOM=1 \
+	  BERTH_FUZZ_EXAMPLES=$${BERTH_FUZZ_EXAMPLES:-200} \
+	  $(BIN)/python -m pytest tests/api/test_schema.py -k generated $(PYTEST_ARGS)
 
 services:
 	scripts/ensure-services.sh

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from io import StringIO
 from pathlib import Path
 
@@ -67,7 +68,10 @@ CONFIG = schemathesis.Config.from_dict(
         }
     }
 )
-EXAMPLES_PER_OPERATION = 30
+# The default run is derandomized, so CI sees the same cases every time; `make fuzz`
+# draws fresh cases, more of them (BERTH_FUZZ_EXAMPLES), and prints any failure's curl.
+EXAMPLES_PER_OPERATION = int(os.environ.get("BERTH_FUZZ_EXAMPLES", "30"))
+RANDOM = os.environ.get("BERTH_FUZZ_RANDOM", "") == "1"
 MIN_CASES = 500
 
 
@@ -115,6 +119,7 @@ def _fuzz(operation, mode, checks, headers, token, cases) -> None:
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
         max_examples=EXAMPLES_PER_OPERATION,
+        derandomize=not RANDOM,
         deadline=None,
         database=None,
         phases=[Phase.explicit, Phase.generate],
