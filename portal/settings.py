@@ -141,7 +141,7 @@ _redis_url = env_str("REDIS_URL")
 CACHES = {
     "default": (
         {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "portal.cache.RedisCache",
             "LOCATION": _redis_url,
             # A Redis that hangs must not hang requests: the cache only debounces
             # passes and counts throttles, and both give way when it is away.

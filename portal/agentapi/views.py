@@ -20,6 +20,7 @@ from portal.core.models import Gpu
 
 MAX_BODY = 1024 * 1024
 WORKER_STATES = {"starting", "running", "stopping", "exited", "failed_to_start"}
+GPU_HEALTH = frozenset(Gpu.Health.values)  # TextChoices.values builds a new list each time
 
 
 def error(status: int, code: str, message: str, fields: dict | None = None) -> JsonResponse:
@@ -77,7 +78,7 @@ def _gpus(data: dict) -> list[GpuReport]:
         if not isinstance(g, dict):
             raise BadRequest("Malformed field.", {f"gpus[{i}]": ["Expected an object."]})
         health = _field(g, "health", str, required=False, default="healthy", where=where)
-        if health not in Gpu.Health.values:
+        if health not in GPU_HEALTH:
             raise BadRequest(
                 "Malformed field.", {f"{where}health": [f"One of {', '.join(Gpu.Health.values)}."]}
             )

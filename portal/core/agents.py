@@ -3,6 +3,7 @@ heartbeats, and the desired state each heartbeat reply carries."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -86,7 +87,8 @@ def register_node(
         node.flavor, node.rack, node.block = flavor, rack, block
         node.agent_version, node.token_hash = agent_version, secret.digest
         node.save()
-        _sync_inventory(node, gpus, now)
+        if inventory := _sync_inventory(node, gpus, now):
+            Node.objects.filter(pk=node.pk).update(**inventory)
         NodeBootstrapToken.objects.filter(pk=bootstrap.pk).update(uses=F("uses") + 1)
     return node, secret.plaintext
 
@@ -132,9 +134,9 @@ def heartbeat(
     now = timezone.now()
     with transaction.atomic():
         known = _reportable_workers(node, [w.key for w in workers])
-        _sync_inventory(node, gpus, now)
+        inventory = _sync_inventory(node, gpus, now)
         ack, changed = apply_worker_reports(known, workers, now=now)
-        fields = {"last_heartbeat_at": now}
+        fields = {"last_heartbeat_at": now, **inventory}
         if (
             node.condition != Node.Condition.READY
             or node.not_ready_since
@@ -210,31 +212,61 @@ _IDENTITY = ["index", "product_name", "memory_mib", "health", "health_reason"]
 _TELEMETRY = ["memory_used_mib", "utilization_pct", "temperature_c", "power_w"]
 
 
-# (node id, node token) → (the identity and health this process last saw committed,
-# and when the node's telemetry was last written). A heartbeat that reports the same
-# identity and health before the telemetry is due needs no GPU query at all: most of
-# them. A re-registered node has a new token, hence a fresh entry.
-_inventory_seen: dict[tuple[int, str], tuple[tuple, datetime]] = {}
-
-
-def _signature(gpus: list[GpuReport]) -> tuple:
-    return tuple(
-        sorted(
-            (r.uuid, r.index, r.name, r.memory_total_mib, r.health, r.health_reason[:200])
-            for r in gpus
-        )
+def _inventory_digest(gpus: list[GpuReport]) -> str:
+    """A digest of the GPUs' identity and health, as reported (order does not matter)."""
+    signature = sorted(
+        (r.uuid, r.index, r.name, r.memory_total_mib, r.health, r.health_reason[:200])
+        for r in gpus
     )
+    return hashlib.sha1(repr(signature).encode(), usedforsecurity=False).hexdigest()
 
 
-def _sync_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> None:
-    """Update the node's GPU rows from the report; a GPU missing from it is lost."""
-    signature = _signature(gpus)
-    key = (node.pk, node.token_hash)
-    seen = _inventory_seen.get(key)
-    if seen and seen[0] == signature and (now - seen[1]).total_seconds() < TELEMETRY_EVERY_S:
-        return
+def _sync_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> dict:
+    """Update the node's GPU rows from the report; a GPU missing from it is lost.
+
+    Returns the Node fields to save with the heartbeat. Most heartbeats report
+    the same GPUs as the last written one (`Node.inventory_digest`) before their
+    telemetry is due: they touch no GPU row. The marks live on the node's row, so
+    every web process sees them (a per-process memo made each process rewrite
+    each node's GPUs on its own).
+    """
+    seen = _inventory_digest(gpus)
+    if node.inventory_digest == seen and node.telemetry_at is not None:
+        if (now - node.telemetry_at).total_seconds() < TELEMETRY_EVERY_S:
+            return {}
+        if _write_telemetry(node, gpus, now):
+            node.telemetry_at = now
+            return {"telemetry_at": now}
     written = _write_inventory(node, gpus, now)
-    transaction.on_commit(lambda: _inventory_seen.__setitem__(key, (signature, written)))
+    node.inventory_digest, node.telemetry_at = seen, written
+    return {"inventory_digest": seen, "telemetry_at": written}
+
+
+def _write_telemetry(node: Node, gpus: list[GpuReport], now: datetime) -> bool:
+    """Only the telemetry is due: one UPDATE of the node's GPU rows from arrays.
+
+    False where that does not do (not PostgreSQL, or a reported GPU has no row
+    on this node); the caller then writes the whole inventory.
+    """
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Gpu._meta.db_table} g SET memory_used_mib = t.mem, "
+            "utilization_pct = t.util, temperature_c = t.temp, power_w = t.power, updated_at = %s "
+            "FROM unnest(%s::varchar[], %s::int[], %s::float8[], %s::float8[], %s::float8[]) "
+            "AS t(uuid, mem, util, temp, power) WHERE g.uuid = t.uuid AND g.node_id = %s",
+            [
+                now,
+                [r.uuid for r in gpus],
+                [r.memory_used_mib for r in gpus],
+                [r.utilization_pct for r in gpus],
+                [r.temperature_c for r in gpus],
+                [r.power_w for r in gpus],
+                node.pk,
+            ],
+        )
+        return cursor.rowcount == len(gpus)
 
 
 def _write_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> datetime:

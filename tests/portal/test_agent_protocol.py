@@ -360,6 +360,40 @@ def test_inventory_updates_gpu_health_and_marks_missing_gpus_lost(client, cluste
     assert node.condition == Node.Condition.READY and node.last_heartbeat_at
 
 
+def test_unchanged_inventory_touches_no_gpu_row_until_telemetry_is_due(
+    client, cluster, monkeypatch, django_assert_num_queries
+):
+    """The marks of the last written inventory are on the node's row, so any web process
+    can skip the GPU rows; telemetry is written when due, a health change at once."""
+    from portal.core import agents
+
+    node = cluster.nodes[0]
+    token = node_token(node)
+    assert beat(client, node, token).status_code == 200  # first beat: the whole inventory
+    node.refresh_from_db()
+    assert node.inventory_digest and node.telemetry_at
+    before = dict(node.gpus.values_list("index", "updated_at"))
+
+    busy = inventory(node, {0: {"utilization_pct": 99.0}})
+    # token, workers, node update, savepoint and its release: no GPU query
+    with django_assert_num_queries(5):
+        assert beat(client, node, token, gpus=busy).status_code == 200
+    assert dict(node.gpus.values_list("index", "updated_at")) == before
+    assert Gpu.objects.get(node=node, index=0).utilization_pct == 50.0
+
+    # Telemetry due: one statement writes it, the identity is not read back.
+    monkeypatch.setattr(agents, "TELEMETRY_EVERY_S", 0.0)
+    with django_assert_num_queries(6):
+        beat(client, node, token, gpus=busy)
+    assert Gpu.objects.get(node=node, index=0).utilization_pct == 99.0
+    monkeypatch.setattr(agents, "TELEMETRY_EVERY_S", 3600.0)
+
+    # A health change is written at once, even before telemetry is due.
+    sick = inventory(node, {3: {"health": "unhealthy", "health_reason": "XID 48"}})
+    beat(client, node, token, gpus=sick)
+    assert Gpu.objects.get(node=node, index=3).health == "unhealthy"
+
+
 # --- node loss and max run time -------------------------------------------------------------
 
 

@@ -46,6 +46,11 @@ class Node(models.Model):
     registered_at = models.DateTimeField(auto_now_add=True)
     agent_version = models.CharField(max_length=40, blank=True)
     token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    # What the last written heartbeat said of the GPUs (a digest of their identity and
+    # health) and when their telemetry was written: a heartbeat that reports the same
+    # before the telemetry is due touches no GPU row (portal.core.agents).
+    inventory_digest = models.CharField(max_length=40, blank=True, editable=False)
+    telemetry_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["rack", "hostname"]
