@@ -220,6 +220,9 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--profile", action="store_true", help="profile one more pass; top 30 by cumulative time"
+    )
     args = parser.parse_args()
 
     ensure_database()
@@ -247,6 +250,15 @@ def main() -> None:
         s = result.summary()
         rows.append((walls[-1], s["queries"], s["admitted"], s["preempted"]))
         undo_pass(marks, pending, running)
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.runcall(run_pass)
+        undo_pass(marks, pending, running)
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     if not rows:
         return
     for wall, queries, admitted, preempted in rows:

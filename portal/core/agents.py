@@ -215,8 +215,7 @@ _TELEMETRY = ["memory_used_mib", "utilization_pct", "temperature_c", "power_w"]
 def _inventory_digest(gpus: list[GpuReport]) -> str:
     """A digest of the GPUs' identity and health, as reported (order does not matter)."""
     signature = sorted(
-        (r.uuid, r.index, r.name, r.memory_total_mib, r.health, r.health_reason[:200])
-        for r in gpus
+        (r.uuid, r.index, r.name, r.memory_total_mib, r.health, r.health_reason[:200]) for r in gpus
     )
     return hashlib.sha1(repr(signature).encode(), usedforsecurity=False).hexdigest()
 

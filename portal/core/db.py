@@ -33,21 +33,42 @@ def bulk_set(
             )
         queryset.bulk_update(objs, list(fields), batch_size=500)
         return
+    cols = [model._meta.get_field(name) for name in fields]
+    bulk_set_values(
+        model,
+        [o.pk for o in objs],
+        {
+            c.name: [c.get_db_prep_save(getattr(o, c.attname), connection) for o in objs]
+            for c in cols
+        },
+        where=where,
+        params=params,
+    )
+
+
+def bulk_set_values(
+    model: type[models.Model],
+    pks: Sequence,
+    values: dict[str, Sequence],
+    *,
+    where: str = "",
+    params=(),
+) -> None:
+    """bulk_set from columns of values the driver adapts as they are (str, int, aware
+    datetime, None), without a model instance per row: `values` maps a field name to
+    one value per primary key. PostgreSQL only."""
     meta = model._meta
-    cols = [meta.get_field(name) for name in fields]
+    cols = [meta.get_field(name) for name in values]
     pk = meta.pk
     arrays = [f"%s::{pk.db_type(connection)}[]"] + [f"%s::{c.db_type(connection)}[]" for c in cols]
     names = ["id"] + [f"c{i}" for i in range(len(cols))]
     sets = ", ".join(f'"{c.column}" = v.c{i}' for i, c in enumerate(cols))
-    values = [[o.pk for o in objs]] + [
-        [c.get_db_prep_save(getattr(o, c.attname), connection) for o in objs] for c in cols
-    ]
     sql = (
         f'UPDATE "{meta.db_table}" AS t SET {sets} FROM unnest({", ".join(arrays)}) AS v({", ".join(names)}) '
         f'WHERE t."{pk.column}" = v.id' + (f" AND {where}" if where else "")
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*values, *params])
+        cursor.execute(sql, [list(pks), *(list(v) for v in values.values()), *params])
 
 
 def columns(model: type[models.Model], alias: str) -> str:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.db import connection
+
 from portal.core.actions.jobs import transition
-from portal.core.db import bulk_set
+from portal.core.db import bulk_set, bulk_set_values
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
 from scheduler import model as m
@@ -112,7 +114,7 @@ def _preempt(preemptions: tuple[m.Preemption, ...], ctx: PassContext) -> list[in
 
 def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
     """Update reason, position and estimate of pending jobs whose verdict changed."""
-    changed = []
+    changed: list[tuple] = []  # (pk, reason code, reason, position, estimated start)
     for v in verdicts:
         start = (
             datetime.fromtimestamp(v.estimated_start, tz=UTC)
@@ -122,35 +124,32 @@ def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
         row = ctx.pending_rows.get(v.job_id)
         if row and _same(row, v.reason_code, v.message, v.position, start):
             continue
-        changed.append(
-            Job(
-                pk=v.job_id,
-                reason_code=v.reason_code[:32],
-                reason=v.message,
-                queue_position=v.position,
-                estimated_start_at=start,
-            )
-        )
+        changed.append((v.job_id, v.reason_code[:32], v.message, v.position, start))
     for pk in ctx.blocked_by_old_attempt:
         if not _same(ctx.pending_rows[pk], OLD_ATTEMPT[0], OLD_ATTEMPT[1], None, None):
-            changed.append(
-                Job(
-                    pk=pk,
-                    reason_code=OLD_ATTEMPT[0],
-                    reason=OLD_ATTEMPT[1],
-                    queue_position=None,
-                    estimated_start_at=None,
-                )
-            )
+            changed.append((pk, OLD_ATTEMPT[0], OLD_ATTEMPT[1], None, None))
     if changed:
         _update_pending(changed)
     return len(changed)
 
 
-def _update_pending(jobs: list[Job]) -> None:
+def _update_pending(changed: list[tuple]) -> None:
     """Verdicts only describe pending jobs: a job that left `pending` while the
     pass ran keeps its own fields."""
-    bulk_set(Job, jobs, VERDICT_FIELDS, where="t.state = %s", params=[State.PENDING])
+    pks, *columns = zip(*changed, strict=True)
+    if connection.vendor != "postgresql":
+        jobs = [
+            Job(pk=pk, **dict(zip(VERDICT_FIELDS, values, strict=True))) for pk, *values in changed
+        ]
+        bulk_set(Job, jobs, VERDICT_FIELDS, where="t.state = %s", params=[State.PENDING])
+        return
+    bulk_set_values(
+        Job,
+        pks,
+        dict(zip(VERDICT_FIELDS, columns, strict=True)),
+        where="t.state = %s",
+        params=[State.PENDING],
+    )
 
 
 def _same(row: dict, code: str, message: str, position, start) -> bool:
