@@ -93,6 +93,9 @@ def start_gunicorn(port: int, workers: int, threads: int) -> subprocess.Popen:
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
         "DJANGO_SECURE_SSL_REDIRECT": "0",
         "BERTH_LOG_LEVEL": "WARNING",
+        # Database sessions live through the run, so their CPU time is all counted
+        # (a session closed by CONN_MAX_AGE takes its CPU time with it).
+        "DB_CONN_MAX_AGE": "3600",
         "BERTH_API_RATE": "10000000/min",
     }
     worker_args = ["-k", "gthread", "--threads", str(threads)] if threads > 1 else []

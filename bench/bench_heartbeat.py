@@ -145,6 +145,9 @@ def start_gunicorn(port: int, workers: int, threads: int = 1) -> subprocess.Pope
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
         "DJANGO_SECURE_SSL_REDIRECT": "0",
         "BERTH_LOG_LEVEL": "WARNING",
+        # Database sessions live through the run, so their CPU time is all counted
+        # (a session closed by CONN_MAX_AGE takes its CPU time with it).
+        "DB_CONN_MAX_AGE": "3600",
     }
     proc = subprocess.Popen(
         [
