@@ -12,6 +12,12 @@ def sweep(n: int, **overrides) -> list[dict]:
     return [job_body(name=f"lr-{i}", env={"LR": f"1e-{i}"}, **overrides) for i in range(n)]
 
 
+def ids_in_order(ids: list[int]) -> bool:
+    """The response lists the ids in the order of the request's jobs."""
+    names = dict(Job.objects.filter(pk__in=ids).values_list("pk", "name"))
+    return [names[pk] for pk in ids] == [f"lr-{i}" for i in range(len(ids))]
+
+
 def test_a_sweep_is_submitted_in_one_request(as_member_a):
     response = as_member_a.post(BULK, {"team": "alpha", "jobs": sweep(20, gpus_per_worker=1)})
 
@@ -21,6 +27,23 @@ def test_a_sweep_is_submitted_in_one_request(as_member_a):
     jobs = Job.objects.filter(pk__in=body["ids"]).order_by("pk")
     assert [j.name for j in jobs] == [f"lr-{i}" for i in range(20)]
     assert JobEvent.objects.filter(job__in=jobs, kind="submitted").count() == 20
+    # every column as a single submission stores it (the bulk insert writes arrays)
+    single = as_member_a.post("/api/v1/jobs/", job_body(name="one", gpus_per_worker=1)).json()
+    one = Job.objects.get(pk=single["id"])
+    for i, job in enumerate(jobs):
+        assert job.env == {"LR": f"1e-{i}"} and job.command == one.command
+        assert (job.state, job.reason_code, job.submitted_by_id) == (
+            one.state,
+            one.reason_code,
+            one.submitted_by_id,
+        )
+        assert (job.flavor_id, job.queue_id, job.max_restarts, job.eligible_at) == (
+            one.flavor_id,
+            one.queue_id,
+            one.max_restarts,
+            None,
+        )
+    assert ids_in_order(body["ids"])
 
 
 def test_one_bad_job_refuses_the_whole_sweep_with_indexed_errors(as_member_a):

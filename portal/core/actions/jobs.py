@@ -16,6 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from portal.core.db import insert_many
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
 from scheduler.requeue import requeue_backoff
@@ -207,11 +208,17 @@ def _bulk_insert(team, specs, user, key, fingerprint) -> list[Job]:
         for queue in queues.values():
             _check_room(queue, extra=sum(1 for s in specs if s.queue.pk == queue.pk))
         now = timezone.now()
-        jobs = Job.objects.bulk_create(
+        jobs = [
             _new_job(team, spec, user, key and f"{key}#{i}", fingerprint or spec.fingerprint(), now)
             for i, spec in enumerate(specs)
-        )
-        JobEvent.objects.bulk_create(_submitted_event(job, user) for job in jobs)
+        ]
+        if connection.vendor == "postgresql":
+            insert_many(Job, jobs)  # bulk_create's per-value preparation was half the cost
+            events = [_submitted_event(job, user) for job in jobs]
+            insert_many(JobEvent, events)
+        else:
+            Job.objects.bulk_create(jobs)
+            JobEvent.objects.bulk_create(_submitted_event(job, user) for job in jobs)
         transaction.on_commit(request_scheduling_pass)
     return jobs
 
