@@ -92,9 +92,9 @@ class Stack:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-def agent_argv(
-    url: str, token: str, host: str, rack: str, block: str, product: str, var: Path
-) -> list[str]:
+def agent_argv(url: str, token: str, node: tuple, var: Path) -> list[str]:
+    """The command line of one demo node's agent; `node` is a DEMO_NODES entry."""
+    host, rack, block, product, memory_mib = node
     return [
         str(BIN / "berth-agent"),
         "--portal-url",
@@ -113,10 +113,15 @@ def agent_argv(
         "8",
         "--fake-product",
         product,
+        "--fake-gpu-memory-mib",
+        str(memory_mib),
         "--runtime",
         "process",
         "--state-dir",
         str(var / "agents" / host),
+        # Ctrl-C ends the demo: its agents stop their workers rather than leave them
+        # running for an agent restart to re-adopt, as a real node's agent does.
+        "--stop-workers-on-exit",
     ]
 
 

@@ -1,0 +1,98 @@
+"""`make run` (portal.devstack) on the zero-setup default: SQLite, the embedded broker and six
+simulated nodes come up, demo jobs run, and Ctrl-C stops every process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.services
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute(sql).fetchall()
+    except sqlite3.Error:
+        return []
+
+
+def test_make_run_starts_everything_on_sqlite_and_ctrl_c_stops_it(tmp_path):
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
+    }
+    env |= {"BERTH_VAR_DIR": str(tmp_path), "BERTH_PORT": str(port), "PYTHONUNBUFFERED": "1"}
+    out = open(tmp_path / "devstack.out", "w+b")  # noqa: SIM115 — read after the process ends
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "portal.devstack"],
+        cwd=ROOT,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    db = tmp_path / "berth.sqlite3"
+    try:
+        printed = wait_for(
+            lambda: (
+                b"Berth is running" in (tmp_path / "devstack.out").read_bytes()
+                or proc.poll() is not None
+            ),
+            120,
+            "the stack to come up",
+        )
+        text = (tmp_path / "devstack.out").read_text()
+        assert printed and proc.poll() is None, text
+        assert f"http://127.0.0.1:{port}/" in text and "admin" in text  # the URL and logins
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert r.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10) as r:
+            assert r.status == 200 and b"password" in r.read().lower()
+
+        ready = "SELECT count(*) FROM core_node WHERE condition = 'ready'"
+        wait_for(lambda: rows(db, ready) == [(6,)], 90, "six ready demo nodes")
+        started = "SELECT count(*) FROM core_job WHERE started_at IS NOT NULL"
+        wait_for(lambda: rows(db, started)[0][0] > 0, 90, "a demo job to start on an agent")
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    text = (tmp_path / "devstack.out").read_text()
+    assert code == 0, text
+    assert "stopped." in text
+    leftovers = subprocess.run(
+        ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    assert leftovers == [], f"processes still running: {leftovers}"
