@@ -125,8 +125,22 @@ def agent_argv(url: str, token: str, node: tuple, var: Path) -> list[str]:
     ]
 
 
+def _stop_on_signals() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM both stop the stack cleanly. SIGINT is set
+    explicitly: a shell starts background jobs with it ignored, and Python then
+    leaves it ignored."""
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main() -> int:
     from django.conf import settings  # noqa: F401 — fail fast on bad settings
+
+    _stop_on_signals()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     import django
@@ -140,9 +154,23 @@ def main() -> int:
     manage("seed_demo")
     token = json.loads((var / "demo.json").read_text())["bootstrap_token"]
     port = free_port(int(os.environ.get("BERTH_PORT", "8000")))
-    url = f"http://127.0.0.1:{port}"
 
     stack = Stack(var / "logs")
+    try:
+        return _run(stack, port, token, var)
+    except KeyboardInterrupt:
+        print("\nstopping …", flush=True)
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stack.stop()
+        print("stopped.")
+
+
+def _run(stack: Stack, port: int, token: str, var: Path) -> int:
+    """Start the web server, Celery and the agents, then watch them until one dies."""
+    url = f"http://127.0.0.1:{port}"
     stack.start(
         "web",
         [
@@ -175,27 +203,18 @@ def main() -> int:
         ],
     )
     if not wait_for_http(f"{url}/healthz"):
-        stack.stop()
-        raise SystemExit(f"the web server did not come up; see {var / 'logs' / 'web.log'}")
+        print(f"the web server did not come up; see {var / 'logs' / 'web.log'}", file=sys.stderr)
+        return 1
     for node in DEMO_NODES:
         stack.start(f"agent-{node[0]}", agent_argv(url, token, node, var))
 
     print(f"\nBerth is running: open {url}/  (admin: {url}/admin/, API docs: {url}/api/docs/)")
     print(f"Logs: {var / 'logs'}   Stop with Ctrl-C.\n", flush=True)
-    try:
-        while True:
-            time.sleep(1)
-            if dead := stack.dead():
-                print(
-                    f"stopped unexpectedly: {', '.join(dead)} — see {var / 'logs'}", file=sys.stderr
-                )
-                return 1
-    except KeyboardInterrupt:
-        print("\nstopping …", flush=True)
-        return 0
-    finally:
-        stack.stop()
-        print("stopped.")
+    while True:
+        time.sleep(1)
+        if dead := stack.dead():
+            print(f"stopped unexpectedly: {', '.join(dead)} — see {var / 'logs'}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

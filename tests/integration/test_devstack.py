@@ -58,6 +58,8 @@ def test_make_run_starts_everything_on_sqlite_and_ctrl_c_stops_it(tmp_path):
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # As a shell starts a background job: SIGINT ignored. Ctrl-C must still stop it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     db = tmp_path / "berth.sqlite3"
     try:
