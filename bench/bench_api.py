@@ -50,6 +50,7 @@ django.setup()
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from bench import cpu_model  # noqa: E402
 from bench.bench_pass import ensure_database  # noqa: E402
 from portal.core.actions.tokens import create_api_token  # noqa: E402
 from portal.core.models import Cohort, Gpu, GpuFlavor, Membership, Node, Queue, Quota, Team  # noqa: E402
@@ -231,10 +232,7 @@ def pct(values, q):
 
 
 def machine() -> str:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")), platform.processor()
-    )  # fmt: skip
+    model = cpu_model()
     with connection.cursor() as cur:
         cur.execute("SHOW server_version")
         pg = cur.fetchone()[0]

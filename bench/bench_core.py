@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import cpu_model  # noqa: E402
 from scheduler import (  # noqa: E402
     Node,
     PendingJob,
@@ -211,15 +212,7 @@ def row(label: str, snapshot: Snapshot, repeat: int) -> None:
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs, {model}, Python {sys.version.split()[0]}"
+    return f"{os.cpu_count()} CPUs, {cpu_model()}, Python {sys.version.split()[0]}"
 
 
 def small_overhead(repeat: int) -> None:

@@ -42,6 +42,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext, setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench import cpu_model  # noqa: E402
 from portal.core.models import (  # noqa: E402
     Allocation,
     Cohort,
@@ -210,14 +211,7 @@ def measure(client: Client, url: str, runs: int) -> dict:
 
 
 def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     nproc = (
         subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip() or os.cpu_count()
     )

@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import cpu_model  # noqa: E402
 from scheduler import PolicyConfig  # noqa: E402
 from scheduler.sim import POLICY_NAMES, SimConfig, simulate  # noqa: E402
 from scheduler.sim.cluster import homogeneous, quota_teams  # noqa: E402
@@ -35,14 +36,7 @@ TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "philly.csv"
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 
 
