@@ -487,7 +487,9 @@ class Stack:
             "WHERE NOT dry_run ORDER BY id",
         )
 
-    def pass_count(self) -> int:
-        return query(self.db_url, "SELECT count(*) FROM core_schedulingpass WHERE NOT dry_run")[0][
-            0
-        ]
+    def pass_count(self, since=None) -> int:
+        """Scheduling passes recorded (not dry runs), those started after `since` if given."""
+        sql = "SELECT count(*) FROM core_schedulingpass WHERE NOT dry_run"
+        if since is None:
+            return query(self.db_url, sql)[0][0]
+        return query(self.db_url, sql + " AND started_at > %s", [since])[0][0]

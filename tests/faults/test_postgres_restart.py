@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.faults.clients import Outcome, job_body, submit_many
-from tests.faults.harness import query, wait_for
+from tests.faults.harness import wait_for
 from tests.faults.invariants import assert_consistent
 
 pytestmark = pytest.mark.faults(timeout=360)
@@ -115,15 +115,7 @@ def restart_postgres(stack, cluster, outcome: Outcome, mode: str) -> dict:
 
     served = wait_for(first_201, 60, "the API to accept a job again")
 
-    def pass_since():
-        rows = query(
-            stack.db_url,
-            "SELECT count(*) FROM core_schedulingpass WHERE started_at > %s",
-            [up_wall],
-        )
-        return rows[0][0] > 0
-
-    wait_for(pass_since, 90, "a scheduling pass after the restart")
+    wait_for(lambda: stack.pass_count(since=up_wall), 90, "a scheduling pass after the restart")
     passed = time.monotonic()
     with outcome.lock:
         window = [

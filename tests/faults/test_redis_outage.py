@@ -74,15 +74,7 @@ def test_api_accepts_jobs_while_redis_is_down_and_passes_resume(
     during = submitted_between(outcome, down_at, up_at)
     passes_before = stack.pass_count()
 
-    def pass_since_restart():
-        rows = query(
-            stack.db_url,
-            "SELECT count(*) FROM core_schedulingpass WHERE started_at > %s",
-            [up_wall],
-        )
-        return rows[0][0] > 0
-
-    wait_for(pass_since_restart, 90, "a scheduling pass after Redis came back")
+    wait_for(lambda: stack.pass_count(since=up_wall), 90, "a scheduling pass after Redis came back")
     recovery = time.monotonic() - up_at
     time.sleep(5)
     stop.set()
