@@ -86,7 +86,9 @@ def populate(clients: int) -> list[str]:
     return tokens
 
 
-def start_gunicorn(port: int, workers: int, threads: int) -> subprocess.Popen:
+def start_server(
+    port: int, workers: int, threads: int, server: str = "gunicorn"
+) -> subprocess.Popen:
     env = {
         **os.environ,
         "DJANGO_DEBUG": "0",
@@ -99,19 +101,23 @@ def start_gunicorn(port: int, workers: int, threads: int) -> subprocess.Popen:
         "DB_CONN_MAX_AGE": "3600",
         "BERTH_API_RATE": "10000000/min",
     }
-    worker_args = ["-k", "gthread", "--threads", str(threads)] if threads > 1 else []
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}",
-         "-w", str(workers), *worker_args, "--log-level", "warning"],
-        cwd=ROOT, env=env, start_new_session=True,
-    )  # fmt: skip
+    bin_dir = Path(sys.executable).parent
+    if server == "granian":
+        argv = [str(bin_dir / "granian"), "--interface", "wsgi", "--host", "127.0.0.1",
+                "--port", str(port), "--workers", str(workers), "--blocking-threads",
+                str(threads), "--log-level", "warning", "--no-ws", "portal.wsgi:application"]  # fmt: skip
+    else:
+        worker_args = ["-k", "gthread", "--threads", str(threads)] if threads > 1 else []
+        argv = [str(bin_dir / "gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}",
+                "-w", str(workers), *worker_args, "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True)
     for _ in range(100):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return proc
         except OSError:
             time.sleep(0.1)
-    raise SystemExit("gunicorn did not start")
+    raise SystemExit(f"{server} did not start")
 
 
 def client(port: int, token: str, path: str, body: bytes | None, until: float, warmup: float, out):
@@ -260,13 +266,14 @@ def main() -> None:
         "(DRF, token auth, 3 queries): what this machine allows before any submit work",
     )
     parser.add_argument("--port", type=int, default=8777)
+    parser.add_argument("--server", choices=["gunicorn", "granian"], default="gunicorn")
     args = parser.parse_args()
 
     ensure_database()
     tokens = populate(max(args.clients, args.bulk_clients))
     print(machine())
-    print(f"gunicorn: {args.workers} workers × {args.threads} threads; {args.clients} clients")
-    server = start_gunicorn(args.port, args.workers, args.threads)
+    print(f"{args.server}: {args.workers} workers × {args.threads} threads; {args.clients} clients")
+    server = start_server(args.port, args.workers, args.threads, args.server)
     stop = threading.Event()
     drainer = threading.Thread(target=drain, args=(stop,), daemon=True)
     if not args.no_drain:

@@ -89,6 +89,12 @@ def _database(url: str) -> dict:
         config["CONN_MAX_AGE"] = 0
     else:
         config["CONN_HEALTH_CHECKS"] = True
+        # Statements run through db.server_binding_cursor (the submit and token hot
+        # paths, bulk inserts) are prepared after 5 runs on a connection: PostgreSQL then
+        # skips parsing and planning them. Django's own queries bind on the client and are
+        # never prepared. Off for PgBouncer older than 1.21 in transaction mode.
+        if env_bool("DB_PREPARED_STATEMENTS", True):
+            config.setdefault("OPTIONS", {})["prepare_threshold"] = 5
     return config
 
 

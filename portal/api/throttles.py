@@ -2,21 +2,33 @@
 
 DRF's SimpleRateThrottle keeps a list of timestamps per client, which costs
 O(rate) per request at CI rates; a fixed-window counter costs one cache
-round trip (Redis SET NX + INCR, pipelined) and is what the rate limit needs.
+round trip (one Redis script: INCR, and EXPIRE on the window's first hit) and
+is what the rate limit needs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
+from redis.exceptions import NoScriptError
 from rest_framework import exceptions
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 log = logging.getLogger(__name__)
+
+# Count a hit and start the window's expiry on its first one, atomically: one round
+# trip, where Django's incr() asks EXISTS first and add() + incr() is two.
+COUNT_SCRIPT = """
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return n
+"""
+COUNT_SHA = hashlib.sha1(COUNT_SCRIPT.encode()).hexdigest()
 
 PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 
@@ -31,12 +43,12 @@ def _hit(key: str, period: int) -> int:
     """Count one hit in the window's counter and return the count."""
     backend = caches["default"]
     if isinstance(backend, RedisCache):
-        # One round trip: Django's incr() asks EXISTS first, and add() + incr() is two.
         redis_key = backend.make_and_validate_key(key)
-        pipe = backend._cache.get_client(redis_key, write=True).pipeline(transaction=False)
-        pipe.set(redis_key, 0, ex=period + 1, nx=True)
-        pipe.incr(redis_key)
-        return pipe.execute()[1]
+        client = backend._cache.get_client(redis_key, write=True)
+        try:
+            return client.evalsha(COUNT_SHA, 1, redis_key, period + 1)
+        except NoScriptError:  # first use on this Redis, or after SCRIPT FLUSH / restart
+            return client.eval(COUNT_SCRIPT, 1, redis_key, period + 1)
     try:
         return cache.incr(key)
     except ValueError:

@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import QuerySet
 
-from portal.core.db import columns, split_row
+from portal.core.db import columns, server_binding_cursor, split_row
 from portal.core.models import Job, Membership, Queue, Team
 
 Role = Membership.Role
@@ -144,7 +144,7 @@ def _member_queue(user, slug, queue_name, scope) -> tuple[Team, Queue] | None:
         f"JOIN {mine} m ON m.team_id = t.id WHERE {' AND '.join(where)} LIMIT 2"
     )
     count_params = [user.pk] + ([list(scope)] if scope is not None else [])
-    with connection.cursor() as cursor:
+    with server_binding_cursor() as cursor:
         cursor.execute(sql, count_params + params)
         rows = cursor.fetchall()
     if len(rows) != 1:

@@ -3,10 +3,15 @@ backpressure, and that an accepted job is really stored."""
 
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
+from django.core.cache import caches
 from django.db import connection
 
+from portal.api.throttles import _hit
+from portal.cache import RedisCache
 from portal.core.models import Job, JobEvent, Membership
 from tests.api.conftest import bearer, error_of, job_body, submit
 
@@ -215,6 +220,21 @@ def test_each_token_is_throttled_on_its_own(personas, settings):
     error_of(response, 429, "throttled")
     assert 0 < int(response["Retry-After"]) <= 60
     assert other.get("/api/v1/me/").status_code == 200
+
+
+def test_a_throttle_window_expires_and_counts_on_after_redis_forgets_the_script():
+    backend = caches["default"]
+    assert isinstance(backend, RedisCache)  # the path production takes
+    key = f"berth:test-window:{uuid.uuid4()}"
+    redis_key = backend.make_and_validate_key(key)
+    client = backend._cache.get_client(redis_key, write=True)
+    client.script_flush()  # as after a Redis restart: the first hit loads the script
+
+    assert [_hit(key, 60) for _ in range(3)] == [1, 2, 3]
+    assert 0 < client.ttl(redis_key) <= 61  # the window's counter goes away after it
+    client.script_flush()
+    assert _hit(key, 60) == 4
+    client.delete(redis_key)
 
 
 # --- durability -------------------------------------------------------------------

@@ -4,6 +4,7 @@ race on one job cannot both win (healthchecks' sendalerts does the same)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
@@ -16,7 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from portal.core.db import insert_many
+from portal.core.db import column_values, insert_fields, insert_many, server_binding_cursor
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
 from scheduler.requeue import requeue_backoff
@@ -144,24 +145,11 @@ def _insert_in_one_statement(job: Job, event: JobEvent) -> bool:
     one round trip instead of five, which is most of a submission's cost. A retry whose
     Idempotency-Key already exists inserts nothing (ON CONFLICT on the partial unique
     index), nor does a full queue; the caller tells the two apart."""
-    job_cols, job_vals = _columns(job)
-    event_fields = [f for f in JobEvent._meta.concrete_fields if f.name not in ("id", "job")]
-    event_cols = ", ".join(f'"{f.column}"' for f in event_fields)
-    event_vals = [f.get_db_prep_save(f.pre_save(event, True), connection) for f in event_fields]
-    marks = ", ".join(["%s"] * len(job_vals))
-    sql = f"""
-        WITH room AS (
-            SELECT count(*) < %s AS ok FROM {Job._meta.db_table}
-            WHERE queue_id = %s AND state = %s
-        ), job AS (
-            INSERT INTO {Job._meta.db_table} ({job_cols}) SELECT {marks} WHERE (SELECT ok FROM room)
-            ON CONFLICT (team_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-            RETURNING id
-        )
-        INSERT INTO {JobEvent._meta.db_table} (job_id, {event_cols})
-        SELECT id, {", ".join(["%s"] * len(event_vals))} FROM job RETURNING job_id"""
-    params = [job.queue.max_pending_jobs, job.queue_id, State.PENDING, *job_vals, *event_vals]
-    with connection.cursor() as cursor:
+    sql, job_fields, event_fields = _submit_statement()
+    params = [job.queue.max_pending_jobs, job.queue_id, State.PENDING]
+    params += [col[0] for col in column_values(job_fields, [job])]
+    params += [col[0] for col in column_values(event_fields, [event])]
+    with server_binding_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
@@ -171,10 +159,27 @@ def _insert_in_one_statement(job: Job, event: JobEvent) -> bool:
     return True
 
 
-def _columns(job: Job) -> tuple[str, list]:
-    fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
-    names = ", ".join(f'"{f.column}"' for f in fields)
-    return names, [f.get_db_prep_save(f.pre_save(job, True), connection) for f in fields]
+@functools.cache
+def _submit_statement() -> tuple[str, list, list]:
+    """The statement of _insert_in_one_statement and the fields it writes (built once:
+    the same text every time is also what lets PostgreSQL keep it prepared)."""
+    job_fields = insert_fields(Job)
+    event_fields = [f for f in insert_fields(JobEvent) if f.name != "job"]
+    job_cols = ", ".join(f'"{f.column}"' for f in job_fields)
+    event_cols = ", ".join(f'"{f.column}"' for f in event_fields)
+    sql = f"""
+        WITH room AS (
+            SELECT count(*) < %s AS ok FROM {Job._meta.db_table}
+            WHERE queue_id = %s AND state = %s
+        ), job AS (
+            INSERT INTO {Job._meta.db_table} ({job_cols})
+            SELECT {", ".join(["%s"] * len(job_fields))} WHERE (SELECT ok FROM room)
+            ON CONFLICT (team_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+            RETURNING id
+        )
+        INSERT INTO {JobEvent._meta.db_table} (job_id, {event_cols})
+        SELECT id, {", ".join(["%s"] * len(event_fields))} FROM job RETURNING job_id"""
+    return sql, job_fields, event_fields
 
 
 def submit_jobs(

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from portal.core.access import visible_teams
 from portal.core.actions.audit import record_event
-from portal.core.db import columns, split_row
+from portal.core.db import columns, server_binding_cursor, split_row
 from portal.core.models import ApiToken, Team
 from portal.core.secrets import digest, new_secret
 
@@ -67,7 +67,7 @@ def authenticate_token(plaintext: str) -> ApiToken | None:
         f"FROM {ApiToken._meta.db_table} t JOIN {User._meta.db_table} u ON u.id = t.user_id "
         "WHERE t.token_hash = %s"
     )
-    with connection.cursor() as cursor:
+    with server_binding_cursor() as cursor:
         cursor.execute(sql, [digest(plaintext)])
         row = cursor.fetchone()
     if row is None:
