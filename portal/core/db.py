@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connection, models
+from django.utils import timezone
 
 
 def bulk_set(
@@ -85,28 +87,50 @@ _AS_IS = (
 )
 
 
-def insert_many(model: type[models.Model], objs: Sequence[models.Model]) -> None:
-    """Insert new instances in one `INSERT … SELECT FROM unnest(arrays)` and set their
-    primary keys, as bulk_create does on PostgreSQL, without its per-value preparation.
-    PostgreSQL only.
+def insert_rows(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> list:
+    """Insert rows given as {field name: value} in one `INSERT … SELECT FROM
+    unnest(arrays)` and return their primary keys in order: what bulk_create does on
+    PostgreSQL, without a model instance per row or its per-value preparation.
+
+    A relation takes the related object (by field name) or its key (by field name or
+    attribute name, `job` or `job_id`). A field the rows leave out takes
+    its default, as a new instance would. Every row names the same fields. The arrays
+    travel in PostgreSQL's binary format: quoting every element into text cost as much
+    as the rest of the insert. PostgreSQL only.
     """
-    if not objs:
-        return
+    if not rows:
+        return []
     meta = model._meta
     fields = insert_fields(model)
+    named = rows[0].keys()
+    if any(row.keys() != named for row in rows):
+        raise ValueError("insert_rows: every row must name the same fields")
+    columns = []
+    for f in fields:
+        name = f.name if f.name in named else f.attname if f.attname in named else None
+        if name is None:
+            auto = getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+            columns.append([_prepared(f, timezone.now() if auto else f.get_default())] * len(rows))
+            continue
+        values = [row[name] for row in rows]
+        if f.is_relation:
+            values = [v.pk if isinstance(v, models.Model) else v for v in values]
+        if not isinstance(f, _AS_IS):
+            values = [f.get_db_prep_save(v, connection) for v in values]
+        columns.append(values)
     names = ", ".join(f'"{f.column}"' for f in fields)
-    casts = ", ".join(f"%s::{f.cast_db_type(connection)}[]" for f in fields)
+    casts = ", ".join(f"%b::{f.cast_db_type(connection)}[]" for f in fields)
     sql = (
         f'INSERT INTO "{meta.db_table}" ({names}) SELECT * FROM unnest({casts}) '
         f'RETURNING "{meta.pk.column}"'
     )
     with server_binding_cursor() as cursor:
-        cursor.execute(sql, column_values(fields, objs))
-        pks = [row[0] for row in cursor.fetchall()]
-    for obj, pk in zip(objs, pks, strict=True):
-        obj.pk = pk
-        obj._state.adding = False
-        obj._state.db = connection.alias
+        cursor.execute(sql, columns)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _prepared(field: models.Field, value):
+    return value if isinstance(field, _AS_IS) else field.get_db_prep_save(value, connection)
 
 
 def insert_fields(model: type[models.Model]) -> list[models.Field]:

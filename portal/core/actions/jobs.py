@@ -17,7 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from portal.core.db import column_values, insert_fields, insert_many, server_binding_cursor
+from portal.core.db import column_values, insert_fields, insert_rows, server_binding_cursor
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
 from scheduler.requeue import requeue_backoff
@@ -51,6 +51,12 @@ class InvalidTransition(Exception):
 @dataclass
 class Submitted:
     job: Job
+    created: bool
+
+
+@dataclass
+class BulkSubmitted:
+    ids: list[int]
     created: bool
 
 
@@ -105,12 +111,12 @@ def submit_job(*, team: Team, spec: JobSpec, user, idempotency_key: str | None =
     Raises QueueFull when the queue is at its pending limit and
     IdempotencyConflict when the key was used with another body.
     """
-    fingerprint = spec.fingerprint()
+    fingerprint = spec.fingerprint() if idempotency_key else ""
     job = _new_job(team, spec, user, idempotency_key, fingerprint, timezone.now())
     if connection.vendor == "postgresql":
-        created = _insert_in_one_statement(job, _submitted_event(job, user))
+        created = _insert_in_one_statement(job, _submitted_event(job, user, spec))
     else:
-        created = _insert_with_orm(job, user)
+        created = _insert_with_orm(job, user, spec)
     if created:
         transaction.on_commit(request_scheduling_pass)
         return Submitted(job, created=True)
@@ -120,7 +126,7 @@ def submit_job(*, team: Team, spec: JobSpec, user, idempotency_key: str | None =
     raise QueueFull(spec.queue, retry_after=30)
 
 
-def _insert_with_orm(job: Job, user) -> bool:
+def _insert_with_orm(job: Job, user, spec: JobSpec) -> bool:
     """Room check, job and event in one transaction; False when the key exists or the queue is full."""
     try:
         with transaction.atomic():
@@ -134,7 +140,7 @@ def _insert_with_orm(job: Job, user) -> bool:
             if _pending_in(job.queue) >= job.queue.max_pending_jobs:
                 return False
             job.save()
-            _submitted_event(job, user).save()
+            _submitted_event(job, user, spec).save()
     except IntegrityError:
         return False  # a concurrent retry with the same key won the race
     return True
@@ -184,48 +190,54 @@ def _submit_statement() -> tuple[str, list, list]:
 
 def submit_jobs(
     *, team: Team, specs: list[JobSpec], user, idempotency_key: str | None = None
-) -> Submitted | list[Job]:
-    """Bulk submit (array jobs): all the jobs or none.
+) -> BulkSubmitted:
+    """Bulk submit (array jobs): all the jobs or none; returns their ids in order.
 
     With an Idempotency-Key the jobs are keyed `KEY#0`, `KEY#1`, … and carry the
     whole request's fingerprint, so a retry of the same request returns the same
-    jobs (Submitted.created False) and a different request with that key raises
-    IdempotencyConflict. Without a key it returns the list of jobs.
+    jobs (created False) and a different request with that key raises
+    IdempotencyConflict.
     """
-    fingerprint = _bulk_fingerprint(specs) if idempotency_key else None
+    fingerprint = _bulk_fingerprint(specs) if idempotency_key else ""
     if idempotency_key:
         existing = _bulk_by_key(team, idempotency_key, fingerprint, len(specs))
         if existing:
-            return Submitted(existing, created=False)
+            return BulkSubmitted([job.pk for job in existing], created=False)
     try:
-        jobs = _bulk_insert(team, specs, user, idempotency_key, fingerprint)
+        ids = _bulk_insert(team, specs, user, idempotency_key, fingerprint)
     except IntegrityError:
         existing = idempotency_key and _bulk_by_key(team, idempotency_key, fingerprint, len(specs))
         if not existing:
             raise
-        return Submitted(existing, created=False)
-    return Submitted(jobs, created=True) if idempotency_key else jobs
+        return BulkSubmitted([job.pk for job in existing], created=False)
+    return BulkSubmitted(ids, created=True)
 
 
-def _bulk_insert(team, specs, user, key, fingerprint) -> list[Job]:
+def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
     with transaction.atomic():
         queues = {spec.queue.pk: spec.queue for spec in specs}
         for queue in queues.values():
             _check_room(queue, extra=sum(1 for s in specs if s.queue.pk == queue.pk))
         now = timezone.now()
-        jobs = [
-            _new_job(team, spec, user, key and f"{key}#{i}", fingerprint or spec.fingerprint(), now)
+        rows = [
+            _job_fields(team, spec, user, key and f"{key}#{i}", fingerprint, now)
             for i, spec in enumerate(specs)
         ]
         if connection.vendor == "postgresql":
-            insert_many(Job, jobs)  # bulk_create's per-value preparation was half the cost
-            events = [_submitted_event(job, user) for job in jobs]
-            insert_many(JobEvent, events)
+            # Rows, not instances: building 2 model instances per job was a fifth of the cost.
+            ids = insert_rows(Job, rows)
         else:
-            Job.objects.bulk_create(jobs)
-            JobEvent.objects.bulk_create(_submitted_event(job, user) for job in jobs)
+            ids = [job.pk for job in Job.objects.bulk_create(Job(**row) for row in rows)]
+        events = [
+            _submitted_event_fields(pk, team, spec, user, now)
+            for pk, spec in zip(ids, specs, strict=True)
+        ]
+        if connection.vendor == "postgresql":
+            insert_rows(JobEvent, events)
+        else:
+            JobEvent.objects.bulk_create(JobEvent(**event) for event in events)
         transaction.on_commit(request_scheduling_pass)
-    return jobs
+    return ids
 
 
 def _bulk_fingerprint(specs: list[JobSpec]) -> str:
@@ -368,7 +380,12 @@ def _check_room(queue, extra: int = 1) -> None:
 
 
 def _new_job(team, spec: JobSpec, user, key, fingerprint, now) -> Job:
-    return Job(
+    return Job(**_job_fields(team, spec, user, key, fingerprint, now))
+
+
+def _job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[str, Any]:
+    """A new job's fields, the same for a single and a bulk submission."""
+    return dict(
         team=team,
         queue=spec.queue,
         submitted_by=_user(user),
@@ -393,12 +410,19 @@ def _new_job(team, spec: JobSpec, user, key, fingerprint, now) -> Job:
     )
 
 
-def _submitted_event(job: Job, user) -> JobEvent:
+def _submitted_event(job: Job, user, spec: JobSpec) -> JobEvent:
     return JobEvent(
-        job=job,
-        at=job.submitted_at,
+        job=job, **_submitted_event_fields(None, job.team, spec, user, job.submitted_at)
+    )
+
+
+def _submitted_event_fields(job_id, team, spec: JobSpec, user, at) -> dict[str, Any]:
+    fields = dict(
+        at=at,
         kind="submitted",
         to_state=State.PENDING,
         actor=_user(user),
-        message=f"Submitted to {job.team.slug}/{job.queue.name}: {job.workers}×{job.gpus_per_worker} {job.flavor.name} GPUs.",
+        message=f"Submitted to {team.slug}/{spec.queue.name}: "
+        f"{spec.workers}×{spec.gpus_per_worker} {spec.flavor.name} GPUs.",
     )
+    return fields if job_id is None else fields | {"job_id": job_id}
