@@ -60,3 +60,18 @@ def test_production_settings_pass_check_deploy_without_warnings():
 def test_makemigrations_is_clean():
     result = _django({}, "makemigrations", "--check", "--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("value", "threshold"), [("1", 5), ("0", None)])
+def test_prepared_statements_can_be_turned_off_for_old_pgbouncers(value, threshold):
+    show = "from django.conf import settings; print(settings.DATABASES['default']['OPTIONS'])"
+    result = _django(
+        {"DATABASE_URL": "postgres://u@db.example:5432/berth", "DB_PREPARED_STATEMENTS": value},
+        "shell",
+        "-c",
+        show,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"'prepare_threshold': {threshold}" in result.stdout or (
+        threshold is None and "prepare_threshold" not in result.stdout
+    )
