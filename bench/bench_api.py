@@ -17,6 +17,10 @@ PostgreSQL sessions, the client processes), read from /proc, and what the
 machine's cores could sustain at that cost if nothing else ran: on a shared
 machine the measured rate depends on the neighbours, the CPU cost much less.
 
+`--server granian` serves the same WSGI application with granian (a Rust HTTP
+server; not a dependency of Berth: `.venv/bin/pip install granian` first) to
+see what the HTTP server's own share of the CPU is; the targets are for gunicorn.
+
 Targets (../shared/DESIGN.md): ≥ 500 single submissions/s sustained and
 ≥ 5,000 jobs/s in bulk on a 2-core machine.
 """
@@ -192,7 +196,8 @@ def _proc_cpu(pid: int) -> float:
 
 
 def server_cpu(master: int) -> dict[str, float]:
-    """CPU seconds so far of gunicorn's workers and of the database's sessions for this database."""
+    """CPU seconds so far of the web server (gunicorn or granian: its master and workers)
+    and of the database sessions for this database."""
     workers = [int(p) for p in Path(f"/proc/{master}/task/{master}/children").read_text().split()]
     with connection.cursor() as cur:
         cur.execute(
@@ -201,7 +206,7 @@ def server_cpu(master: int) -> dict[str, float]:
         )
         backends = [row[0] for row in cur.fetchall()]
     return {
-        "gunicorn": sum(_proc_cpu(p) for p in [master, *workers]),
+        "web server": sum(_proc_cpu(p) for p in [master, *workers]),
         "postgres": sum(_proc_cpu(p) for p in backends),
     }
 

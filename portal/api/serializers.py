@@ -10,6 +10,7 @@ from django.core.validators import RegexValidator
 from rest_framework import serializers
 from rest_framework.fields import SkipField
 
+from portal.api.fastparse import fast_parse
 from portal.core.jobspec import MAX_WORKERS, PRIORITY_RANGE
 
 # Bounds that only keep numbers inside the database's integer columns; the
@@ -34,6 +35,8 @@ class SlugField(serializers.SlugField):
 class TextField(serializers.CharField):
     """A string, and only a string: 1 or 1.5 is not quietly turned into "1"."""
 
+    strict_text = True  # parses a string as CharField does (fastparse relies on it)
+
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("invalid")
@@ -51,6 +54,14 @@ class ParsedJson(serializers.JSONField):
 def parse(serializer: serializers.Serializer, data) -> tuple[dict, dict[str, list]]:
     """Return the typed values of the fields that parsed and the messages of those
     that did not, unknown fields included, so every problem is reported at once."""
+    values = fast_parse(serializer, data)  # the common, valid body, without DRF's machinery
+    if values is not None:
+        return values, {}
+    return parse_fields(serializer, data)
+
+
+def parse_fields(serializer: serializers.Serializer, data) -> tuple[dict, dict[str, list]]:
+    """parse, field by field through DRF."""
     if not isinstance(data, Mapping):
         return {}, {"non_field_errors": ["Expected a JSON object."]}
     values, errors = {}, {}
