@@ -49,7 +49,8 @@ faults: install services
 fuzz: install services
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) BERTH_FUZZ_RANDOM=1 \
 	  BERTH_FUZZ_EXAMPLES=$${BERTH_FUZZ_EXAMPLES:-200} \
-	  $(BIN)/python -m pytest tests/api/test_schema.py -k generated $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest tests/api/test_schema.py tests/api/test_fastparse.py \
+	  -k "generated or agrees" $(PYTEST_ARGS)
 
 services:
 	scripts/ensure-services.sh
