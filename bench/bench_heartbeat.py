@@ -298,7 +298,7 @@ def main() -> None:
     client = (time.process_time() - c0) / len(latencies) * 1000
     total = sum(per.values()) + client
     print(
-        f"CPU per heartbeat: gunicorn {per['gunicorn']:.2f} ms, postgres {per['postgres']:.2f} ms, "
+        f"CPU per heartbeat: gunicorn {per['web server']:.2f} ms, postgres {per['postgres']:.2f} ms, "
         f"load generator {client:.2f} ms = {total:.2f} ms → {os.cpu_count()} idle cores ≈ "
         f"{os.cpu_count() * 1000 / total:,.0f} heartbeats/s"
     )

@@ -272,6 +272,23 @@ def test_admitted_gang_is_sent_to_its_nodes_runs_and_succeeds(client, cluster):
     assert kinds == ["submitted", "admitted", "started", "succeeded"]
 
 
+def test_a_steady_beat_of_a_busy_node_reads_its_workers_and_gpus_in_one_query(
+    client, cluster, django_assert_num_queries
+):
+    node = cluster.nodes[0]
+    token = node_token(node)
+    job = make_job(cluster, workers=1, gpus_per_worker=2)
+    admit(job, [node])
+    beat(client, node, token, [report(job, 0, "running")])  # assigned -> running
+    gpus, running = inventory(node), [report(job, 0, "running")]
+
+    # token, workers with their GPUs' UUIDs, node update, savepoint and its release
+    with django_assert_num_queries(5):
+        reply = beat(client, node, token, running, gpus=gpus).json()
+    (entry,) = reply["run"]
+    assert entry["gpu_uuids"] == ["GPU-h100-0-0", "GPU-h100-0-1"]
+
+
 def test_one_failed_worker_fails_the_gang_and_stops_the_rest(client, cluster):
     a, b = cluster.nodes[0], cluster.nodes[1]
     ta, tb = node_token(a), node_token(b)
