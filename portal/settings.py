@@ -89,6 +89,10 @@ def _database(url: str) -> dict:
         config["CONN_MAX_AGE"] = 0
     else:
         config["CONN_HEALTH_CHECKS"] = True
+        if config["ENGINE"] == "django.db.backends.postgresql":
+            # The stock backend, with a health check that asks the socket instead of
+            # the server (portal/pgbackend): one round trip less on every request.
+            config["ENGINE"] = "portal.pgbackend"
         # Statements run through db.server_binding_cursor (the submit and token hot
         # paths, bulk inserts) are prepared after 5 runs on a connection: PostgreSQL then
         # skips parsing and planning them. Django's own queries bind on the client and are

@@ -121,3 +121,15 @@ def make_cluster() -> Cluster:
         ]
     )
     return Cluster(cohort, h100, a100, team_a, team_b, queue_a, queue_b, nodes, personas)
+
+
+def other_connection():
+    """A second PostgreSQL connection beside Django's (autocommit): it sees only what
+    is committed, and can act on Django's session from outside."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=True)

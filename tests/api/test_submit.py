@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import uuid
 
-import psycopg
 import pytest
 from django.core.cache import caches
-from django.db import connection
 
 from portal.api.throttles import _hit
 from portal.cache import RedisCache
 from portal.core.models import Job, JobEvent, Membership
 from tests.api.conftest import bearer, error_of, job_body, submit
+from tests.factories import other_connection
 
 JOBS = "/api/v1/jobs/"
 
@@ -249,18 +248,11 @@ def test_an_accepted_job_is_committed_before_the_response(cluster):
     response = api.post(JOBS, job_body())
 
     assert response.status_code == 201
-    with _other_connection() as other:
+    with other_connection() as other:
         row = other.execute(
             "SELECT state, name FROM core_job WHERE id = %s", [response.json()["id"]]
         ).fetchone()
     assert row == ("pending", "train-llm")
-
-
-def _other_connection():
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    return psycopg.connect(**params, autocommit=True)
 
 
 def test_quota_changes_count_once_the_remembered_facts_expire(as_lead_a, cluster, monkeypatch):

@@ -3,11 +3,14 @@ and inserting rows from arrays."""
 
 from __future__ import annotations
 
+import select
+
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from portal.core.db import insert_rows, server_binding_cursor
 from portal.core.models import Team
+from tests.factories import other_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -42,3 +45,29 @@ def test_insert_rows_fills_defaults_and_refuses_rows_of_different_shapes():
     with pytest.raises(ValueError, match="same fields"):
         insert_rows(Team, [{"slug": "c", "name": "C"}, {"slug": "d"}])
     assert not Team.objects.filter(slug__in=["c", "d"]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_health_check_asks_the_socket_and_replaces_a_connection_the_server_ended(
+    monkeypatch,
+):
+    wrapper = connections["default"]
+    asked_server = []
+    monkeypatch.setattr(type(wrapper), "is_usable", lambda self: asked_server.append(1) or True)
+
+    def next_request() -> int:
+        wrapper.close_if_unusable_or_obsolete()  # what Django does between requests
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    first = next_request()
+    assert next_request() == first and not asked_server  # kept, and no SELECT 1 sent
+
+    with other_connection() as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [first])
+    socket = wrapper.connection.pgconn.socket
+    assert select.select([socket], [], [], 5)[0]  # the server's goodbye arrived
+
+    assert next_request() != first  # replaced before the query, no error
+    assert not asked_server
