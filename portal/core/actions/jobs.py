@@ -229,7 +229,7 @@ def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
         else:
             ids = [job.pk for job in Job.objects.bulk_create(Job(**row) for row in rows)]
         events = [
-            _submitted_event_fields(pk, team, spec, user, now)
+            {"job_id": pk, **_submitted_event_fields(team, spec, user, now)}
             for pk, spec in zip(ids, specs, strict=True)
         ]
         if connection.vendor == "postgresql":
@@ -411,13 +411,12 @@ def _job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[str, A
 
 
 def _submitted_event(job: Job, user, spec: JobSpec) -> JobEvent:
-    return JobEvent(
-        job=job, **_submitted_event_fields(None, job.team, spec, user, job.submitted_at)
-    )
+    return JobEvent(job=job, **_submitted_event_fields(job.team, spec, user, job.submitted_at))
 
 
-def _submitted_event_fields(job_id, team, spec: JobSpec, user, at) -> dict[str, Any]:
-    fields = dict(
+def _submitted_event_fields(team, spec: JobSpec, user, at) -> dict[str, Any]:
+    """A new job's `submitted` event, but for its job (single and bulk submission)."""
+    return dict(
         at=at,
         kind="submitted",
         to_state=State.PENDING,
@@ -425,4 +424,3 @@ def _submitted_event_fields(job_id, team, spec: JobSpec, user, at) -> dict[str, 
         message=f"Submitted to {team.slug}/{spec.queue.name}: "
         f"{spec.workers}×{spec.gpus_per_worker} {spec.flavor.name} GPUs.",
     )
-    return fields if job_id is None else fields | {"job_id": job_id}

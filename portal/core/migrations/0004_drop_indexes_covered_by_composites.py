@@ -34,35 +34,17 @@ class Migration(migrations.Migration):
             ],
             state_operations=[
                 migrations.AlterField(
-                    model_name="job",
-                    name="queue",
+                    model_name=model,
+                    name=name,
                     field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="jobs",
-                        to="core.queue",
+                        db_index=False, on_delete=on_delete, related_name=related, to=to
                     ),
-                ),
-                migrations.AlterField(
-                    model_name="job",
-                    name="team",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="jobs",
-                        to="core.team",
-                    ),
-                ),
-                migrations.AlterField(
-                    model_name="jobevent",
-                    name="job",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="events",
-                        to="core.job",
-                    ),
-                ),
+                )
+                for model, name, on_delete, related, to in [
+                    ("job", "queue", django.db.models.deletion.PROTECT, "jobs", "core.queue"),
+                    ("job", "team", django.db.models.deletion.PROTECT, "jobs", "core.team"),
+                    ("jobevent", "job", django.db.models.deletion.CASCADE, "events", "core.job"),
+                ]
             ],
         ),
     ]
