@@ -195,9 +195,11 @@ class ProcessRuntime(Runtime):
 
     def list(self) -> list[WorkerStatus]:
         keys = sorted((p.name for p in self._root.iterdir() if valid_key(p.name)), key=key_order)
-        return [self._status(key) for key in keys]
+        statuses = (self._status(key) for key in keys)
+        return [status for status in statuses if status is not None]
 
-    def _status(self, key: str) -> WorkerStatus:
+    def _status(self, key: str) -> WorkerStatus | None:
+        """The worker's status; None when remove() (on another thread) took it meanwhile."""
         wdir = self._dir(key)
         meta = read_json(wdir / "meta.json") or {}
         started_at = utc_iso(meta.get("started_at"))
@@ -213,6 +215,8 @@ class ProcessRuntime(Runtime):
             return WorkerStatus(key, STARTING, started_at=started_at)
         if result is None:
             result = self._record_vanished(key, pid)
+            if result is None:
+                return None
         return WorkerStatus(
             key,
             FAILED_TO_START if result.get("error") else EXITED,
@@ -235,8 +239,9 @@ class ProcessRuntime(Runtime):
     def _start_overdue(self, meta: dict) -> bool:
         return self._clock() - meta.get("started_at", 0) > START_TIMEOUT_S
 
-    def _record_vanished(self, key: str, pid: dict | None) -> dict:
-        """Persist an exit for a worker that ended without the shim recording one, so it stays stable."""
+    def _record_vanished(self, key: str, pid: dict | None) -> dict | None:
+        """Persist an exit for a worker that ended without the shim recording one, so it stays
+        stable; None when its directory is gone (removed while list() read it)."""
         child = self._children.get(key)
         code = VANISHED_EXIT_CODE
         if child is not None and child.returncode is not None:
@@ -247,9 +252,12 @@ class ProcessRuntime(Runtime):
         else:
             note = f"worker ended without recording an exit status (reboot or killed); reporting {code}"
             result = {"exit_code": code, "finished_at": self._clock(), "error": ""}
-        with open(self._dir(key) / "output.log", "a", encoding="utf-8") as output:
-            output.write(f"\nberth-agent: {note}\n")
-        write_json(self._dir(key) / "result.json", result)
+        try:
+            with open(self._dir(key) / "output.log", "a", encoding="utf-8") as output:
+                output.write(f"\nberth-agent: {note}\n")
+            write_json(self._dir(key) / "result.json", result)
+        except FileNotFoundError:
+            return None  # removed between the check and the write
         log.warning("worker %s: %s", key, note)
         return result
 

@@ -163,6 +163,25 @@ def test_forget_removes_an_exited_worker_but_never_a_live_one(runtime, tmp_path)
     assert not (tmp_path / "workers" / "10.0.0").exists()
 
 
+def test_a_worker_forgotten_while_the_list_is_read_is_left_out(runtime, tmp_path, monkeypatch):
+    # The agent loop forgets a worker while another thread lists them: the list read
+    # the directory's name, then the directory went away before its status was read.
+    runtime.start(make_spec("12.0.0", ("true",)))
+    finished(runtime, "12.0.0")
+    (tmp_path / "workers" / "12.0.0" / "result.json").unlink()  # as if the shim died first
+    real_pid = runtime._pid
+
+    def pid_then_forget(key):
+        pid = real_pid(key)
+        monkeypatch.setattr(runtime, "_pid", real_pid)
+        runtime.forget(key)  # what the other thread does now
+        return pid
+
+    monkeypatch.setattr(runtime, "_pid", pid_then_forget)
+    assert runtime.list() == []
+    assert not (tmp_path / "workers" / "12.0.0").exists()
+
+
 def test_log_tail_is_at_most_8_kib(runtime):
     runtime.start(
         make_spec(
