@@ -216,6 +216,33 @@ class JobReceiptSerializer(serializers.Serializer):
     grace_period_seconds = serializers.IntegerField()
     idempotency_key = serializers.CharField(allow_null=True)
 
+    def to_representation(self, job) -> dict:
+        """The fields above, read directly: DRF's field-by-field representation cost
+        as much as the query that found the submission's queue. Every field is a
+        plain value of the job (or of a relation it holds); tests/api/test_submit.py
+        checks this against DRF's own representation."""
+        return {
+            "id": job.pk,
+            "team": job.team.slug,
+            "queue": job.queue.name,
+            "name": job.name,
+            "submitted_by": job.submitted_by.username if job.submitted_by else None,
+            "submitted_at": self.fields["submitted_at"].to_representation(job.submitted_at),
+            "flavor": job.flavor.name,
+            "workers": job.workers,
+            "gpus_per_worker": job.gpus_per_worker,
+            "gpus": job.gpus,
+            "image": job.image,
+            "command": [str(arg) for arg in job.command],
+            "env": {str(k): None if v is None else str(v) for k, v in job.env.items()},
+            "priority": job.priority,
+            "preemptible": job.preemptible,
+            "max_runtime_seconds": job.max_runtime_seconds,
+            "checkpoint_signal": job.checkpoint_signal,
+            "grace_period_seconds": job.grace_period_seconds,
+            "idempotency_key": job.idempotency_key,
+        }
+
 
 class JobSerializer(serializers.Serializer):
     """A job as it is now, in lists."""

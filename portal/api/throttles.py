@@ -64,19 +64,35 @@ class TokenRateThrottle(BaseThrottle):
     scope = "token"
 
     def allow_request(self, request, view) -> bool:
+        counted = getattr(request, "berth_throttle", None)
+        if counted is not None:  # the fast submit path counted this request already
+            allowed, self._wait = counted
+            return allowed
+        allowed, self._wait = self._count(self._ident(request))
+        return allowed
+
+    @classmethod
+    def count_for(cls, request, token) -> bool:
+        """Count a request that api/views/fastsubmit.py answers, as allow_request would,
+        and leave the outcome on it: if the full view takes the request over, it does
+        not count it again."""
+        request.berth_throttle = cls()._count(f"token-{token.prefix}")
+        return request.berth_throttle[0]
+
+    def _count(self, ident: str) -> tuple[bool, float]:
+        """Count one request of `ident`: (allowed, seconds until the window ends)."""
         rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
         if not rate or rate.strip() in ("0", "off"):
-            return True
+            return True, 0.0
         limit, period = parse_rate(rate)
         now = time.time()
-        key = f"berth:throttle:{self.scope}:{self._ident(request)}:{int(now // period)}"
+        key = f"berth:throttle:{self.scope}:{ident}:{int(now // period)}"
         try:
             count = _hit(key, period)
         except Exception:  # noqa: BLE001 — throttling must not turn a cache outage into 500s
             log.warning("throttle cache unavailable; not throttling", exc_info=True)
-            return True
-        self._wait = period - (now % period)
-        return count <= limit
+            return True, 0.0
+        return count <= limit, period - (now % period)
 
     def wait(self) -> float:
         return self._wait

@@ -119,6 +119,22 @@ def insert_rows(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> li
         return []
     meta = model._meta
     fields = insert_fields(model)
+    columns = row_columns(fields, rows)
+    names = ", ".join(f'"{f.column}"' for f in fields)
+    casts = ", ".join(f"%b::{f.cast_db_type(connection)}[]" for f in fields)
+    sql = (
+        f'INSERT INTO "{meta.db_table}" ({names}) SELECT * FROM unnest({casts}) '
+        f'RETURNING "{meta.pk.column}"'
+    )
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, columns)
+        return [row[0] for row in cursor.fetchall()]
+
+
+def row_columns(fields: Sequence[models.Field], rows: Sequence[dict[str, Any]]) -> list[list]:
+    """One list per field of the rows' values as an INSERT sends them (insert_rows):
+    a relation by object or key, a field left out by its default (now for
+    auto_now), plain values as they are, the rest prepared by their field."""
     named = rows[0].keys()
     if any(row.keys() != named for row in rows):
         raise ValueError("insert_rows: every row must name the same fields")
@@ -135,15 +151,7 @@ def insert_rows(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> li
         if not isinstance(f, _AS_IS):
             values = [f.get_db_prep_save(v, connection) for v in values]
         columns.append(values)
-    names = ", ".join(f'"{f.column}"' for f in fields)
-    casts = ", ".join(f"%b::{f.cast_db_type(connection)}[]" for f in fields)
-    sql = (
-        f'INSERT INTO "{meta.db_table}" ({names}) SELECT * FROM unnest({casts}) '
-        f'RETURNING "{meta.pk.column}"'
-    )
-    with server_binding_cursor() as cursor:
-        cursor.execute(sql, columns)
-        return [row[0] for row in cursor.fetchall()]
+    return columns
 
 
 def _prepared(field: models.Field, value):
@@ -153,25 +161,6 @@ def _prepared(field: models.Field, value):
 def insert_fields(model: type[models.Model]) -> list[models.Field]:
     """The fields an INSERT of `model` writes: every concrete one but the primary key."""
     return [f for f in model._meta.concrete_fields if not f.primary_key]
-
-
-def column_values(fields: Sequence[models.Field], objs: Sequence[models.Model]) -> list[list]:
-    """One list per field of the values of `objs`, as an INSERT sends them.
-
-    Values are read as Django would save them (`pre_save` for fields that set their
-    own, such as auto_now); fields other than the plain kinds above (JSON, …) are
-    prepared by their field, the plain ones go to the driver as they are.
-    """
-    columns = []
-    for f in fields:
-        if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
-            values = [f.pre_save(o, True) for o in objs]
-        else:
-            values = [getattr(o, f.attname) for o in objs]
-        if not isinstance(f, _AS_IS):
-            values = [f.get_db_prep_save(v, connection) for v in values]
-        columns.append(values)
-    return columns
 
 
 def server_binding_cursor():

@@ -175,6 +175,8 @@ def test_nginx_sites_include_the_shared_proxy_block():
         assert text.count("{") == text.count("}"), site
         assert "upstream berth_web" in text and "include /etc/nginx/berth-proxy.inc;" in text
         assert re.search(r"server \S+:8000", text)
+        # upstream connections are renewed, so no gunicorn process keeps them all
+        assert re.search(r"keepalive_requests \d+;", text)
 
 
 def test_gunicorn_config():

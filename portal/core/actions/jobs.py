@@ -17,7 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from portal.core.db import column_values, insert_fields, insert_rows, server_binding_cursor
+from portal.core.db import insert_fields, insert_rows, row_columns, server_binding_cursor
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
 from scheduler.requeue import requeue_backoff
@@ -105,21 +105,43 @@ def transition(
     return list(rows)
 
 
-def submit_job(*, team: Team, spec: JobSpec, user, idempotency_key: str | None = None) -> Submitted:
+def submit_job(
+    *,
+    team: Team,
+    spec: JobSpec,
+    user,
+    idempotency_key: str | None = None,
+    only_if: tuple[str, list] | None = None,
+) -> Submitted | None:
     """Store a pending job and ask for a scheduling pass. Idempotent on the key.
 
     Raises QueueFull when the queue is at its pending limit and
     IdempotencyConflict when the key was used with another body.
+
+    `only_if` (PostgreSQL only) is SQL and its parameters that must find a row for
+    the job to be stored, checked in the same statement: what the caller decided
+    from data it remembered still holds. With it, nothing stored (a full queue, a
+    key used before, the condition failing) returns None without saying which, and
+    the caller asks again without it.
     """
     fingerprint = spec.fingerprint() if idempotency_key else ""
-    job = _new_job(team, spec, user, idempotency_key, fingerprint, timezone.now())
+    now = timezone.now()
+    row = _job_fields(team, spec, user, idempotency_key, fingerprint, now)
+    job = Job(**row)
     if connection.vendor == "postgresql":
-        created = _insert_in_one_statement(job, _submitted_event(job, user, spec))
+        event = _submitted_event_fields(team, spec, user, now)
+        job.pk = _insert_in_one_statement(row, event, only_if)
+        job._state.adding = job.pk is None
+        created = job.pk is not None
+    elif only_if is not None:
+        raise ValueError("submit_job: only_if needs PostgreSQL")
     else:
         created = _insert_with_orm(job, user, spec)
     if created:
         transaction.on_commit(request_scheduling_pass)
         return Submitted(job, created=True)
+    if only_if is not None:
+        return None
     existing = idempotency_key and _by_key(team, idempotency_key, fingerprint)
     if existing:
         return Submitted(existing, created=False)
@@ -146,40 +168,40 @@ def _insert_with_orm(job: Job, user, spec: JobSpec) -> bool:
     return True
 
 
-def _insert_in_one_statement(job: Job, event: JobEvent) -> bool:
-    """Insert the job and its event with the queue's room check in a single statement:
-    one round trip instead of five, which is most of a submission's cost. A retry whose
-    Idempotency-Key already exists inserts nothing (ON CONFLICT on the partial unique
-    index), nor does a full queue; the caller tells the two apart."""
-    sql, job_fields, event_fields = _submit_statement()
-    params = [job.queue.max_pending_jobs, job.queue_id, State.PENDING]
-    params += [col[0] for col in column_values(job_fields, [job])]
-    params += [col[0] for col in column_values(event_fields, [event])]
+def _insert_in_one_statement(job: dict, event: dict, only_if=None) -> int | None:
+    """Insert the job and its event (given as fields) with the queue's room check in a
+    single statement: one round trip instead of five, which is most of a submission's
+    cost. Returns the job's id, or None when nothing was inserted: a retry whose
+    Idempotency-Key already exists (ON CONFLICT on the partial unique index), a full
+    queue, a failed `only_if`; the caller tells them apart."""
+    sql, job_fields, event_fields = _submit_statement(only_if[0] if only_if else "")
+    queue = job["queue"]
+    params = [queue.max_pending_jobs, queue.pk, State.PENDING]
+    params += [col[0] for col in row_columns(job_fields, [job])]
+    params += list(only_if[1]) if only_if else []
+    params += [col[0] for col in row_columns(event_fields, [event])]
     with server_binding_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    if row is None:
-        return False
-    job.pk = row[0]
-    job._state.adding = False
-    return True
+    return None if row is None else row[0]
 
 
-@functools.cache
-def _submit_statement() -> tuple[str, list, list]:
+@functools.lru_cache(maxsize=64)
+def _submit_statement(only_if: str = "") -> tuple[str, list, list]:
     """The statement of _insert_in_one_statement and the fields it writes (built once:
     the same text every time is also what lets PostgreSQL keep it prepared)."""
     job_fields = insert_fields(Job)
     event_fields = [f for f in insert_fields(JobEvent) if f.name != "job"]
     job_cols = ", ".join(f'"{f.column}"' for f in job_fields)
     event_cols = ", ".join(f'"{f.column}"' for f in event_fields)
+    condition = f" AND EXISTS ({only_if})" if only_if else ""
     sql = f"""
         WITH room AS (
             SELECT count(*) < %s AS ok FROM {Job._meta.db_table}
             WHERE queue_id = %s AND state = %s
         ), job AS (
             INSERT INTO {Job._meta.db_table} ({job_cols})
-            SELECT {", ".join(["%s"] * len(job_fields))} WHERE (SELECT ok FROM room)
+            SELECT {", ".join(["%s"] * len(job_fields))} WHERE (SELECT ok FROM room){condition}
             ON CONFLICT (team_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING id
         )
@@ -377,10 +399,6 @@ def _pending_in(queue) -> int:
 def _check_room(queue, extra: int = 1) -> None:
     if _pending_in(queue) + extra > queue.max_pending_jobs:
         raise QueueFull(queue, retry_after=30)
-
-
-def _new_job(team, spec: JobSpec, user, key, fingerprint, now) -> Job:
-    return Job(**_job_fields(team, spec, user, key, fingerprint, now))
 
 
 def _job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[str, Any]:

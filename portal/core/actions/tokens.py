@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.core.exceptions import PermissionDenied
+from django.db import connection, transaction
 from django.utils import timezone
 
-from portal.core.access import visible_teams
+from portal.core.access import row_version, submit_target_from, submit_target_sql, visible_teams
 from portal.core.actions.audit import record_event
 from portal.core.db import columns, server_binding_cursor, split_row
-from portal.core.models import ApiToken, Team
+from portal.core.models import ApiToken, Membership, Queue, Team
 from portal.core.secrets import digest, new_secret
 
 
@@ -60,32 +63,127 @@ def authenticate_token(plaintext: str) -> ApiToken | None:
     One hand-written query: this runs on every API request, and building the same
     query through the ORM costs about 1 ms of Python each time.
     """
-    User = get_user_model()
-    sql = (
-        f"SELECT {columns(ApiToken, 't')}, {columns(User, 'u')}, "
-        f"EXISTS (SELECT 1 FROM {ApiToken.teams.through._meta.db_table} s WHERE s.apitoken_id = t.id) "
-        f"FROM {ApiToken._meta.db_table} t JOIN {User._meta.db_table} u ON u.id = t.user_id "
-        "WHERE t.token_hash = %s"
+    with server_binding_cursor() as cursor:
+        cursor.execute(_token_sql(), {"digest": digest(plaintext)})
+        row = cursor.fetchone()
+    return None if row is None else _usable(row)[0]
+
+
+@dataclass(frozen=True)
+class SubmitGrant:
+    """Who submits where (authenticate_for_submit), and `guard`: SQL and parameters
+    that find a row only while that still holds (submit_job's `only_if`), so the
+    grant may be remembered briefly and re-checked by the statement that uses it."""
+
+    token: ApiToken
+    team: Team
+    queue: Queue
+    guard: tuple[str, list]
+
+
+def authenticate_for_submit(
+    plaintext: str, slug: str | None, queue_name: str
+) -> SubmitGrant | None:
+    """authenticate_token and access.get_submit_target in one query, for the common
+    single submission (api/views/fastsubmit.py): the token, the team and the queue
+    when the token is usable, its user a member (not a viewer, not staff) of exactly
+    one team that fits, with that queue. None in every other case, for the full
+    path to tell which error it is. PostgreSQL only (None elsewhere)."""
+    if connection.vendor != "postgresql":
+        return None
+    target = submit_target_sql("u.id", "s.teams", bool(slug), versions=True)
+    sql = _token_sql(
+        select=", x.*",
+        join=f" LEFT JOIN LATERAL ({target}) x ON true",
     )
     with server_binding_cursor() as cursor:
-        cursor.execute(sql, [digest(plaintext)])
-        row = cursor.fetchone()
-    if row is None:
+        cursor.execute(sql, {"digest": digest(plaintext), "queue": queue_name, "slug": slug})
+        rows = cursor.fetchall()
+    if not rows:
         return None
-    (token, user), (scoped,) = split_row(row, ApiToken, User)
-    token.user, token.scoped = user, bool(scoped)
+    token, rest = _usable(rows[0])
+    if token is None or token.user.is_staff or rest[0] is None:
+        return None
+    try:
+        found = submit_target_from([row[-len(rest) :] for row in rows], slug)
+    except PermissionDenied:
+        return None
+    if found is None:
+        return None
+    team, queue = found
+    return SubmitGrant(token, team, queue, _submit_guard(token, team, queue, bool(slug)))
+
+
+def _submit_guard(token: ApiToken, team: Team, queue: Queue, slug: bool) -> tuple[str, list]:
+    """SQL that finds a row while authenticate_for_submit would still grant the same:
+    the token usable, its user active and not staff, a member but not a viewer of the
+    team, the team in the token's scope (and, with no team named, the user's only one
+    there), the team and the queue unchanged (row_version)."""
+    User = get_user_model()
+    mine = Membership._meta.db_table
+    scope = f"SELECT st.team_id FROM {ApiToken.teams.through._meta.db_table} st WHERE st.apitoken_id = tk.id"
+
+    def in_scope(column: str) -> str:
+        return f"(NOT EXISTS ({scope}) OR {column} IN ({scope}))"
+
+    only_team = (
+        ""
+        if slug
+        else f" AND (SELECT count(*) FROM {mine} m2 WHERE m2.user_id = u.id AND {in_scope('m2.team_id')}) = 1"
+    )
+    sql = (
+        f"SELECT 1 FROM {ApiToken._meta.db_table} tk JOIN {User._meta.db_table} u ON u.id = tk.user_id "
+        f"JOIN {mine} m ON m.user_id = u.id AND m.team_id = %s "
+        f"JOIN {Team._meta.db_table} t ON t.id = m.team_id "
+        f"JOIN {Queue._meta.db_table} q ON q.team_id = t.id AND q.id = %s "
+        "WHERE tk.id = %s AND tk.revoked_at IS NULL "
+        "AND (tk.expires_at IS NULL OR tk.expires_at > statement_timestamp()) "
+        f"AND u.is_active AND NOT u.is_staff AND m.role <> %s AND {in_scope('m.team_id')} "
+        f"AND {row_version('q')} = %s AND {row_version('t')} = %s{only_team}"
+    )
+    params = [team.pk, queue.pk, token.pk, Membership.Role.VIEWER]
+    return sql, params + [queue.row_version, team.row_version]
+
+
+def _token_sql(select: str = "", join: str = "") -> str:
+    """A token by its digest (`%(digest)s`) with its user, the team ids it is scoped
+    to (NULL when it is not; on SQLite only 1 when it is), and what `select` adds
+    from `join`."""
+    User = get_user_model()
+    through = ApiToken.teams.through._meta.db_table
+    if connection.vendor == "postgresql":
+        scope = (
+            f" CROSS JOIN LATERAL (SELECT array_agg(st.team_id) AS teams FROM {through} st "
+            "WHERE st.apitoken_id = tk.id) s"
+        )
+        teams = "s.teams"
+    else:
+        scope, teams = "", f"(SELECT 1 FROM {through} st WHERE st.apitoken_id = tk.id LIMIT 1)"
+    return (
+        f"SELECT {columns(ApiToken, 'tk')}, {columns(User, 'u')}, {teams}{select} "
+        f"FROM {ApiToken._meta.db_table} tk JOIN {User._meta.db_table} u ON u.id = tk.user_id"
+        f"{scope}{join} WHERE tk.token_hash = %(digest)s"
+    )
+
+
+def _usable(row) -> tuple[ApiToken | None, Sequence]:
+    """The token of a _token_sql row if it may be used (its last use refreshed),
+    and the rest of the row after the scope."""
+    (token, user), (teams, *rest) = split_row(row, ApiToken, get_user_model())
+    token.user, token.scoped = user, teams is not None
+    token.scope_ids = set(teams) if isinstance(teams, list) else None
     if not token.is_usable or not user.is_active:
-        return None
+        return None, rest
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
-    return token
+    return token, rest
 
 
 def token_scope(token: ApiToken) -> set[int] | None:
     """Team ids the token may reach, or None for every team of its user."""
     if getattr(token, "scoped", True) is False:
         return None  # unscoped: known from authenticate_token's query, no second one
-    ids = set(token.teams.values_list("pk", flat=True))
+    ids = getattr(token, "scope_ids", None) or set(token.teams.values_list("pk", flat=True))
     return ids or None
