@@ -3,8 +3,9 @@ gunicorn on PostgreSQL, closed loop from several client processes.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench_api \\
     REDIS_URL=redis://127.0.0.1:6379/12 \\
-        .venv/bin/python bench/bench_api.py [--duration 30] [--clients 8] \\
-        [--workers 4] [--bulk-size 1000] [--bulk-requests 20]
+        .venv/bin/python bench/bench_api.py [--duration 30] [--clients 16] \\
+        [--workers 2] [--threads 8] [--worker-class sync|gthread] \\
+        [--keepalive-requests 100] [--reuse-port] [--bulk-size 1000] [--context]
 
 Every request carries a Bearer token (one per client, each of its own team),
 passes the per-token throttle (its rate raised so it counts without refusing),
@@ -306,10 +307,10 @@ def main() -> None:
     parser.add_argument(
         "--duration", type=float, default=30.0, help="measured seconds (after 3 s warm-up)"
     )
-    parser.add_argument("--clients", type=int, default=8, help="client processes, one token each")
-    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument("--clients", type=int, default=16, help="client processes, one token each")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument(
-        "--threads", type=int, default=1, help="threads per worker (gthread if > 1)"
+        "--threads", type=int, default=8, help="threads per worker (gthread if > 1)"
     )
     parser.add_argument(
         "--worker-class",
@@ -356,47 +357,33 @@ def main() -> None:
     if args.reuse_port:
         os.environ["GUNICORN_CMD_ARGS"] = "--reuse-port"
     server = start_server(args.port, args.workers, args.threads, args.server, worker_class)
-    per_connection = args.keepalive_requests
     stop = threading.Event()
     drainer = threading.Thread(target=drain, args=(stop,), daemon=True)
     if not args.no_drain:
         drainer.start()
-    try:
-        single = json.dumps(JOB).encode()
-        run = run_clients(
+
+    def measure(clients: int, path: str, body: bytes | None, duration: float) -> Run:
+        return run_clients(
             args.port,
-            tokens[: args.clients],
-            "/api/v1/jobs/",
-            single,
-            args.duration,
+            tokens[:clients],
+            path,
+            body,
+            duration,
             server.pid,
-            per_connection=per_connection,
+            per_connection=args.keepalive_requests,
         )
+
+    try:
+        run = measure(args.clients, "/api/v1/jobs/", json.dumps(JOB).encode(), args.duration)
         report(f"single submit, {args.clients} clients", run, args.duration, 1)
         if args.context:
             for path in ("/healthz", "/api/v1/me/"):
-                run = run_clients(
-                    args.port,
-                    tokens[: args.clients],
-                    path,
-                    None,
-                    10.0,
-                    server.pid,
-                    per_connection=per_connection,
-                )
+                run = measure(args.clients, path, None, 10.0)
                 report(f"context GET {path}", run, 10.0, 1)
         bulk = json.dumps(
             {"jobs": [JOB | {"name": f"sweep-{i}"} for i in range(args.bulk_size)]}
         ).encode()
-        run = run_clients(
-            args.port,
-            tokens[: args.bulk_clients],
-            "/api/v1/jobs/bulk/",
-            bulk,
-            args.bulk_duration,
-            server.pid,
-            per_connection=per_connection,
-        )
+        run = measure(args.bulk_clients, "/api/v1/jobs/bulk/", bulk, args.bulk_duration)
         report(
             f"bulk submit, {args.bulk_size} jobs/request, {args.bulk_clients} clients",
             run,
