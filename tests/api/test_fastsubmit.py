@@ -69,7 +69,14 @@ def _answer(response) -> tuple:
         body = {k: v for k, v in body.items() if k not in ("id", "submitted_at")}
     headers = {
         name: response.get(name)
-        for name in ("Content-Type", "Retry-After", "WWW-Authenticate", "Idempotent-Replayed")
+        for name in (
+            "Content-Type",
+            "Retry-After",
+            "WWW-Authenticate",
+            "Idempotent-Replayed",
+            "Vary",
+            "Allow",
+        )
     }
     return response.status_code, body, headers, "Location" in response
 

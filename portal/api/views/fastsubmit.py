@@ -62,7 +62,8 @@ _grants: dict[tuple, tuple[float, SubmitGrant]] = {}
 # limit) is legal but rare enough for the full view.
 MAX_FAST_BODY = 64 * 1024
 _JSON = "application/json"
-_ACCEPTED = {None, "", "*/*", _JSON, f"{_JSON}; charset=utf-8"}
+_JSON_TYPES = {_JSON, f"{_JSON}; charset=utf-8"}
+_ACCEPTED = {None, "", "*/*", *_JSON_TYPES}  # Accept headers the full view answers with JSON
 
 
 class JobsView(JobListView):
@@ -113,7 +114,6 @@ def fast_submit(request) -> HttpResponse | None:
     )
     response = HttpResponse(body, content_type=_JSON, status=201)
     response["Location"] = f"/api/v1/jobs/{result.job.pk}/"
-    response["Vary"] = "Accept"
     response["Allow"] = "GET, POST, HEAD, OPTIONS"
     return response
 
@@ -148,7 +148,7 @@ def _json_body(request):
     """The body as JSON when it is plainly so: the JSON media type (no parameter but
     UTF-8), a small length, text JSON decodes as the parser would; else None."""
     meta = request.META
-    if meta.get("CONTENT_TYPE", "").lower() not in _ACCEPTED - {None, "", "*/*"}:
+    if meta.get("CONTENT_TYPE", "").lower() not in _JSON_TYPES:
         return None
     if meta.get("HTTP_ACCEPT") not in _ACCEPTED:
         return None
