@@ -4,7 +4,7 @@ scheduled time, so a slow server cannot hide its queueing).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench \\
         .venv/bin/python bench/bench_heartbeat.py [--agents 2000] [--interval 10] \\
-        [--duration 60] [--workers 2] [--threads 4] [--jobs-per-node 1]
+        [--duration 60] [--workers 2] [--threads 8] [--jobs-per-node 1]
 
 Each agent reports 8 GPUs with telemetry and its running workers; each reply
 carries its desired state. Target (../shared/DESIGN.md): 2,000 agents every
@@ -255,7 +255,7 @@ def main() -> None:
     parser.add_argument(
         "--threads",
         type=int,
-        default=4,
+        default=8,
         help="threads per worker (gthread, as deploy/gunicorn.conf.py)",
     )
     parser.add_argument("--connections", type=int, default=64)
