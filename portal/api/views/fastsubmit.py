@@ -33,6 +33,7 @@ import time
 
 from django.conf import settings
 from django.http import HttpResponse
+from rest_framework.renderers import JSONRenderer
 
 from portal.api.errors import ApiError
 from portal.api.fastparse import fast_parse
@@ -63,7 +64,10 @@ _grants: dict[tuple, tuple[float, SubmitGrant]] = {}
 MAX_FAST_BODY = 64 * 1024
 _JSON = "application/json"
 _JSON_TYPES = {_JSON, f"{_JSON}; charset=utf-8"}
-_ACCEPTED = {None, "", "*/*", *_JSON_TYPES}  # Accept headers the full view answers with JSON
+# Accept headers DRF's negotiation answers with JSON as they are (an empty one is a
+# 406 there; a charset parameter does not match the renderer's media type).
+_ACCEPTED = {None, "*/*", _JSON}
+RENDERER = JSONRenderer()  # the full view's, so the bytes are the same
 
 
 class JobsView(JobListView):
@@ -109,9 +113,7 @@ def fast_submit(request) -> HttpResponse | None:
     if result is None:  # nothing stored: a refusal, or the grant no longer holds
         _grants.pop(where, None)
         return None
-    body = json.dumps(
-        RECEIPT.to_representation(result.job), ensure_ascii=False, separators=(",", ":")
-    )
+    body = RENDERER.render(RECEIPT.to_representation(result.job))
     response = HttpResponse(body, content_type=_JSON, status=201)
     response["Location"] = f"/api/v1/jobs/{result.job.pk}/"
     response["Allow"] = "GET, POST, HEAD, OPTIONS"
@@ -138,10 +140,15 @@ def forget() -> None:
 
 
 def _bearer(meta) -> str | None:
-    parts = meta.get("HTTP_AUTHORIZATION", "").split()
-    if len(parts) != 2 or parts[0].lower() != "bearer" or not parts[1].isascii():
+    """The token of `Authorization: Bearer <token>`, split as DRF splits it (the
+    header's Latin-1 bytes on ASCII whitespace), or None."""
+    try:
+        parts = meta.get("HTTP_AUTHORIZATION", "").encode("iso-8859-1").split()
+        if len(parts) != 2 or parts[0].lower() != b"bearer":
+            return None
+        return parts[1].decode("ascii")
+    except UnicodeError:
         return None
-    return parts[1]
 
 
 def _json_body(request):
@@ -161,8 +168,8 @@ def _json_body(request):
     raw = request.body
     if b"\\u" in raw:
         return None  # escapes (lone surrogates among them) are the parser's to judge
-    try:
-        return json.loads(raw, parse_constant=_refuse)
+    try:  # strict UTF-8, as the parser reads it: no BOM, no UTF-16, no surrogates
+        return json.loads(raw.decode("utf-8"), parse_constant=_refuse)
     except ValueError:
         return None
 

@@ -93,7 +93,7 @@ def authenticate_for_submit(
         return None
     target = submit_target_sql("u.id", "s.teams", bool(slug), versions=True)
     sql = _token_sql(
-        select=", x.*",
+        select=f", {row_version('u')}, x.*",
         join=f" LEFT JOIN LATERAL ({target}) x ON true",
     )
     with server_binding_cursor() as cursor:
@@ -101,24 +101,27 @@ def authenticate_for_submit(
         rows = cursor.fetchall()
     if not rows:
         return None
-    token, rest = _usable(rows[0])
-    if token is None or token.user.is_staff or rest[0] is None:
+    token, (user_version, *target_columns) = _usable(rows[0])
+    if token is None or token.user.is_staff or target_columns[0] is None:
         return None
     try:
-        found = submit_target_from([row[-len(rest) :] for row in rows], slug)
+        width = len(target_columns)
+        found = submit_target_from([row[-width:] for row in rows], slug)
     except PermissionDenied:
         return None
     if found is None:
         return None
     team, queue = found
+    token.user.row_version = user_version
     return SubmitGrant(token, team, queue, _submit_guard(token, team, queue, bool(slug)))
 
 
 def _submit_guard(token: ApiToken, team: Team, queue: Queue, slug: bool) -> tuple[str, list]:
     """SQL that finds a row while authenticate_for_submit would still grant the same:
-    the token usable, its user active and not staff, a member but not a viewer of the
-    team, the team in the token's scope (and, with no team named, the user's only one
-    there), the team and the queue unchanged (row_version)."""
+    the token usable and still its user's, the user unchanged (active, not staff, the
+    same name for the receipt), a member but not a viewer of the team, the team in
+    the token's scope (and, with no team named, the user's only one there), the team
+    and the queue unchanged (row_version)."""
     User = get_user_model()
     mine = Membership._meta.db_table
     scope = f"SELECT st.team_id FROM {ApiToken.teams.through._meta.db_table} st WHERE st.apitoken_id = tk.id"
@@ -139,10 +142,11 @@ def _submit_guard(token: ApiToken, team: Team, queue: Queue, slug: bool) -> tupl
         "WHERE tk.id = %s AND tk.revoked_at IS NULL "
         "AND (tk.expires_at IS NULL OR tk.expires_at > statement_timestamp()) "
         f"AND u.is_active AND NOT u.is_staff AND m.role <> %s AND {in_scope('m.team_id')} "
-        f"AND {row_version('q')} = %s AND {row_version('t')} = %s{only_team}"
+        f"AND {row_version('u')} = %s AND {row_version('q')} = %s AND {row_version('t')} = %s"
+        f"{only_team}"
     )
     params = [team.pk, queue.pk, token.pk, Membership.Role.VIEWER]
-    return sql, params + [queue.row_version, team.row_version]
+    return sql, params + [token.user.row_version, queue.row_version, team.row_version]
 
 
 def _token_sql(select: str = "", join: str = "") -> str:
