@@ -206,9 +206,13 @@ def split_row(
 @functools.cache
 def _row_shape(model: type[models.Model], vendor: str) -> tuple[list[str], list[tuple]]:
     """The attribute names of `model`'s concrete fields and the conversions the ORM's
-    compiler would apply to their values (JSON decoding, …) as (index, field, converter)."""
+    compiler would apply to their values as (index, field, converter): the backend's
+    first (SQLite's makes its naive datetimes aware), then the field's (JSON, …)."""
     fields = model._meta.concrete_fields
     converters = [
-        (i, f, convert) for i, f in enumerate(fields) for convert in f.get_db_converters(connection)
+        (i, f, convert)
+        for i, f in enumerate(fields)
+        for convert in connection.ops.get_db_converters(f.cached_col)
+        + f.get_db_converters(connection)
     ]
     return [f.attname for f in fields], converters
