@@ -42,7 +42,9 @@ class Engine:
 
     def remove_containers(self, label: str) -> None:
         """Remove every container carrying ``label`` ("key" or "key=value")."""
-        for container in self.client.containers.list(all=True, filters={"label": label}):
+        for container in self.client.containers.list(
+            all=True, filters={"label": label}, ignore_removed=True
+        ):
             with contextlib.suppress(Exception):
                 container.remove(force=True)
 

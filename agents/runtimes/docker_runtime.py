@@ -223,7 +223,7 @@ class DockerRuntime(Runtime):
 
     def list(self) -> list[WorkerStatus]:
         filters = {"label": [LABEL_KEY, f"{LABEL_NODE}={self._node}"]}
-        containers = self._client.containers.list(all=True, filters=filters)
+        containers = self._client.containers.list(all=True, filters=filters, ignore_removed=True)
         statuses = [self._status(c) for c in containers if valid_key(c.labels.get(LABEL_KEY))]
         return sorted(statuses, key=lambda s: key_order(s.key))
 
