@@ -6,8 +6,9 @@ by label filter; an exited container is kept until the portal acknowledges its
 exit code, then removed. GPUs are requested by UUID with a device request,
 which the NVIDIA container toolkit turns into exactly those devices; an engine
 without it refuses the request, and the worker fails to start with the
-engine's message. Containers use the node's network: the gang's rendezvous
-(``MASTER_ADDR:MASTER_PORT`` on rank 0's node) and NCCL need it.
+engine's message. Containers use the node's network and IPC namespace: the
+gang's rendezvous (``MASTER_ADDR:MASTER_PORT`` on rank 0's node) and NCCL need
+them.
 
 A start is one attempt: the image is pulled at most once (``--pull``), and
 whatever the engine refuses is a permanent ``failed_to_start`` with its exit
@@ -53,7 +54,11 @@ LABEL_RANK = "berth.rank"
 LABEL_ATTEMPT = "berth.attempt"
 LABEL_NODE = "berth.node"
 LOG_TAIL_LINES = 200
+# The node's network and IPC namespace: the gang's rendezvous and NCCL between
+# nodes need the first, NCCL and DataLoader workers within a node the second
+# (Docker's default /dev/shm is 64 MiB; NVIDIA's containers ask for --ipc=host).
 NETWORK_MODE = "host"
+IPC_MODE = "host"
 # `docker run`'s exit codes when the engine cannot run a container (docker/cli
 # cli/command/container/run.go, runStartContainerErr).
 ENGINE_REFUSED_EXIT = 125
@@ -184,6 +189,7 @@ class DockerRuntime(Runtime):
                 environment=spec.environment(),
                 device_requests=self._device_requests(spec),
                 network_mode=NETWORK_MODE,
+                ipc_mode=IPC_MODE,
             )
         except APIError as exc:
             if exc.status_code != 409:

@@ -80,6 +80,7 @@ def test_a_worker_runs_as_a_labelled_container_with_the_gang_env(runtime, docker
         "berth.node": node,
     }
     assert container.attrs["HostConfig"]["NetworkMode"] == "host"
+    assert container.attrs["HostConfig"]["IpcMode"] == "host"
     assert container.attrs["HostConfig"]["DeviceRequests"] in (None, [])  # --docker-gpus none
     lines = runtime.log_tail("42.1.3").splitlines()
     for expected in (
