@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from portal.core.actions.jobs import cancel_job
-from portal.core.models import Job, Worker
+from portal.core.models import Job, Node, Worker
 from portal.core.scheduling import run_pass
 from tests.dockerd import IMAGE
 from tests.integration.test_agent_e2e import portal, register, state_of, submit, wait_for
@@ -29,6 +29,11 @@ __all__ = ["portal"]  # the live portal, its team and agents (test_agent_e2e.py)
 
 State = Job.State
 TRAP_TERM = "trap 'echo stopping; exit 143' TERM; echo up; while :; do sleep 0.2; done"
+# Rank 1 fails when the test sends it SIGUSR2 (through the engine); rank 0 runs until stopped.
+RANK_1_FAILS_ON_USR2 = (
+    f"if [ \"$RANK\" = 1 ]; then trap 'exit $CODE' USR2; echo up; while :; do sleep 0.2; done; fi; "
+    f"{TRAP_TERM}"
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -60,6 +65,16 @@ def workers(job: Job) -> dict[int, Worker]:
     return {w.rank: w for w in Worker.objects.filter(job=job)}
 
 
+def one_node_ready() -> bool:
+    return Node.objects.filter(condition=Node.Condition.READY).count() == 1
+
+
+def all_up(job: Job) -> bool:
+    """Every worker printed "up": its traps are set."""
+    tails = [w.log_tail for w in Worker.objects.filter(job=job)]
+    return len(tails) > 0 and all(tail.startswith("up\n") for tail in tails)
+
+
 def all_exited(job: Job) -> bool:
     return not Worker.objects.filter(job=job).exclude(state=Worker.State.EXITED).exists()
 
@@ -84,15 +99,16 @@ def test_a_gang_runs_as_two_labelled_containers_and_succeeds(docker_portal, dock
 def test_a_failing_container_fails_the_gang_and_the_other_is_stopped(docker_portal, docker_engine):
     team, user, agents = docker_portal
     register(agents, "dock-a", "dock-b")
-    script = f'if [ "$RANK" = 1 ]; then sleep 2; exit 3; fi; {TRAP_TERM}'
-    job = submit(team, user, ["sh", "-c", script], image=IMAGE)
+    job = submit(team, user, ["sh", "-c", RANK_1_FAILS_ON_USR2], image=IMAGE, env={"CODE": "3"})
     run_pass()
-    wait_for(lambda: len(containers(docker_engine, job)) == 2, what="two containers")
+    wait_for(lambda: state_of(job) == State.RUNNING and all_up(job), what="both up")
+    assert len(containers(docker_engine, job)) == 2
     for rank, container in containers(docker_engine, job).items():
         assert container.labels["berth.job"] == str(job.pk)
         assert container.labels["berth.attempt"] == "0"
         assert container.labels["berth.key"] == f"{job.pk}.0.{rank}"
         assert container.labels["berth.node"] == workers(job)[rank].node.hostname
+    containers(docker_engine, job)[1].kill(signal="SIGUSR2")
     wait_for(lambda: state_of(job) == State.FAILED, what="failure")
     assert job.exit_code == 3 and job.reason == "Worker rank 1 exited with code 3."
     wait_for(lambda: all_exited(job), what="the other worker to stop")
@@ -117,19 +133,18 @@ def test_cancel_checkpoints_a_trapping_worker_and_kills_one_that_ignores_the_sig
         gpus=2,
         image=IMAGE,
         checkpoint_signal="SIGUSR1",
-        grace_period_seconds=3,
+        grace_period_seconds=4,
     )
     run_pass()
-    wait_for(lambda: state_of(job) == State.RUNNING, what="running")
-    wait_for(lambda: all(w.log_tail == "up\n" for w in workers(job).values()), what="both up")
-    cancel_job(job, actor=user)
-    cancelled = time.monotonic()
-    wait_for(lambda: workers(job)[0].state == Worker.State.EXITED, timeout=3, what="checkpoint")
-    assert workers(job)[0].exit_code == 0 and workers(job)[0].log_tail == "up\ncheckpoint\n"
-    assert workers(job)[1].state != Worker.State.EXITED  # still in its grace period
+    wait_for(lambda: state_of(job) == State.RUNNING and all_up(job), what="both up")
+    cancelled = cancel_job(job, actor=user).finished_at
     wait_for(lambda: all_exited(job), what="the kill after the grace period")
-    assert time.monotonic() - cancelled >= 3
-    assert workers(job)[1].exit_code == 137
+    checkpointed, ignored = workers(job)[0], workers(job)[1]
+    assert checkpointed.exit_code == 0 and checkpointed.log_tail == "up\ncheckpoint\n"
+    assert ignored.exit_code == 137
+    # The engine's times (whole seconds): one ended within the grace period, one after it.
+    assert (checkpointed.finished_at - cancelled).total_seconds() < 4
+    assert (ignored.finished_at - cancelled).total_seconds() >= 4 - 1
     assert state_of(job) == State.CANCELLED
 
 
@@ -138,23 +153,22 @@ def test_a_restarted_agent_readopts_its_containers_and_reports_one_that_exited(
 ):
     team, user, agents = docker_portal
     register(agents, "dock-a")
-    script = f'if [ "$RANK" = 1 ]; then sleep 3; exit 7; fi; {TRAP_TERM}'
-    job = submit(team, user, ["sh", "-c", script], gpus=2, image=IMAGE)
-    run_pass()
-    wait_for(lambda: state_of(job) == State.RUNNING, what="running")
-    before = {rank: c.id for rank, c in containers(docker_engine, job).items()}
-    agents.stop("dock-a", signal.SIGKILL)
-    wait_for(
-        lambda: containers(docker_engine, job)[1].status == "exited", what="rank 1 exits meanwhile"
+    job = submit(
+        team, user, ["sh", "-c", RANK_1_FAILS_ON_USR2], gpus=2, image=IMAGE, env={"CODE": "7"}
     )
-    assert state_of(job) == State.RUNNING  # nobody has told the portal yet
+    run_pass()
+    wait_for(lambda: state_of(job) == State.RUNNING and all_up(job), what="both up")
+    agents.stop("dock-a", signal.SIGKILL)
+    containers(docker_engine, job)[1].kill(signal="SIGUSR2")  # rank 1 exits while nobody watches
+    wait_for(lambda: containers(docker_engine, job)[1].status == "exited", what="rank 1 exited")
+    assert state_of(job) == State.RUNNING
     agents.start("dock-a")
     wait_for(lambda: state_of(job) == State.FAILED, what="the exit reported")
     assert job.exit_code == 7 and workers(job)[1].exit_code == 7
     wait_for(lambda: all_exited(job), what="rank 0 stopped")
     assert workers(job)[0].exit_code == 143 and workers(job)[0].log_tail == "up\nstopping\n"
-    assert len(before) == 2 and Worker.objects.filter(job=job).count() == 2
-    assert agents.log("dock-a").count("starting worker") == 2  # in the first life only
+    assert Worker.objects.filter(job=job).count() == 2
+    assert agents.log("dock-a").count("starting worker") == 2  # both in the first life only
 
 
 class Relay:
@@ -200,7 +214,7 @@ def test_an_agent_cut_off_from_the_portal_stops_its_containers(
     settings.BERTH = {**settings.BERTH, "AGENT_DISCONNECT_LIMIT_S": 2.0}
     relay = Relay(live_server.url)
     agents.start("dock-a", url=relay.url)
-    wait_for(register_done, what="registration")
+    wait_for(one_node_ready, what="registration")
     job = submit(team, user, ["sh", "-c", TRAP_TERM], workers=1, image=IMAGE)
     run_pass()
     wait_for(lambda: state_of(job) == State.RUNNING, what="running")
@@ -214,17 +228,10 @@ def test_an_agent_cut_off_from_the_portal_stops_its_containers(
     assert "no successful heartbeat" in agents.log("dock-a"), agents.log("dock-a")
 
 
-def register_done() -> bool:
-    from portal.core.models import Node
-
-    return Node.objects.filter(condition=Node.Condition.READY).count() == 1
-
-
 def test_engine_refusals_fail_the_job_for_good_with_the_engines_words(docker_portal):
     team, user, agents = docker_portal
-    register_with = ("--pull", "never")
-    agents.start("dock-a", "r1", *register_with, gpus="request")
-    wait_for(register_done, what="registration")
+    agents.start("dock-a", "r1", "--pull", "never", gpus="request")
+    wait_for(one_node_ready, what="registration")
     gpu_job = submit(team, user, ["true"], workers=1, gpus=1, image=IMAGE)
     absent = submit(team, user, ["true"], workers=1, gpus=1, image="berth-test/absent:1")
     submitted = time.monotonic()
