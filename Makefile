@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast lint format services browser bench-core bench-pass \
+.PHONY: install run test test-fast lint format services browser docker bench-core bench-pass \
         bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults fuzz clean
 
 $(STAMP):
@@ -28,7 +28,7 @@ run: install
 	$(BIN)/python -m portal.devstack
 
 ## make test: every test against PostgreSQL and Redis (started here if installed but stopped)
-test: install services browser
+test: install services browser docker
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -57,6 +57,9 @@ services:
 
 browser:
 	scripts/ensure-chromium.sh
+
+docker:
+	scripts/ensure-docker.sh
 
 lint: install
 	$(BIN)/ruff check .

@@ -85,7 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", exc)
         return EXIT_UNAVAILABLE
     try:
-        runtime = make_runtime(config.runtime, config.state_dir, config.hostname)
+        runtime = make_runtime(
+            config.runtime,
+            config.state_dir,
+            config.hostname,
+            pull=config.pull,
+            gpus=config.docker_gpus,
+        )
     except RuntimeUnavailable as exc:
         gpus.close()
         log.error("%s", exc)

@@ -21,6 +21,10 @@ T = TypeVar("T")
 DEFAULT_STATE_DIR = "/var/lib/berth-agent"
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 DEFAULT_DISCONNECT_LIMIT_S = 60.0
+PULL_POLICIES = ("missing", "always", "never")
+# request: a device request by GPU UUID (real GPUs, NVIDIA container toolkit);
+# none: no device request (simulated GPUs, an engine without GPU support).
+DOCKER_GPU_MODES = ("request", "none")
 
 
 class ConfigError(Exception):
@@ -37,6 +41,8 @@ class AgentConfig:
     heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S
     disconnect_limit_s: float = DEFAULT_DISCONNECT_LIMIT_S
     runtime: str = "process"
+    pull: str = "missing"
+    docker_gpus: str = "request"
     nvml: str = "nvml"
     fake_gpus: int = 8
     fake_product: str = "NVIDIA H100 80GB HBM3"
@@ -102,6 +108,18 @@ _OPTIONS: list[tuple[str, str, str | None, str]] = [
         "seconds without contact before all workers stop",
     ),
     ("--runtime", "BERTH_RUNTIME", "process", "how workers run: process, docker or fake"),
+    (
+        "--pull",
+        "BERTH_PULL",
+        "missing",
+        "docker: pull a worker's image when it is missing, always, or never (one try, no retries)",
+    ),
+    (
+        "--docker-gpus",
+        "BERTH_DOCKER_GPUS",
+        "request",
+        "docker: request a worker's GPUs by UUID (request), or not at all for simulated GPUs (none)",
+    ),
     ("--nvml", "BERTH_NVML", "nvml", "GPU backend: nvml (real) or fake (simulated)"),
     ("--fake-gpus", "BERTH_FAKE_GPUS", "8", "number of simulated GPUs (--nvml fake)"),
     (
@@ -256,6 +274,8 @@ def parse_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Agen
         heartbeat_interval_s=values.get("--heartbeat-interval", positive_float),
         disconnect_limit_s=values.get("--disconnect-limit", positive_float),
         runtime=values.get("--runtime", one_of("process", "docker", "fake")),
+        pull=values.get("--pull", one_of(*PULL_POLICIES)),
+        docker_gpus=values.get("--docker-gpus", one_of(*DOCKER_GPU_MODES)),
         nvml=values.get("--nvml", one_of("nvml", "fake")),
         fake_gpus=values.get("--fake-gpus", count),
         fake_product=values.get("--fake-product", non_empty),

@@ -184,6 +184,12 @@ class WorkerSpec:
             "MASTER_PORT": str(self.master_port),
         }
 
+    def environment(self) -> dict[str, str]:
+        """The worker's environment in every runtime: the job's env, then the gang env and
+        CUDA_VISIBLE_DEVICES, which the job cannot override. CUDA accepts GPU UUIDs there, so
+        ranks see exactly their GPUs whatever the index order."""
+        return {**self.env, **self.gang_env(), "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_uuids)}
+
 
 @dataclass(frozen=True)
 class StopOrder:

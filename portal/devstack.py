@@ -2,8 +2,9 @@
 
 Migrates the database (SQLite by default), seeds the demo, then runs the web
 server, a Celery worker with an embedded beat, and six simulated GPU nodes
-(the real node agent with a fake NVML and the process runtime). Prints where
-to open it and the logins; Ctrl-C stops everything.
+(the real node agent with a fake NVML and the process runtime, or with
+BERTH_DEMO_RUNTIME=docker real containers when a Docker engine answers).
+Prints where to open it and the logins; Ctrl-C stops everything.
 """
 
 from __future__ import annotations
@@ -92,7 +93,31 @@ class Stack:
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
-def agent_argv(url: str, token: str, node: tuple, var: Path) -> list[str]:
+PROCESS_RUNTIME = ("--runtime", "process")
+
+
+def demo_runtime(environ=os.environ) -> tuple[str, ...]:
+    """The demo agents' runtime flags: the process runtime, or with BERTH_DEMO_RUNTIME=docker
+    the Docker runtime when an engine answers (the simulated GPUs are not requested from it)."""
+    wanted = environ.get("BERTH_DEMO_RUNTIME", "process")
+    if wanted not in ("process", "docker"):
+        raise SystemExit(f"BERTH_DEMO_RUNTIME must be process or docker, not {wanted!r}")
+    if wanted == "process":
+        return PROCESS_RUNTIME
+    try:
+        import docker
+
+        docker.from_env(environment=environ, timeout=5).ping()
+    except Exception as exc:
+        print(f"BERTH_DEMO_RUNTIME=docker: no Docker engine answers ({exc}); using processes")
+        return PROCESS_RUNTIME
+    print("Demo nodes run their workers as Docker containers (the demo jobs pull python:3.11).")
+    return ("--runtime", "docker", "--docker-gpus", "none")
+
+
+def agent_argv(
+    url: str, token: str, node: tuple, var: Path, runtime: tuple[str, ...] = PROCESS_RUNTIME
+) -> list[str]:
     """The command line of one demo node's agent; `node` is a DEMO_NODES entry."""
     host, rack, block, product, memory_mib = node
     return [
@@ -115,8 +140,7 @@ def agent_argv(url: str, token: str, node: tuple, var: Path) -> list[str]:
         product,
         "--fake-gpu-memory-mib",
         str(memory_mib),
-        "--runtime",
-        "process",
+        *runtime,
         "--state-dir",
         str(var / "agents" / host),
         # Ctrl-C ends the demo: its agents stop their workers rather than leave them
@@ -205,8 +229,9 @@ def _run(stack: Stack, port: int, token: str, var: Path) -> int:
     if not wait_for_http(f"{url}/healthz"):
         print(f"the web server did not come up; see {var / 'logs' / 'web.log'}", file=sys.stderr)
         return 1
+    runtime = demo_runtime()
     for node in DEMO_NODES:
-        stack.start(f"agent-{node[0]}", agent_argv(url, token, node, var))
+        stack.start(f"agent-{node[0]}", agent_argv(url, token, node, var, runtime))
 
     print(f"\nBerth is running: open {url}/  (admin: {url}/admin/, API docs: {url}/api/docs/)")
     print(f"Logs: {var / 'logs'}   Stop with Ctrl-C.\n", flush=True)

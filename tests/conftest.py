@@ -29,3 +29,16 @@ def pytest_configure(config):
         from django.conf import settings
 
         settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A real Docker engine with the busybox test image (tests/dockerd.py); skips, naming the
+    cause, where none answers and none can be started."""
+    from tests.dockerd import NoEngine, engine_session
+
+    try:
+        with engine_session() as engine:
+            yield engine
+    except NoEngine as exc:
+        pytest.skip(f"no Docker engine: {exc}")

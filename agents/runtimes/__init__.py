@@ -11,8 +11,9 @@ RUNTIMES = ("process", "docker", "fake")
 __all__ = ["RUNTIMES", "Runtime", "RuntimeUnavailable", "StartFailed", "StopBook", "make_runtime"]
 
 
-def make_runtime(name: str, state_dir: Path, node: str) -> Runtime:
-    """Build the named runtime; imports lazily so a node without the docker package can run processes."""
+def make_runtime(name: str, state_dir: Path, node: str, **docker_options: str) -> Runtime:
+    """Build the named runtime; imports lazily so a node without the docker package can run processes.
+    ``docker_options`` (``pull``, ``gpus``) are DockerRuntime's and ignored by the others."""
     if name == "process":
         from agents.runtimes.process import ProcessRuntime
 
@@ -25,7 +26,7 @@ def make_runtime(name: str, state_dir: Path, node: str) -> Runtime:
                 "the docker package (Docker SDK for Python) is not installed: pip install docker"
             ) from exc
 
-        return DockerRuntime.from_env(state_dir, node)
+        return DockerRuntime.from_env(state_dir, node, **docker_options)
     if name == "fake":
         from agents.runtimes.fake import FakeRuntime
 

@@ -4,7 +4,16 @@ Containers carry labels (``berth.key``, ``berth.job``, ``berth.rank``,
 ``berth.attempt`` and ``berth.node``), so a restarted agent finds its workers
 by label filter; an exited container is kept until the portal acknowledges its
 exit code, then removed. GPUs are requested by UUID with a device request,
-which the NVIDIA container toolkit turns into exactly those devices.
+which the NVIDIA container toolkit turns into exactly those devices; an engine
+without it refuses the request, and the worker fails to start with the
+engine's message. Containers use the node's network and IPC namespace: the
+gang's rendezvous (``MASTER_ADDR:MASTER_PORT`` on rank 0's node) and NCCL need
+them.
+
+A start is one attempt: the image is pulled at most once (``--pull``), and
+whatever the engine refuses is a permanent ``failed_to_start`` with its exit
+code chosen as ``docker run`` chooses it (125 the engine refused, 126 the
+command cannot be run, 127 it was not found).
 """
 
 from __future__ import annotations
@@ -18,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import requests
-from docker.errors import APIError, DockerException, NotFound
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest
+from docker.utils import parse_repository_tag
 
 from agents.runtimes.base import Runtime, RuntimeUnavailable, StartFailed, StopBook
 from agents.workers import (
@@ -44,6 +54,17 @@ LABEL_RANK = "berth.rank"
 LABEL_ATTEMPT = "berth.attempt"
 LABEL_NODE = "berth.node"
 LOG_TAIL_LINES = 200
+# The node's network and IPC namespace: the gang's rendezvous and NCCL between
+# nodes need the first, NCCL and DataLoader workers within a node the second
+# (Docker's default /dev/shm is 64 MiB; NVIDIA's containers ask for --ipc=host).
+NETWORK_MODE = "host"
+IPC_MODE = "host"
+# `docker run`'s exit codes when the engine cannot run a container (docker/cli
+# cli/command/container/run.go, runStartContainerErr).
+ENGINE_REFUSED_EXIT = 125
+_CANNOT_INVOKE = ("permission denied", "is a directory")
+_NOT_FOUND = ("executable file not found", "no such file or directory")
+ENGINE_ERRORS = (DockerException, requests.RequestException)
 # Docker's zero time for "not finished yet".
 _NEVER = "0001-01-01T00:00:00Z"
 
@@ -59,6 +80,23 @@ def docker_time(value: str | None) -> str | None:
     return value[:19] + "Z"
 
 
+def start_exit_code(message: str) -> int:
+    """The exit code ``docker run`` gives when the engine cannot run the container."""
+    lowered = message.lower()
+    if any(text in lowered for text in _NOT_FOUND):
+        return 127
+    if any(text in lowered for text in _CANNOT_INVOKE):
+        return 126
+    return ENGINE_REFUSED_EXIT
+
+
+def refused(what: str, exc: Exception | None = None, *, starting: bool = False) -> StartFailed:
+    """A permanent start failure in the engine's own words (an APIError's explanation); only a
+    refused container start can mean the command itself (126, 127)."""
+    message = f"{what}: {getattr(exc, 'explanation', None) or exc}" if exc else what
+    return StartFailed(message, start_exit_code(message) if starting else ENGINE_REFUSED_EXIT)
+
+
 class DockerRuntime(Runtime):
     name = "docker"
 
@@ -68,61 +106,107 @@ class DockerRuntime(Runtime):
         state_dir: Path,
         node: str,
         *,
+        pull: str = "missing",
+        gpus: str = "request",
         clock: Callable[[], float] = time.time,
     ):
         super().__init__(StopBook(state_dir / "stops" / "docker"), clock)
         self._client = client
         self._node = node
-        # Keys whose containers.run() is in progress: a "created" container
-        # for any other key is a leftover of a start that never finished.
+        self._pull = pull
+        self._gpus = gpus
+        # Keys whose start is in progress: a "created" container for any
+        # other key is a leftover of a start that never finished.
         self._starting: set[str] = set()
 
     @classmethod
-    def from_env(cls, state_dir: Path, node: str) -> DockerRuntime:
+    def from_env(cls, state_dir: Path, node: str, **options: str) -> DockerRuntime:
         """Connect to the engine named by DOCKER_HOST (or the local socket); fail clearly if absent."""
         import docker
 
         try:
             client = docker.from_env()
             client.ping()
-        except (DockerException, requests.RequestException) as exc:
+        except ENGINE_ERRORS as exc:
             raise RuntimeUnavailable(
                 f"Docker engine unavailable: {exc} — is dockerd running and may this user use it? "
                 "use --runtime process to run workers as plain processes"
             ) from exc
-        return cls(client, state_dir, node)
+        return cls(client, state_dir, node, **options)
 
     def start(self, spec: WorkerSpec) -> None:
         if not spec.image:
             raise StartFailed("the docker runtime needs an image")
         self._starting.add(spec.key)
         try:
-            self._run(spec)
+            self._ensure_image(spec.image)
+            container = self._create(spec)
+            if container is not None:
+                self._start_container(spec, container)
         finally:
             self._starting.discard(spec.key)
 
-    def _run(self, spec: WorkerSpec) -> None:
+    def _ensure_image(self, image: str) -> None:
+        """Make the image available as the pull policy says, with one pull at most."""
+        if self._pull == "always":
+            self._pull_image(image)
+            return
         try:
-            self._client.containers.run(
+            self._client.images.get(image)
+        except ImageNotFound:
+            if self._pull == "never":
+                raise refused(
+                    f"image {image} is not on this node and the agent runs with --pull never"
+                ) from None
+            self._pull_image(image)
+        except ENGINE_ERRORS as exc:
+            raise refused(f"docker cannot look up image {image}", exc) from exc
+
+    def _pull_image(self, image: str) -> None:
+        """Pull once; the daemon's error (an unknown image, no registry) fails the start."""
+        repository, tag = parse_repository_tag(image)
+        log.info("pulling image %s", image)
+        try:
+            progress = self._client.api.pull(
+                repository, tag=tag or "latest", stream=True, decode=True
+            )
+            errors = [
+                line["error"] for line in progress if isinstance(line, dict) and line.get("error")
+            ]
+        except ENGINE_ERRORS as exc:
+            raise refused(f"cannot pull image {image}", exc) from exc
+        if errors:
+            raise refused(f"cannot pull image {image}: {errors[-1]}")
+
+    def _create(self, spec: WorkerSpec) -> Any | None:
+        """Create the container; None when one of this key already exists (it is adopted)."""
+        try:
+            return self._client.containers.create(
                 spec.image,
                 command=list(spec.command) or None,
-                detach=True,
                 name=container_name(spec.key),
                 labels=self._labels(spec),
-                environment={**spec.env, **spec.gang_env()},
+                environment=spec.environment(),
                 device_requests=self._device_requests(spec),
+                network_mode=NETWORK_MODE,
+                ipc_mode=IPC_MODE,
             )
         except APIError as exc:
-            if exc.status_code == 409:
-                log.warning("container for worker %s already exists; adopting it", spec.key)
-                return
+            if exc.status_code != 409:
+                raise refused(f"docker could not create a container of {spec.image}", exc) from exc
+            log.warning("container for worker %s already exists; adopting it", spec.key)
+            return None
+        except ENGINE_ERRORS as exc:
+            raise refused(f"docker could not create a container of {spec.image}", exc) from exc
+
+    def _start_container(self, spec: WorkerSpec, container: Any) -> None:
+        """Start the created container; a refused start (say, GPUs the engine cannot give)
+        removes it, or it would look like a worker that may still start."""
+        try:
+            container.start()
+        except ENGINE_ERRORS as exc:
             self._remove_leftover(spec.key)
-            raise StartFailed(
-                f"docker could not start {spec.image}: {exc.explanation or exc}"
-            ) from exc
-        except DockerException as exc:
-            self._remove_leftover(spec.key)
-            raise StartFailed(f"docker could not start {spec.image}: {exc}") from exc
+            raise refused(f"docker could not start {spec.image}", exc, starting=True) from exc
 
     def _labels(self, spec: WorkerSpec) -> dict[str, str]:
         return {
@@ -133,20 +217,19 @@ class DockerRuntime(Runtime):
             LABEL_NODE: self._node,
         }
 
-    @staticmethod
-    def _device_requests(spec: WorkerSpec) -> list[DeviceRequest]:
-        if not spec.gpu_uuids:
+    def _device_requests(self, spec: WorkerSpec) -> list[DeviceRequest]:
+        if not spec.gpu_uuids or self._gpus == "none":
             return []
         return [DeviceRequest(device_ids=list(spec.gpu_uuids), capabilities=[["gpu"]])]
 
     def _remove_leftover(self, key: str) -> None:
-        """run() is create + start: a failed start leaves a created container that would look alive."""
+        """A refused start leaves a created container behind; remove it."""
         with contextlib.suppress(DockerException):
             self._client.containers.get(container_name(key)).remove(force=True)
 
     def list(self) -> list[WorkerStatus]:
         filters = {"label": [LABEL_KEY, f"{LABEL_NODE}={self._node}"]}
-        containers = self._client.containers.list(all=True, filters=filters)
+        containers = self._client.containers.list(all=True, filters=filters, ignore_removed=True)
         statuses = [self._status(c) for c in containers if valid_key(c.labels.get(LABEL_KEY))]
         return sorted(statuses, key=lambda s: key_order(s.key))
 
@@ -200,7 +283,7 @@ class DockerRuntime(Runtime):
             return ""
         try:
             return tail_text(container.logs(stdout=True, stderr=True, tail=LOG_TAIL_LINES), limit)
-        except (DockerException, requests.RequestException):
+        except ENGINE_ERRORS:
             return ""  # a log tail is nice to have; never let it cost a heartbeat
 
     def forget(self, key: str) -> None:

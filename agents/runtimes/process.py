@@ -61,10 +61,7 @@ def worker_env(spec: WorkerSpec, base: Mapping[str, str]) -> dict[str, str]:
     """Build the worker's environment: the agent's own minus BERTH_* settings (they hold tokens),
     then the job's env, then the gang env and CUDA_VISIBLE_DEVICES, which the job cannot override."""
     env = {name: value for name, value in base.items() if not name.startswith("BERTH_")}
-    env.update(spec.env)
-    env.update(spec.gang_env())
-    # CUDA accepts GPU UUIDs here, so ranks see exactly their GPUs whatever the index order.
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpu_uuids)
+    env.update(spec.environment())
     return env
 
 

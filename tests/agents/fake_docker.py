@@ -1,152 +1,30 @@
-"""A faithful fake of the Docker SDK surface DockerRuntime uses, for tests without an engine.
+"""The Docker SDK surface DockerRuntime uses, faking only what a real engine cannot show here:
+an engine with the NVIDIA container toolkit, which grants a device request for GPU UUIDs.
 
-Same method signatures as docker 7.x (``test_docker_runtime.py`` compares
-them), the SDK's own exception classes, the same keyword validation as
-``containers.run``, and the same caching: a Container's ``attrs`` is a
-snapshot that only ``reload()`` (or a fresh ``get``/``list``) refreshes.
-
-Each image has a scripted behaviour: which signals end it, whether it exits
-by itself, whether starting it fails (as with a broken GPU runtime).
+Everything else is tested against a real engine (tests/agents/test_docker_runtime.py).
+Same method signatures as docker 7.x (the tests compare them), the same keyword
+validation as ``containers.create``, and the engine's record of a device request.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-import signal as signals
-from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-from docker.errors import APIError, ImageNotFound, NotFound
+from docker.errors import NotFound
 from docker.models.containers import RUN_CREATE_KWARGS, RUN_HOST_CONFIG_KWARGS
 
 NOW = "2026-11-30T10:00:00.123456789Z"
-LATER = "2026-11-30T10:05:00.987654321Z"
 NEVER = "0001-01-01T00:00:00Z"
 
 
-def api_error(status: int, explanation: str, cls: type[APIError] = APIError) -> APIError:
-    response = requests.Response()
-    response.status_code = status
-    response.url = "http+docker://localhost/v1.45/containers"
-    response.reason = {404: "Not Found", 409: "Conflict", 500: "Internal Server Error"}.get(
-        status, ""
-    )
-    return cls(f"{status} error", response=response, explanation=explanation)
-
-
-@dataclass
-class Behaviour:
-    """How a fake image acts: signals in ``honours`` end it with 128 + n; SIGKILL always does."""
-
-    honours: set[int] = field(default_factory=lambda: {signals.SIGTERM, signals.SIGINT})
-    start_error: str | None = None
-    output: bytes = b"hello from the container\n"
-
-
-class FakeEngine:
-    def __init__(self) -> None:
-        self.behaviours: dict[str, Behaviour] = {}
-        self.missing_images: set[str] = set()
-        self.containers: dict[str, dict[str, Any]] = {}
-        self.run_calls: list[dict[str, Any]] = []
-        self.kills: list[tuple[str, Any]] = []
-        self._ids = itertools.count(1)
-
-    def behaviour(self, image: str) -> Behaviour:
-        return self.behaviours.setdefault(image, Behaviour())
-
-    def find(self, id_or_name: str) -> dict[str, Any]:
-        for attrs in self.containers.values():
-            if id_or_name in (attrs["Id"], attrs["Name"].lstrip("/")):
-                return attrs
-        raise api_error(404, f"No such container: {id_or_name}", NotFound)
-
-    def create(
-        self, image: str, command: Any, name: str | None, kwargs: dict[str, Any]
-    ) -> dict[str, Any]:
-        if name and any(a["Name"] == f"/{name}" for a in self.containers.values()):
-            raise api_error(409, f'Conflict. The container name "/{name}" is already in use')
-        if image in self.missing_images:
-            raise api_error(404, f"pull access denied for {image}", ImageNotFound)
-        cid = f"{next(self._ids):064x}"
-        env = kwargs.get("environment") or {}
-        self.containers[cid] = {
-            "Id": cid,
-            "Name": f"/{name or cid[:12]}",
-            "Image": f"sha256:{cid}",
-            "Config": {
-                "Image": image,
-                "Cmd": command,
-                "Env": [f"{k}={v}" for k, v in env.items()],
-                "Labels": dict(kwargs.get("labels") or {}),
-            },
-            "HostConfig": {
-                "DeviceRequests": [dict(r) for r in kwargs.get("device_requests") or []]
-            },
-            "State": {
-                "Status": "created",
-                "Running": False,
-                "ExitCode": 0,
-                "StartedAt": NEVER,
-                "FinishedAt": NEVER,
-                "OOMKilled": False,
-            },
-            "_logs": b"",
-        }
-        return self.containers[cid]
-
-    def start(self, attrs: dict[str, Any]) -> None:
-        behaviour = self.behaviour(attrs["Config"]["Image"])
-        if behaviour.start_error:
-            raise api_error(500, behaviour.start_error)
-        attrs["State"].update(Status="running", Running=True, StartedAt=NOW)
-        attrs["_logs"] += behaviour.output
-
-    def exit(self, id_or_name: str, code: int) -> None:
-        """Script a container ending by itself."""
-        attrs = self.find(id_or_name)
-        attrs["State"].update(Status="exited", Running=False, ExitCode=code, FinishedAt=LATER)
-
-    def signal(self, attrs: dict[str, Any], sig: Any) -> None:
-        if not attrs["State"]["Running"]:
-            raise api_error(409, f"Container {attrs['Id'][:12]} is not running")
-        number = _signal_number(sig)
-        self.kills.append((attrs["Name"].lstrip("/"), sig))
-        if number == signals.SIGKILL or number in self.behaviour(attrs["Config"]["Image"]).honours:
-            self.exit(attrs["Id"], 128 + number)
-
-
-def _signal_number(sig: Any) -> int:
-    """Docker accepts "SIGTERM", "TERM" or a number; None means SIGKILL."""
-    if sig is None:
-        return signals.SIGKILL
-    if isinstance(sig, int):
-        return sig
-    name = sig.upper()
-    return signals.Signals[name if name.startswith("SIG") else f"SIG{name}"]
-
-
-def _public(attrs: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy({k: v for k, v in attrs.items() if not k.startswith("_")})
-
-
 class Container:
-    """docker.models.containers.Container: attrs is a snapshot until reload()."""
+    """docker.models.containers.Container: attrs is a snapshot of the engine's record."""
 
-    def __init__(self, engine: FakeEngine, attrs: dict[str, Any]):
+    def __init__(self, engine: dict[str, dict[str, Any]], attrs: dict[str, Any]):
         self._engine = engine
-        self.attrs = _public(attrs)
-
-    @property
-    def id(self):
-        return self.attrs.get("Id")
-
-    @property
-    def name(self):
-        if self.attrs.get("Name") is not None:
-            return self.attrs["Name"].lstrip("/")
+        self.attrs = copy.deepcopy(attrs)
 
     @property
     def labels(self):
@@ -156,64 +34,56 @@ class Container:
     def status(self):
         return self.attrs["State"]["Status"]
 
-    def reload(self):
-        self.attrs = _public(self._engine.find(self.id))
-
-    def logs(self, **kwargs):
-        data = self._engine.find(self.id)["_logs"]
-        tail = kwargs.get("tail", "all")
-        if tail != "all":
-            data = b"".join(data.splitlines(keepends=True)[-int(tail) :])
-        return data
+    def start(self, **kwargs):
+        self._engine[self.attrs["Id"]]["State"].update(Status="running", StartedAt=NOW)
 
     def kill(self, signal=None):
-        self._engine.signal(self._engine.find(self.id), signal)
-
-    def stop(self, **kwargs):
-        attrs = self._engine.find(self.id)
-        if attrs["State"]["Running"]:
-            self._engine.signal(attrs, "SIGTERM")
-        if attrs["State"]["Running"]:
-            self._engine.signal(attrs, "SIGKILL")
-
-    def wait(self, **kwargs):
-        attrs = self._engine.find(self.id)
-        if attrs["State"]["Running"]:
-            raise requests.exceptions.ReadTimeout("fake engine: container still running")
-        return {"StatusCode": attrs["State"]["ExitCode"], "Error": None}
+        self._engine[self.attrs["Id"]]["State"].update(Status="exited", ExitCode=137)
 
     def remove(self, **kwargs):
-        attrs = self._engine.find(self.id)
-        if attrs["State"]["Running"] and not kwargs.get("force"):
-            raise api_error(409, "You cannot remove a running container. Stop the container first")
-        del self._engine.containers[attrs["Id"]]
+        del self._engine[self.attrs["Id"]]
+
+    def logs(self, **kwargs):
+        return b""
+
+
+def _device_request_record(request: dict[str, Any]) -> dict[str, Any]:
+    """How the engine stores a DeviceRequest in HostConfig (all five fields, as dockerd does)."""
+    return {"Driver": "", "Count": 0, "DeviceIDs": [], "Capabilities": [], "Options": {}, **request}
 
 
 class ContainerCollection:
     """docker.models.containers.ContainerCollection."""
 
-    _ALLOWED = (
-        set(RUN_CREATE_KWARGS) | set(RUN_HOST_CONFIG_KWARGS) | {"detach", "stream", "platform"}
-    )
+    _ALLOWED = set(RUN_CREATE_KWARGS) | set(RUN_HOST_CONFIG_KWARGS)
 
-    def __init__(self, engine: FakeEngine):
+    def __init__(self, engine: dict[str, dict[str, Any]]):
         self._engine = engine
+        self._ids = itertools.count(1)
 
-    def run(self, image, command=None, stdout=True, stderr=False, remove=False, **kwargs):
+    def create(self, image, command=None, **kwargs):
         unexpected = set(kwargs) - self._ALLOWED
         if unexpected:
-            raise TypeError(
-                f"run() got unexpected keyword arguments {', '.join(sorted(unexpected))}"
-            )
-        if not kwargs.get("detach"):
-            raise NotImplementedError("the fake only runs detached containers")
-        self._engine.run_calls.append({"image": image, "command": command, **kwargs})
-        attrs = self._engine.create(image, command, kwargs.get("name"), kwargs)
-        self._engine.start(attrs)
-        return Container(self._engine, attrs)
+            raise TypeError(f"create() got unexpected keyword arguments {sorted(unexpected)}")
+        cid = f"{next(self._ids):064x}"
+        self._engine[cid] = {
+            "Id": cid,
+            "Name": f"/{kwargs.get('name') or cid[:12]}",
+            "Config": {"Image": image, "Cmd": command, "Labels": dict(kwargs.get("labels") or {})},
+            "HostConfig": {
+                "DeviceRequests": [
+                    _device_request_record(dict(r)) for r in kwargs.get("device_requests") or []
+                ],
+            },
+            "State": {"Status": "created", "ExitCode": 0, "StartedAt": NEVER, "FinishedAt": NEVER},
+        }
+        return Container(self._engine, self._engine[cid])
 
     def get(self, container_id):
-        return Container(self._engine, self._engine.find(container_id))
+        for attrs in self._engine.values():
+            if container_id in (attrs["Id"], attrs["Name"].lstrip("/")):
+                return Container(self._engine, attrs)
+        raise NotFound(f"No such container: {container_id}")
 
     def list(
         self,
@@ -226,14 +96,12 @@ class ContainerCollection:
         ignore_removed=False,
     ):
         wanted = (filters or {}).get("label", [])
-        wanted = [wanted] if isinstance(wanted, str) else wanted
-        found = []
-        for attrs in self._engine.containers.values():
-            if not all and not attrs["State"]["Running"]:
-                continue
-            if _labels_match(attrs["Config"]["Labels"], wanted):
-                found.append(Container(self._engine, attrs))
-        return found
+        return [
+            Container(self._engine, attrs)
+            for attrs in self._engine.values()
+            if (all or attrs["State"]["Status"] == "running")
+            and _labels_match(attrs["Config"]["Labels"], wanted)
+        ]
 
 
 def _labels_match(labels: dict[str, str], wanted: list[str]) -> bool:
@@ -245,16 +113,40 @@ def _labels_match(labels: dict[str, str], wanted: list[str]) -> bool:
     return True
 
 
+class ImageCollection:
+    """docker.models.images.ImageCollection: every image is present."""
+
+    def get(self, name):
+        return name
+
+
+class FakeApi:
+    """docker.api.client.APIClient, for pulls: none are needed, every image is present."""
+
+    def pull(
+        self,
+        repository,
+        tag=None,
+        stream=False,
+        auth_config=None,
+        decode=False,
+        platform=None,
+        all_tags=False,
+    ):
+        return iter(())
+
+
 class FakeDockerClient:
     """docker.DockerClient, reduced to what the agent uses."""
 
-    def __init__(self, engine: FakeEngine | None = None):
-        self.engine = engine or FakeEngine()
+    def __init__(self):
+        self.engine: dict[str, dict[str, Any]] = {}
         self.containers = ContainerCollection(self.engine)
-        self.closed = False
+        self.images = ImageCollection()
+        self.api = FakeApi()
 
     def ping(self, *args, **kwargs):
         return True
 
     def close(self):
-        self.closed = True
+        pass

@@ -43,11 +43,16 @@ def test_config_comes_from_flags_over_environment(tmp_path):
         "BERTH_RUNTIME": "docker",
         "BERTH_STOP_WORKERS_ON_EXIT": "yes",
         "BERTH_RACK": "r1",
+        "BERTH_PULL": "always",
     }
-    config = parse_config(["--heartbeat-interval", "2.5", "--state-dir", str(tmp_path)], env)
+    argv = ["--heartbeat-interval", "2.5", "--state-dir", str(tmp_path), "--pull", "never"]
+    config = parse_config([*argv, "--docker-gpus", "none"], env)
     assert config.portal_url == "https://portal.example"
     assert config.heartbeat_interval_s == 2.5
     assert config.runtime == "docker"
+    assert (config.pull, config.docker_gpus) == ("never", "none")
+    assert parse_config([], env).pull == "always"
+    assert parse_config([], env).docker_gpus == "request"
     assert config.stop_workers_on_exit is True
     assert config.rack == "r1"
     assert config.token_path == tmp_path / "node_token"
@@ -75,6 +80,16 @@ def test_config_comes_from_flags_over_environment(tmp_path):
             "must be one of process, docker, fake",
         ),
         (["--max-starts", "0"], {"BERTH_PORTAL_URL": "http://p:1"}, "invalid --max-starts"),
+        (
+            ["--pull", "sometimes"],
+            {"BERTH_PORTAL_URL": "http://p:1"},
+            "invalid --pull / BERTH_PULL: 'sometimes': must be one of missing, always, never",
+        ),
+        (
+            [],
+            {"BERTH_PORTAL_URL": "http://p:1", "BERTH_DOCKER_GPUS": "cdi"},
+            "must be one of request, none",
+        ),
         (
             [],
             {"BERTH_PORTAL_URL": "http://p:1", "BERTH_STOP_WORKERS_ON_EXIT": "maybe"},

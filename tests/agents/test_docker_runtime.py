@@ -1,42 +1,215 @@
-"""The Docker runtime against a faithful fake of the Docker SDK (no engine needed)."""
+"""The Docker runtime against a real Docker engine (tests/dockerd.py starts a private one
+when none answers). Only the GPU-granting success path, which needs the NVIDIA container
+toolkit, runs against the SDK fake in tests/agents/fake_docker.py."""
 
 from __future__ import annotations
 
 import inspect
 import signal
+import time
+import uuid
 
-import docker
 import pytest
+from docker.api.client import APIClient
 from docker.models.containers import Container as RealContainer
 from docker.models.containers import ContainerCollection as RealCollection
-from docker.types import DeviceRequest
+from docker.models.images import ImageCollection as RealImages
 
 from agents.runtimes.base import StartFailed
 from agents.runtimes.docker_runtime import DockerRuntime
 from agents.workers import EXITED, FAILED_TO_START, RUNNING, STOPPING
-from tests.agents.conftest import make_spec
-from tests.agents.fake_docker import Behaviour, Container, ContainerCollection, FakeDockerClient
+from tests.agents.conftest import make_spec, wait_until
+from tests.agents.fake_docker import Container, ContainerCollection, FakeApi, FakeDockerClient
+from tests.agents.fake_docker import ImageCollection as FakeImages
+from tests.dockerd import IMAGE
+
+# What the runtime asks for a worker's GPUs, as the engine records it in HostConfig.
+GPU_REQUEST = {
+    "Driver": "",
+    "Count": 0,
+    "DeviceIDs": ["GPU-aaaa", "GPU-bbbb"],
+    "Capabilities": [["gpu"]],
+    "Options": {},
+}
 
 
 @pytest.fixture
-def client():
-    return FakeDockerClient()
+def node(docker_engine):
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    yield name
+    docker_engine.remove_containers(f"berth.node={name}")
 
 
 @pytest.fixture
-def runtime(client, tmp_path):
-    return DockerRuntime(client, tmp_path, node="gpu-node-07")
+def make_runtime(docker_engine, node, tmp_path):
+    def make(**options) -> DockerRuntime:
+        return DockerRuntime(docker_engine.client, tmp_path, node, **options)
+
+    return make
 
 
-def statuses(rt):
-    return {s.key: s for s in rt.poll()}
+@pytest.fixture
+def runtime(make_runtime):
+    return make_runtime(gpus="none")
+
+
+def spec(key: str, script: str, **fields):
+    return make_spec(key, ("sh", "-c", script), image=IMAGE, **fields)
+
+
+def ended(rt: DockerRuntime, key: str, timeout: float = 15.0):
+    return wait_until(
+        lambda: next((s for s in rt.poll() if s.key == key and s.state == EXITED), None),
+        timeout,
+        f"worker {key} to exit",
+    )
+
+
+def test_a_worker_runs_as_a_labelled_container_with_the_gang_env(runtime, docker_engine, node):
+    runtime.start(
+        spec("42.1.3", "env | sort; echo oops >&2; exit 3", world_size=4, env={"EPOCHS": "3"})
+    )
+    status = ended(runtime, "42.1.3")
+    assert status.exit_code == 3 and status.started_at and status.finished_at
+    container = docker_engine.client.containers.get("berth-42.1.3")
+    assert container.labels == {
+        "berth.key": "42.1.3",
+        "berth.job": "42",
+        "berth.rank": "3",
+        "berth.attempt": "1",
+        "berth.node": node,
+    }
+    assert container.attrs["HostConfig"]["NetworkMode"] == "host"
+    assert container.attrs["HostConfig"]["IpcMode"] == "host"
+    assert container.attrs["HostConfig"]["DeviceRequests"] in (None, [])  # --docker-gpus none
+    lines = runtime.log_tail("42.1.3").splitlines()
+    for expected in (
+        "EPOCHS=3",
+        "RANK=3",
+        "WORLD_SIZE=4",
+        "LOCAL_RANK=0",
+        "MASTER_ADDR=gpu-node-05",
+        "MASTER_PORT=29500",
+        "BERTH_JOB_ID=42",
+        "BERTH_ATTEMPT=1",
+        "CUDA_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb",
+        "oops",
+    ):
+        assert expected in lines
+
+
+def test_the_engine_records_the_gpu_request_and_refuses_it_without_nvidia(
+    make_runtime, docker_engine
+):
+    runtime = make_runtime()  # --docker-gpus request, the default
+    worker = spec("43.0.0", "true")
+    created = runtime._create(worker)
+    assert created.attrs["HostConfig"]["DeviceRequests"] == [GPU_REQUEST]
+    created.remove(force=True)
+    started = time.monotonic()
+    with pytest.raises(StartFailed) as failure:
+        runtime.start(worker)
+    assert time.monotonic() - started < 10
+    assert 'could not select device driver "" with capabilities: [[gpu]]' in str(failure.value)
+    assert failure.value.exit_code == 125
+    assert runtime.list() == []  # the refused container is removed, not left "created"
+
+
+def test_a_command_the_image_lacks_fails_to_start_with_127(runtime):
+    with pytest.raises(StartFailed, match="executable file not found") as failure:
+        runtime.start(make_spec("44.0.0", ("no-such-command",), image=IMAGE))
+    assert failure.value.exit_code == 127
+
+
+def test_stop_delivers_the_signal_once_then_kills_after_the_grace_period(runtime):
+    # A container's PID 1 gets no default signal actions: `sleep` ignores SIGTERM, the trap does not.
+    runtime.start(
+        spec("45.0.0", "trap 'echo checkpoint; exit 0' TERM; while :; do sleep 0.1; done")
+    )
+    runtime.start(spec("45.0.1", "exec sleep 60"))
+    wait_until(lambda: {s.state for s in runtime.poll()} == {RUNNING}, 10, "both running")
+    for key in ("45.0.0", "45.0.1"):
+        runtime.stop(key, signal.SIGTERM, 2)
+        runtime.stop(key, signal.SIGTERM, 2)  # repeated orders: signalled once
+    stopped_at = time.monotonic()
+    assert ended(runtime, "45.0.0", 2).exit_code == 0
+    assert "checkpoint" in runtime.log_tail("45.0.0")
+    assert {s.key: s.state for s in runtime.list()}["45.0.1"] == STOPPING
+    assert ended(runtime, "45.0.1").exit_code == 137
+    assert time.monotonic() - stopped_at >= 2
+
+
+def test_a_restarted_runtime_readopts_its_own_containers_only(
+    runtime, make_runtime, docker_engine, tmp_path
+):
+    runtime.start(spec("46.0.0", "exec sleep 30"))
+    runtime.start(spec("46.0.1", "exit 7"))
+    other = DockerRuntime(docker_engine.client, tmp_path, "test-other-node", gpus="none")
+    try:
+        other.start(spec("47.0.0", "exec sleep 30"))
+        ended(runtime, "46.0.1")
+        restarted = make_runtime(gpus="none")
+        assert [(s.key, s.state, s.exit_code) for s in restarted.list()] == [
+            ("46.0.0", RUNNING, None),
+            ("46.0.1", EXITED, 7),
+        ]
+        restarted.start(spec("46.0.0", "exec sleep 30"))  # a repeated start adopts the container
+        assert len(docker_engine.client.containers.list(filters={"label": "berth.job=46"})) == 1
+    finally:
+        docker_engine.remove_containers("berth.node=test-other-node")
+
+
+def test_created_but_never_started_container_is_a_failed_start(runtime, docker_engine, node):
+    docker_engine.client.containers.create(
+        IMAGE, ["true"], name="berth-48.0.0", labels={"berth.key": "48.0.0", "berth.node": node}
+    )
+    (status,) = runtime.list()
+    assert status.state == FAILED_TO_START and "never started" in status.detail
+
+
+def test_forget_removes_exited_containers_only(runtime):
+    runtime.start(spec("49.0.0", "exit 0"))
+    runtime.start(spec("49.0.1", "exec sleep 30"))
+    ended(runtime, "49.0.0")
+    for key in ("49.0.0", "49.0.1", "99.0.0"):
+        runtime.forget(key)
+    assert [s.key for s in runtime.list()] == ["49.0.1"]
+
+
+@pytest.mark.parametrize(
+    ("pull", "image", "message"),
+    [
+        ("never", "berth-test/absent:1", "not on this node and the agent runs with --pull never"),
+        ("missing", "berth-test/absent:1", "cannot pull image berth-test/absent:1: "),
+        ("always", IMAGE, f"cannot pull image {IMAGE}: "),  # there is no registry to pull it from
+    ],
+)
+def test_pull_policies_fail_an_image_they_cannot_get_at_once(make_runtime, pull, image, message):
+    runtime = make_runtime(pull=pull, gpus="none")
+    started = time.monotonic()
+    with pytest.raises(StartFailed, match=message) as failure:
+        runtime.start(make_spec("50.0.0", ("true",), image=image))
+    assert time.monotonic() - started < 30
+    assert failure.value.exit_code == 125
+    assert runtime.list() == []
+
+
+def test_pull_never_runs_an_image_the_node_has(make_runtime):
+    runtime = make_runtime(pull="never", gpus="none")
+    runtime.start(spec("51.0.0", "exit 0"))
+    assert ended(runtime, "51.0.0").exit_code == 0
+
+
+# -- the GPU-granting path, which needs the NVIDIA container toolkit: the SDK fake --------
 
 
 @pytest.mark.parametrize(
     ("fake", "real", "methods"),
     [
-        (ContainerCollection, RealCollection, ["run", "list", "get"]),
-        (Container, RealContainer, ["kill", "stop", "wait", "remove", "reload", "logs"]),
+        (ContainerCollection, RealCollection, ["create", "list", "get"]),
+        (Container, RealContainer, ["start", "kill", "remove", "logs"]),
+        (FakeImages, RealImages, ["get"]),
+        (FakeApi, APIClient, ["pull"]),
     ],
 )
 def test_fake_sdk_has_the_real_signatures(fake, real, methods):
@@ -46,129 +219,10 @@ def test_fake_sdk_has_the_real_signatures(fake, real, methods):
         )
 
 
-def test_start_runs_a_labelled_container_with_exactly_its_gpus(runtime, client):
-    spec = make_spec("42.1.3", ("python", "train.py"), world_size=4, env={"EPOCHS": "3"})
-    runtime.start(spec)
-    (call,) = client.engine.run_calls
-    assert call["image"] == "busybox"
-    assert call["command"] == ["python", "train.py"]
-    assert call["detach"] is True
-    assert call["name"] == "berth-42.1.3"
-    assert call["labels"] == {
-        "berth.key": "42.1.3",
-        "berth.job": "42",
-        "berth.rank": "3",
-        "berth.attempt": "1",
-        "berth.node": "gpu-node-07",
-    }
-    assert call["environment"]["EPOCHS"] == "3"
-    assert call["environment"]["RANK"] == "3" and call["environment"]["WORLD_SIZE"] == "4"
-    assert call["environment"]["MASTER_ADDR"] == "gpu-node-05"
-    (request,) = call["device_requests"]
-    assert isinstance(request, DeviceRequest)
-    assert request["DeviceIDs"] == ["GPU-aaaa", "GPU-bbbb"]
-    assert request["Capabilities"] == [["gpu"]]
-    status = statuses(runtime)["42.1.3"]
-    assert (status.state, status.started_at) == (RUNNING, "2026-11-30T10:00:00Z")
-
-
-def test_worker_without_gpus_requests_none(runtime, client):
-    runtime.start(make_spec("1.0.0", gpu_uuids=()))
-    assert client.engine.run_calls[0]["device_requests"] == []
-
-
-def test_exit_code_and_log_tail_come_from_the_container(runtime, client):
-    runtime.start(make_spec("2.0.0"))
-    client.engine.exit("berth-2.0.0", 3)
-    status = statuses(runtime)["2.0.0"]
-    assert (status.state, status.exit_code, status.finished_at) == (
-        EXITED,
-        3,
-        "2026-11-30T10:05:00Z",
-    )
-    assert runtime.log_tail("2.0.0") == "hello from the container\n"
-
-
-def test_restarted_runtime_readopts_its_own_containers_only(client, tmp_path):
-    first = DockerRuntime(client, tmp_path, node="gpu-node-07")
-    first.start(make_spec("3.0.0"))
-    DockerRuntime(client, tmp_path, node="gpu-node-08").start(make_spec("4.0.0"))
-    client.containers.run("busybox", detach=True, name="unrelated", labels={"app": "x"})
-    restarted = DockerRuntime(client, tmp_path, node="gpu-node-07")
-    assert [(s.key, s.state) for s in restarted.list()] == [("3.0.0", RUNNING)]
-
-
-def test_stop_sends_the_jobs_signal_then_kills_after_grace(client, tmp_path):
-    clock = [1000.0]
-    runtime = DockerRuntime(client, tmp_path, node="n", clock=lambda: clock[0])
-    client.engine.behaviours["busybox"] = Behaviour(honours=set())  # ignores SIGUSR1
-    runtime.start(make_spec("5.0.0"))
-    runtime.stop("5.0.0", signal.SIGUSR1, 30)
-    runtime.stop("5.0.0", signal.SIGUSR1, 30)  # repeated stop orders: signalled once
-    assert statuses(runtime)["5.0.0"].state == STOPPING
-    clock[0] += 31
-    runtime.poll()  # the grace period is over: this poll kills
-    assert statuses(runtime)["5.0.0"].exit_code == 137
-    assert client.engine.kills == [("berth-5.0.0", "SIGUSR1"), ("berth-5.0.0", "SIGKILL")]
-
-
-def test_container_honouring_sigterm_exits_143(runtime, client):
-    runtime.start(make_spec("6.0.0"))
-    runtime.stop("6.0.0", signal.SIGTERM, 30)
-    assert statuses(runtime)["6.0.0"].exit_code == 143
-
-
-def test_missing_image_fails_to_start(runtime, client):
-    client.engine.missing_images.add("nope:latest")
-    with pytest.raises(StartFailed, match="pull access denied"):
-        runtime.start(make_spec("7.0.0", image="nope:latest"))
-    assert runtime.list() == []
-
-
-def test_failed_container_start_leaves_no_container_behind(runtime, client):
-    client.engine.behaviours["busybox"] = Behaviour(
-        start_error='could not select device driver "" with capabilities: [[gpu]]'
-    )
-    with pytest.raises(StartFailed, match="could not select device driver"):
-        runtime.start(make_spec("8.0.0"))
-    assert client.engine.containers == {}
-
-
-def test_created_but_never_started_container_is_a_failed_start(runtime, client):
-    client.engine.create(
-        "busybox",
-        None,
-        "berth-9.0.0",
-        {"labels": {"berth.key": "9.0.0", "berth.node": "gpu-node-07"}},
-    )
-    status = statuses(runtime)["9.0.0"]
-    assert status.state == FAILED_TO_START and "never started" in status.detail
-
-
-def test_existing_container_of_the_same_key_is_adopted_not_failed(runtime, client):
-    runtime.start(make_spec("10.0.0"))
-    runtime.start(make_spec("10.0.0"))
-    assert len(client.engine.containers) == 1
-
-
-def test_forget_removes_exited_containers_only(runtime, client):
-    runtime.start(make_spec("11.0.0"))
-    runtime.start(make_spec("12.0.0"))
-    client.engine.exit("berth-11.0.0", 0)
-    runtime.forget("11.0.0")
-    runtime.forget("12.0.0")
-    runtime.forget("99.0.0")
-    assert [s.key for s in runtime.list()] == ["12.0.0"]
-
-
-def test_no_engine_is_a_clear_error(monkeypatch, tmp_path):
-    def unreachable(**kwargs):
-        raise docker.errors.DockerException(
-            "Error while fetching server API version: connection refused"
-        )
-
-    monkeypatch.setattr(docker, "from_env", unreachable)
-    from agents.runtimes import RuntimeUnavailable
-
-    with pytest.raises(RuntimeUnavailable, match="Docker engine unavailable.*--runtime process"):
-        DockerRuntime.from_env(tmp_path, "n")
+def test_an_engine_with_the_nvidia_toolkit_runs_the_worker_with_exactly_its_gpus(tmp_path):
+    client = FakeDockerClient()
+    runtime = DockerRuntime(client, tmp_path, "gpu-node-07")
+    runtime.start(make_spec("52.0.0", ("python", "train.py")))
+    (container,) = client.containers.list()
+    assert container.attrs["HostConfig"]["DeviceRequests"] == [GPU_REQUEST]
+    assert [(s.key, s.state) for s in runtime.list()] == [("52.0.0", RUNNING)]

@@ -38,14 +38,16 @@ class Agents:
         self.url, self.token, self.tmp = url, token, tmp
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, host: str, rack: str = "r1") -> subprocess.Popen:
+    def start(
+        self, host: str, rack: str = "r1", runtime: str = "process", *extra: str, url: str = ""
+    ) -> subprocess.Popen:
         state = self.tmp / host
         argv = [
             sys.executable,
             "-m",
             "agents",
             "--portal-url",
-            self.url,
+            url or self.url,
             "--bootstrap-token",
             self.token,
             "--hostname",
@@ -61,11 +63,12 @@ class Agents:
             "--fake-product",
             PRODUCT,
             "--runtime",
-            "process",
+            runtime,
             "--state-dir",
             str(state),
             "--heartbeat-interval",
             "0.3",
+            *extra,
         ]
         log = open(self.tmp / f"{host}.log", "ab")  # noqa: SIM115 — owned by the child
         proc = subprocess.Popen(
@@ -118,7 +121,7 @@ def wait_for(predicate, timeout=30.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def submit(team, user, command, workers=2, gpus=4) -> Job:
+def submit(team, user, command, workers=2, gpus=4, **fields) -> Job:
     spec = clean_job_spec(
         team,
         {
@@ -130,6 +133,7 @@ def submit(team, user, command, workers=2, gpus=4) -> Job:
             "gpus_per_worker": gpus,
             "max_runtime_seconds": 300,
             "grace_period_seconds": 2,
+            **fields,
         },
     )
     return submit_job(team=team, spec=spec, user=user).job

@@ -34,6 +34,7 @@ _REPORTED = {
     "failed_to_start": WState.EXITED,
 }
 FAILED_TO_START_EXIT = 127
+START_FAILURE_CHARS = 1000
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,27 @@ def apply_worker_reports(
         Worker.objects.bulk_update(
             changed, ["state", "exit_code", "started_at", "finished_at", "log_tail"]
         )
-        settle_jobs({w.job_id for w in changed}, ended_workers=ended, now=now)
+        settle_jobs(
+            {w.job_id for w in changed},
+            ended_workers=ended,
+            now=now,
+            start_failures=_start_failures(workers, reported),
+        )
     ack = [key for key, r in reported.items() if _REPORTED.get(r.state) == WState.EXITED]
     return ack, bool(changed)
+
+
+def _start_failures(
+    workers: dict[str, Worker], reported: dict[str, WorkerReport]
+) -> dict[int, str]:
+    """Why workers failed to start, by worker id: the agent's log tail says it (for a
+    container, the engine's refusal), the last line being the runtime's own words."""
+    failures = {}
+    for key, report in reported.items():
+        if report.state == "failed_to_start" and key in workers:
+            lines = (report.log_tail or "").strip().splitlines()
+            failures[workers[key].pk] = (lines[-1] if lines else "")[-START_FAILURE_CHARS:]
+    return failures
 
 
 def _from_report(worker: Worker, report: WorkerReport, now: datetime) -> bool:
@@ -131,8 +150,10 @@ def settle_jobs(
     now: datetime,
     lost_kind: str = "worker_lost",
     lost_message: str = "A worker of the gang was lost.",
+    start_failures: dict[int, str] | None = None,
 ) -> None:
-    """Release the GPUs of ended workers and move their jobs on (running, done, failed, requeued)."""
+    """Release the GPUs of ended workers and move their jobs on (running, done, failed, requeued).
+    `start_failures` says why workers (by id) failed to start, for the failed job's reason."""
     if ended_workers:
         Allocation.objects.filter(worker__in=[w.pk for w in ended_workers], active=True).update(
             active=False, released_at=now
@@ -151,7 +172,7 @@ def settle_jobs(
         if worker.attempt == jobs[worker.job_id].attempt:
             current[worker.job_id].append(worker)
     decisions = _decide(jobs, current)
-    _carry_out(decisions, now, lost_kind, lost_message)
+    _carry_out(decisions, now, lost_kind, lost_message, start_failures or {})
     if ended_workers:
         transaction.on_commit(request_scheduling_pass)
 
@@ -184,7 +205,11 @@ def _decide(jobs: dict[int, Job], current: dict[int, list[Worker]]) -> dict[str,
 
 
 def _carry_out(
-    decisions: dict[str, list], now: datetime, lost_kind: str, lost_message: str
+    decisions: dict[str, list],
+    now: datetime,
+    lost_kind: str,
+    lost_message: str,
+    start_failures: dict[int, str],
 ) -> None:
     transition(
         decisions["running"],
@@ -205,17 +230,24 @@ def _carry_out(
         started_at=Coalesce(F("started_at"), Value(now)),  # it may end before a beat saw it run
     )
     for pk, worker in decisions["failed"]:
+        detail = start_failures.get(worker.pk)
+        what = (
+            f"failed to start (exit code {worker.exit_code}): {detail}"
+            if detail
+            else f"exited with code {worker.exit_code}"
+        )
         transition(
             [pk],
             from_states=[State.ADMITTED, State.RUNNING],
             to_state=State.FAILED,
             kind="failed",
-            message=f"Worker rank {worker.rank} exited with code {worker.exit_code}; the gang is stopped.",
-            data={"rank": worker.rank, "exit_code": worker.exit_code},
+            message=f"Worker rank {worker.rank} {what}; the gang is stopped.",
+            data={"rank": worker.rank, "exit_code": worker.exit_code}
+            | ({"detail": detail} if detail else {}),
             finished_at=now,
             exit_code=worker.exit_code,
             reason_code="worker_failed",
-            reason=f"Worker rank {worker.rank} exited with code {worker.exit_code}.",
+            reason=f"Worker rank {worker.rank} {what}.",
         )
     if decisions["lost"]:
         requeue_or_fail(
