@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from django.db import connection
 
 from portal.core.actions.jobs import transition
+from portal.core.actions.unfittable import NEVER_FITS, note_or_fail_unfittable
 from portal.core.db import bulk_set, bulk_set_values
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
@@ -41,6 +42,7 @@ def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
     admitted = _admit(plan.admissions, ctx)
     preempted = _preempt(plan.preemptions, ctx)
     written = _write_verdicts(plan.verdicts, ctx)
+    _unfittable(plan.verdicts, ctx)
     return Applied(admitted=admitted, preempted=preempted, verdicts_written=written)
 
 
@@ -110,6 +112,15 @@ def _preempt(preemptions: tuple[m.Preemption, ...], ctx: PassContext) -> list[in
         per_job=events,
         stop_requested_at=ctx.now,
     )
+
+
+def _unfittable(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> list[int]:
+    """Note jobs that became `never_fits`; fail those that stayed so too long."""
+    reasons = {v.job_id: v.message for v in verdicts if v.reason_code == NEVER_FITS}
+    if not reasons:
+        return []
+    previous = {pk: ctx.pending_rows[pk]["reason_code"] for pk in reasons if pk in ctx.pending_rows}
+    return note_or_fail_unfittable(reasons, previous, ctx.now)
 
 
 def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
