@@ -68,6 +68,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # portal.dashboard is not an app: name its template tag library here.
+            "libraries": {"berth_times": "portal.dashboard.templatetags.berth_times"},
         },
     },
 ]

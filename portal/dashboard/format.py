@@ -36,3 +36,19 @@ def parse_duration(text: str) -> int:
     if number or not text:
         raise ValueError(text)
     return total
+
+
+def in_words(when: datetime, now: datetime) -> str:
+    """Return 'in about 2 h', 'in 12 min', 'in under a minute', '5 min ago': a time a
+    person reads at a glance (the exact one goes in a tooltip beside it)."""
+    delta = (when - now).total_seconds()
+    span = abs(delta)
+    if span < 60:
+        return "in under a minute" if delta > 0 else "just now"
+    if span < 3600:
+        words = f"{round(span / 60)} min"
+    elif span < 48 * 3600:
+        words = f"about {round(span / 3600)} h"
+    else:
+        words = f"about {round(span / 86400)} d"
+    return f"in {words}" if delta > 0 else f"{words} ago"
