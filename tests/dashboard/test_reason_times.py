@@ -1,5 +1,5 @@
-"""Times in a pending job's reason read as words with the UTC time as tooltip, never as
-offsets like '+3593 s' (issue 16, item 3)."""
+"""Times in a pending job's reason read as a clock time and words ("10:06 UTC (in about
+1 h)", the clock made local by app.js), never as offsets like '+3593 s' (issue 16, item 3)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from portal.core.models import Job
 from scheduler.timewords import instant
 
 
-def test_reason_instants_are_words_with_the_utc_time_as_tooltip(story, login):
+def test_reason_instants_are_a_clock_time_and_words(story, login):
     at = timezone.now() + timedelta(minutes=62)
     Job.objects.filter(pk=story.sweep.pk).update(
         reason_code="reserved",
@@ -20,11 +20,12 @@ def test_reason_instants_are_words_with_the_utc_time_as_tooltip(story, login):
         f"{instant(at.timestamp())}; it could start now if its max runtime were at most 1 h",
     )
     client = login(story.cluster.personas.lead_a)
-    tooltip = f'title="{at:%Y-%m-%d %H:%M} UTC">in about 1 h</time>'
+    clock = f"{at:%H:%M}" if at.date() == timezone.now().date() else f"{at:%Y-%m-%d %H:%M}"
+    shown = f'title="{at:%Y-%m-%d %H:%M} UTC" data-local>{clock} UTC</time> (in about 1 h)'
 
     for page in (f"/jobs/{story.sweep.pk}/", "/teams/alpha/queue/"):
         html = client.get(page).content.decode()
-        assert tooltip in html, page
+        assert shown in html, page
         assert "quota from <time datetime=" in html and "job 7 &lt;b&gt;" in html
         text = re.sub(r"<[^>]+>", "", html)  # what a reader sees, without the tooltips
         assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\+\d+ s\b", text), page
