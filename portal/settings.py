@@ -168,9 +168,11 @@ CACHES = {
 }
 
 # --- Celery ------------------------------------------------------------------
-_broker = env_str("CELERY_BROKER_URL") or env_str("REDIS_URL") or "filesystem://"
+# "localhost": kombu warns "No hostname was supplied" for a bare filesystem:// (once in the
+# middle of the demo's printed logins); the filesystem transport itself ignores it.
+_broker = env_str("CELERY_BROKER_URL") or env_str("REDIS_URL") or "filesystem://localhost/"
 CELERY_BROKER_URL = _broker
-if _broker == "filesystem://":
+if _broker.startswith("filesystem://"):
     # Embedded transport: queues are files under var/, no server needed.
     _queue_dir = VAR_DIR / "broker"
     _queue_dir.mkdir(parents=True, exist_ok=True)
