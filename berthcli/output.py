@@ -49,21 +49,23 @@ def duration(seconds: float) -> str:
 
 def when(value: str | None, now: datetime | None = None) -> str | None:
     """`in 20m (12:30 UTC)` / `30s ago (12:10 UTC)`; the date too when it is not today."""
-    moment = parse_time(value)
-    if moment is None:
-        return None
-    now = now or datetime.now(UTC)
-    relative, stamp = _relative(moment, now), _stamp(moment, now)
-    return f"{relative} ({stamp})"
+    parts = _parts(value, now)
+    return parts and f"{parts[0]} ({parts[1]})"
 
 
 def at(value: str | None, now: datetime | None = None) -> str | None:
     """`12:30 UTC (in 20m)`: for a sentence that says "from …", "since …", "by …"."""
+    parts = _parts(value, now)
+    return parts and f"{parts[1]} ({parts[0]})"
+
+
+def _parts(value: str | None, now: datetime | None) -> tuple[str, str] | None:
+    """(relative, clock) for an ISO instant: ("in 20m", "12:30 UTC"), or None."""
     moment = parse_time(value)
     if moment is None:
         return None
     now = now or datetime.now(UTC)
-    return f"{_stamp(moment, now)} ({_relative(moment, now)})"
+    return _relative(moment, now), _stamp(moment, now)
 
 
 def times_in(text: str, now: datetime | None = None) -> str:

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from scheduler.timewords import duration
 
-__all__ = ["duration", "parse_duration", "relative"]
+__all__ = ["duration", "in_words", "parse_duration", "relative"]
 
 
 def relative(when: datetime | None, now: datetime) -> str:
