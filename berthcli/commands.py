@@ -70,7 +70,9 @@ def _credentials(args) -> tuple[str, str, str]:
     if args.password_stdin:
         if not args.username:
             raise UsageError("--password-stdin needs --username (stdin holds the password)")
-        url = args.url or saved.url or _required("--url")
+        url = args.url or saved.url
+        if not url:
+            raise UsageError("give --url (or set BERTH_URL): stdin holds the password")
         password = sys.stdin.readline().rstrip("\n")
         if not password:
             raise UsageError("--password-stdin: no password on stdin")
@@ -83,10 +85,6 @@ def _credentials(args) -> tuple[str, str, str]:
     url = args.url or saved.url or _ask("Berth URL: ")
     username = args.username or _ask("Username: ")
     return url, username, getpass.getpass()
-
-
-def _required(flag: str) -> str:
-    raise UsageError(f"give {flag}: there is no terminal to ask for it")
 
 
 def _ask(prompt: str) -> str:

@@ -88,6 +88,7 @@ class SpecLookups:
         self._all_queues = False
         self._flavors: dict[str, GpuFlavor] | None = None
         self._nodes: dict[int, tuple[m.Node, ...]] = {}
+        self._gangs: dict[tuple[int, int], capacity.GangLimit | None] = {}
         self._ceiling: dict[int, int] = {}
 
     def queue(self, name: str) -> Queue | None:
@@ -115,6 +116,19 @@ class SpecLookups:
         if flavor.pk not in self._nodes:
             self._nodes[flavor.pk] = flavor_nodes(flavor)
         return self._nodes[flavor.pk]
+
+    def largest_node(self, flavor: GpuFlavor) -> int | None:
+        """GPUs of the flavor's largest node, or None while no node is registered."""
+        return max((n.total_gpus for n in self.nodes(flavor)), default=None)
+
+    def gang_limit(self, flavor: GpuFlavor, per_worker: int) -> capacity.GangLimit | None:
+        """The largest gang of `per_worker`-GPU workers the flavor's nodes can host;
+        ask only for a `per_worker` the largest node holds (callers remember these)."""
+        key = (flavor.pk, per_worker)
+        if key not in self._gangs:
+            topology = settings.BERTH["TOPOLOGY_KEY"]
+            self._gangs[key] = capacity.largest_gang(self.nodes(flavor), per_worker, topology)
+        return self._gangs[key]
 
     def max_gpus_ever(self, flavor: GpuFlavor) -> int:
         if flavor.pk not in self._ceiling:
@@ -242,17 +256,17 @@ def _check_numbers(spec: JobSpec, errors) -> None:
 
 
 def _check_fits(lookups: SpecLookups, spec: JobSpec, errors) -> None:
-    limit = capacity.largest_gang(
-        lookups.nodes(spec.flavor), spec.gpus_per_worker, settings.BERTH["TOPOLOGY_KEY"]
-    )
-    if limit is not None and spec.gpus_per_worker > limit.largest_node:
+    largest_node = lookups.largest_node(spec.flavor)
+    if largest_node is not None and spec.gpus_per_worker > largest_node:
         _add(
             errors,
             "gpus_per_worker",
-            f"No {spec.flavor.name} node has {spec.gpus_per_worker} GPUs (the largest has {limit.largest_node}).",
+            f"No {spec.flavor.name} node has {spec.gpus_per_worker} GPUs (the largest has {largest_node}).",
         )
-    elif limit is not None and (why := capacity.why_too_big(limit, spec.workers, spec.flavor.name)):
-        _add(errors, "workers", why)
+    elif largest_node is not None:
+        limit = lookups.gang_limit(spec.flavor, spec.gpus_per_worker)
+        if why := capacity.why_too_big(limit, spec.workers, spec.flavor.name):
+            _add(errors, "workers", why)
     ceiling = lookups.max_gpus_ever(spec.flavor)
     if spec.gpus > ceiling:
         _add(

@@ -523,7 +523,8 @@ def test_wait_fails_for_a_job_the_cluster_can_no_longer_host(
     assert result.code == exitcodes.JOB_FAILED, result.err
     assert result.err.splitlines()[-1].startswith(f"job {job_id} failed")
     why = berth("why", job_id).out
-    assert "failed" in why and "Reason: needs 16 h100-80gb GPUs" in why
+    assert "Last event: failed: The cluster could not host it: needs 16 h100-80gb GPUs" in why
+    assert "Reason: Failed: the cluster could not host it for 0 s (never_fits)." in why
 
 
 def test_wait_gives_up_after_the_timeout(berth, logged_in, personas, waits):

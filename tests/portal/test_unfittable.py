@@ -32,8 +32,9 @@ def test_a_job_left_unfittable_by_removed_nodes_fails_after_the_limit(cluster, p
 
     job.refresh_from_db()
     assert (job.state, job.reason_code) == (State.FAILED, "never_fits")
-    assert job.finished_at is not None and "so it failed" in job.reason
-    assert job.events.filter(kind="failed", to_state=State.FAILED).exists()
+    assert job.finished_at is not None and "could not host it for 10 min" in job.reason
+    failed = job.events.get(kind="failed", to_state=State.FAILED)
+    assert failed.message.startswith("The cluster could not host it: needs 16 h100-80gb GPUs")
 
 
 def test_a_job_that_fits_again_before_the_limit_runs(cluster, personas, settings):

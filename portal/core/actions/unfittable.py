@@ -18,9 +18,8 @@ from django.db.models import Max
 
 from portal.core.actions.jobs import transition
 from portal.core.models import Job, JobEvent
+from scheduler.reasons import NEVER_FITS
 from scheduler.timewords import duration
-
-NEVER_FITS = "never_fits"
 
 
 def note_or_fail_unfittable(
@@ -62,18 +61,16 @@ def _note(ids: list[int], reasons: dict[int, str], now: datetime, limit: float) 
 
 
 def _fail(ids: list[int], reasons: dict[int, str], now: datetime, limit: float) -> list[int]:
-    failed = []
-    for pk in ids:  # each its own sentence; few jobs, and rarely
-        failed += transition(
-            [pk],
-            from_states=[Job.State.PENDING],
-            to_state=Job.State.FAILED,
-            kind="failed",
-            message=f"Failed: the cluster could not host it for {duration(limit)}: {reasons[pk]}.",
-            finished_at=now,
-            reason_code=NEVER_FITS,
-            reason=f"{reasons[pk]} (for {duration(limit)}, so it failed)",
-            queue_position=None,
-            estimated_start_at=None,
-        )
-    return failed
+    """Fail the jobs; each one's event says what it needed, its reason how long it waited."""
+    return transition(
+        ids,
+        from_states=[Job.State.PENDING],
+        to_state=Job.State.FAILED,
+        kind="failed",
+        per_job={pk: (f"The cluster could not host it: {reasons[pk]}.", {}) for pk in ids},
+        finished_at=now,
+        reason_code=NEVER_FITS,
+        reason=f"Failed: the cluster could not host it for {duration(limit)} (never_fits).",
+        queue_position=None,
+        estimated_start_at=None,
+    )

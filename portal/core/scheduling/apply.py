@@ -15,11 +15,12 @@ from datetime import UTC, datetime
 from django.db import connection
 
 from portal.core.actions.jobs import transition
-from portal.core.actions.unfittable import NEVER_FITS, note_or_fail_unfittable
+from portal.core.actions.unfittable import note_or_fail_unfittable
 from portal.core.db import bulk_set, bulk_set_values
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
 from scheduler import model as m
+from scheduler.reasons import NEVER_FITS
 
 State = Job.State
 # An estimate that moved less than this is not rewritten (saves writes every pass).
