@@ -469,7 +469,10 @@ class _Progress:
 
     def done(self, job: dict, elapsed: float) -> None:
         exit_code = f" (exit code {job['exit_code']})" if job["exit_code"] is not None else ""
-        self._end(f"job {self.job_id} {job['state']}{exit_code} after waiting {duration(elapsed)}")
+        why = f": {times_in(job['reason'])}" if job["state"] == "failed" and job["reason"] else ""
+        self._end(
+            f"job {self.job_id} {job['state']}{exit_code} after waiting {duration(elapsed)}{why}"
+        )
 
     def timed_out(self, job: dict, elapsed: float) -> None:
         self._end(

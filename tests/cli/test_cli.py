@@ -521,7 +521,8 @@ def test_wait_fails_for_a_job_the_cluster_can_no_longer_host(
     result = berth("wait", job_id, "--interval", "5", "--timeout", "1h")
 
     assert result.code == exitcodes.JOB_FAILED, result.err
-    assert result.err.splitlines()[-1].startswith(f"job {job_id} failed")
+    assert result.err.splitlines()[-1].startswith(f"job {job_id} failed after waiting 10s: ")
+    assert result.err.splitlines()[-1].endswith("could not host it for 0 s (never_fits).")
     why = berth("why", job_id).out
     assert "Last event: failed: The cluster could not host it: needs 16 h100-80gb GPUs" in why
     assert "Reason: Failed: the cluster could not host it for 0 s (never_fits)." in why
