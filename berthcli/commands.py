@@ -14,7 +14,17 @@ from berthcli import config, exitcodes
 from berthcli.client import ApiError, Client
 from berthcli.explain import explain
 from berthcli.jobfile import SpecFileError, load_file, normalise, parse_duration, parse_env
-from berthcli.output import duration, ordinal, parse_time, print_json, shape, table, when
+from berthcli.output import (
+    command_line,
+    duration,
+    ordinal,
+    parse_time,
+    print_json,
+    shape,
+    table,
+    times_in,
+    when,
+)
 
 _sleep = time.sleep  # tests replace this to drive `berth wait` without waiting
 _clock = time.monotonic
@@ -27,15 +37,16 @@ FINAL = {
 }
 
 
+class UsageError(Exception):
+    """The command cannot run as given; the message says what to give instead (exit 2)."""
+
+
 # --- account -------------------------------------------------------------------------
 
 
 def login(args, client_for) -> int:
     """Trade a username and password for an API token and store it (mode 0600)."""
-    saved = config.load()
-    url = args.url or saved.url or _ask("Berth URL: ")
-    username = args.username or _ask("Username: ")
-    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else getpass.getpass()
+    url, username, password = _credentials(args)
     body = {"name": args.name or f"berth-cli@{socket.gethostname()}"[:100]}
     if args.expires_days:
         body["expires_in_days"] = args.expires_days
@@ -52,11 +63,38 @@ def login(args, client_for) -> int:
     return exitcodes.OK
 
 
+def _credentials(args) -> tuple[str, str, str]:
+    """The URL, username and password: from the flags, else asked on the terminal.
+    Without a terminal nothing is asked: the password comes from --password-stdin."""
+    saved, terminal = config.load(), sys.stdin.isatty()
+    if args.password_stdin:
+        if not args.username:
+            raise UsageError("--password-stdin needs --username (stdin holds the password)")
+        url = args.url or saved.url
+        if not url:
+            raise UsageError("give --url (or set BERTH_URL): stdin holds the password")
+        password = sys.stdin.readline().rstrip("\n")
+        if not password:
+            raise UsageError("--password-stdin: no password on stdin")
+        return url, args.username, password
+    if not terminal:
+        raise UsageError(
+            "no terminal to ask for the password: pass it on stdin, e.g. "
+            "`berth login --url URL -u NAME --password-stdin < password-file`"
+        )
+    url = args.url or saved.url or _ask("Berth URL: ")
+    username = args.username or _ask("Username: ")
+    return url, username, getpass.getpass()
+
+
 def _ask(prompt: str) -> str:
     """Prompt on stderr, so stdout stays clean for --json."""
     sys.stderr.write(prompt)
     sys.stderr.flush()
-    return sys.stdin.readline().strip()
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line.strip()
 
 
 def logout(args, client_for) -> int:
@@ -199,7 +237,7 @@ def _status_lines(job: dict) -> list[str]:
         f"State:       {job['state']}" + (f" ({job['reason_code']})" if job["reason_code"] else ""),
     ]
     if job["reason"]:
-        lines.append(f"Reason:      {job['reason']}")
+        lines.append(f"Reason:      {times_in(job['reason'])}")
     if job["position"]:
         lines.append(f"Position:    {ordinal(job['position'])} in its queue")
     if job["estimated_start"]:
@@ -209,7 +247,7 @@ def _status_lines(job: dict) -> list[str]:
         f"Shape:       {shape(job)}, priority {job['priority']}, {preempt}, "
         f"max {duration(job['max_runtime_seconds'])}",
         f"Image:       {job['image']}",
-        f"Command:     {' '.join(job['command'])}",
+        f"Command:     {command_line(job['command'])}",
         f"Submitted:   {when(job['submitted_at'])} by {job['submitted_by'] or '?'}",
     ]
     for label, key in (("Started", "started_at"), ("Finished", "finished_at")):
@@ -223,7 +261,7 @@ def _status_lines(job: dict) -> list[str]:
     lines.append("Events:")
     for event in job["events"][-10:]:
         at = parse_time(event["at"]).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f"  {at}  {event['kind']:<12} {event['message']}")
+        lines.append(f"  {at}  {event['kind']:<12} {times_in(event['message'])}")
     return lines
 
 
@@ -265,10 +303,11 @@ def _local(url: str | None) -> str | None:
 
 
 def _queue_row(job: dict) -> list:
+    # When it started (or should): a job cancelled or failed while pending never did.
     if job["state"] == "pending":
         start = when(job["estimated_start"])
     else:
-        start = when(job["started_at"] or job["admitted_at"] or job["finished_at"])
+        start = when(job["started_at"] or job["admitted_at"])
     return [
         job["id"],
         job["team"],
@@ -430,7 +469,10 @@ class _Progress:
 
     def done(self, job: dict, elapsed: float) -> None:
         exit_code = f" (exit code {job['exit_code']})" if job["exit_code"] is not None else ""
-        self._end(f"job {self.job_id} {job['state']}{exit_code} after waiting {duration(elapsed)}")
+        why = f": {times_in(job['reason'])}" if job["state"] == "failed" and job["reason"] else ""
+        self._end(
+            f"job {self.job_id} {job['state']}{exit_code} after waiting {duration(elapsed)}{why}"
+        )
 
     def timed_out(self, job: dict, elapsed: float) -> None:
         self._end(

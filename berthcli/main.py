@@ -36,8 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"berth: error: {exc}", file=sys.stderr)
         return exitcodes.NOT_AUTHENTICATED
-    except SpecFileError as exc:
+    except (SpecFileError, commands.UsageError) as exc:
         print(f"berth: error: {exc}", file=sys.stderr)
+        return exitcodes.USAGE
+    except EOFError:
+        print("\nberth: error: no input (end of file)", file=sys.stderr)
         return exitcodes.USAGE
     except KeyboardInterrupt:
         print("", file=sys.stderr)
@@ -65,13 +68,21 @@ def _client_factory(args):
 def _refused(args, exc: ApiError) -> int:
     if getattr(args, "json", False) and exc.body is not None:
         print(json.dumps(exc.body, indent=2))
-    print(f"berth: error: {exc.message}", file=sys.stderr)
-    for field, messages in (exc.fields or {}).items():
-        for message in messages:
-            print(f"  {field}: {message}", file=sys.stderr)
-    if exc.status == 401:
+    print("\n".join(refusal_lines(exc)), file=sys.stderr)
+    if exc.status == 401 and args.func is not commands.login:
         print("berth: run `berth login` for a new token", file=sys.stderr)
     return commands._code_for(exc)
+
+
+def refusal_lines(exc: ApiError) -> list[str]:
+    """The server's refusal, each message once: the API's message already lists the
+    field messages ("Invalid request: workers: …"), so with fields only its head
+    is printed, then one line per field."""
+    fields = [(f, m) for f, messages in (exc.fields or {}).items() for m in messages]
+    head = exc.message
+    if fields and all(m in head for _, m in fields):
+        head = head.split(": ", 1)[0]
+    return [f"berth: error: {head}"] + [f"  {f}: {m}" for f, m in fields if m != head]
 
 
 def _env_int(name: str, default: int) -> int:
@@ -96,9 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="berth", description="Submit and watch GPU jobs on Berth.", epilog=EPILOG
     )
     parser.add_argument("--version", action="version", version=f"berth {__version__}")
-    parser.add_argument("--url", help="portal URL (default: $BERTH_URL, then the config file)")
+    url_help = "portal URL (default: $BERTH_URL, then the config file)"
+    parser.add_argument("--url", help=url_help)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print the API's JSON")
+    # Before or after the command (`berth login --url …`); SUPPRESS keeps one given before.
+    common.add_argument("--url", default=argparse.SUPPRESS, help=url_help)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
 
     def command(name, func, help_text):

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
 from datetime import UTC, datetime
+
+# How the portal writes an instant in a sentence (scheduler.timewords.instant).
+ISO_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
 
 def print_json(data) -> None:
@@ -43,17 +48,56 @@ def duration(seconds: float) -> str:
 
 
 def when(value: str | None, now: datetime | None = None) -> str | None:
-    """`in 20m (12:30 UTC)` / `5m ago (12:10 UTC)`; the date too when it is not today."""
+    """`in 20m (12:30 UTC)` / `30s ago (12:10 UTC)`; the date too when it is not today."""
+    parts = _parts(value, now)
+    return parts and f"{parts[0]} ({parts[1]})"
+
+
+def at(value: str | None, now: datetime | None = None) -> str | None:
+    """`12:30 UTC (in 20m)`: for a sentence that says "from …", "since …", "by …"."""
+    parts = _parts(value, now)
+    return parts and f"{parts[1]} ({parts[0]})"
+
+
+def _parts(value: str | None, now: datetime | None) -> tuple[str, str] | None:
+    """(relative, clock) for an ISO instant: ("in 20m", "12:30 UTC"), or None."""
     moment = parse_time(value)
     if moment is None:
         return None
     now = now or datetime.now(UTC)
+    return _relative(moment, now), _stamp(moment, now)
+
+
+def times_in(text: str, now: datetime | None = None) -> str:
+    """A sentence from the portal with each instant in it as `at` writes it."""
+    return ISO_INSTANT.sub(lambda match: at(match.group(0), now), text)
+
+
+def _relative(moment: datetime, now: datetime) -> str:
     delta = (moment - now).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    return f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
+
+
+def _stamp(moment: datetime, now: datetime) -> str:
     clock = moment.astimezone(UTC)
-    stamp = clock.strftime("%H:%M UTC" if clock.date() == now.date() else "%Y-%m-%d %H:%M UTC")
-    if abs(delta) < 30:
-        return f"now ({stamp})"
-    return f"in {duration(delta)} ({stamp})" if delta > 0 else f"{duration(-delta)} ago ({stamp})"
+    return clock.strftime("%H:%M UTC" if clock.date() == now.date() else "%Y-%m-%d %H:%M UTC")
+
+
+def command_line(argv: list[str]) -> str:
+    """The argv as a person would type it: `python -c "print('hi')"`, not shlex's `'"'"'`."""
+    return " ".join(_quoted(arg) for arg in argv)
+
+
+def _quoted(arg: str) -> str:
+    if arg and shlex.quote(arg) == arg:
+        return arg
+    if "'" not in arg:
+        return f"'{arg}'"
+    if not any(c in arg for c in '"\\$`!'):
+        return f'"{arg}"'
+    return shlex.quote(arg)
 
 
 def ordinal(n: int) -> str:

@@ -116,16 +116,16 @@ def demo_runtime(environ=os.environ) -> tuple[str, ...]:
 
 
 def agent_argv(
-    url: str, token: str, node: tuple, var: Path, runtime: tuple[str, ...] = PROCESS_RUNTIME
+    url: str, node: tuple, var: Path, runtime: tuple[str, ...] = PROCESS_RUNTIME
 ) -> list[str]:
-    """The command line of one demo node's agent; `node` is a DEMO_NODES entry."""
+    """The command line of one demo node's agent; `node` is a DEMO_NODES entry. The
+    bootstrap token is not on it (`ps` shows every command line to every user): the
+    agent reads it from BERTH_BOOTSTRAP_TOKEN (agent_env)."""
     host, rack, block, product, memory_mib = node
     return [
         str(BIN / "berth-agent"),
         "--portal-url",
         url,
-        "--bootstrap-token",
-        token,
         "--hostname",
         host,
         "--rack",
@@ -147,6 +147,23 @@ def agent_argv(
         # running for an agent restart to re-adopt, as a real node's agent does.
         "--stop-workers-on-exit",
     ]
+
+
+def agent_env(token: str) -> dict[str, str]:
+    return {"BERTH_BOOTSTRAP_TOKEN": token}
+
+
+def seed(var: Path) -> None:
+    """Seed the demo and print its logins; warnings go to the log, not between them."""
+    print("Demo logins (user, password, teams and roles):", flush=True)
+    log = var / "logs" / "seed.log"
+    with open(log, "ab") as errors:
+        done = subprocess.run(
+            [PYTHON, "manage.py", "seed_demo"], cwd=ROOT, stderr=errors, check=False
+        )
+    if done.returncode:
+        sys.stderr.write(log.read_text(errors="replace")[-4000:])
+        raise SystemExit(f"seeding the demo failed; see {log}")
 
 
 def _stop_on_signals() -> None:
@@ -174,8 +191,7 @@ def main() -> int:
     (var / "logs").mkdir(parents=True, exist_ok=True)
     print("Berth: preparing the database …", flush=True)
     manage("migrate", "--no-input", "-v", "0")
-    print("Demo logins (user / password):")
-    manage("seed_demo")
+    seed(var)
     token = json.loads((var / "demo.json").read_text())["bootstrap_token"]
     port = free_port(int(os.environ.get("BERTH_PORT", "8000")))
 
@@ -231,7 +247,7 @@ def _run(stack: Stack, port: int, token: str, var: Path) -> int:
         return 1
     runtime = demo_runtime()
     for node in DEMO_NODES:
-        stack.start(f"agent-{node[0]}", agent_argv(url, token, node, var, runtime))
+        stack.start(f"agent-{node[0]}", agent_argv(url, node, var, runtime), env=agent_env(token))
 
     print(f"\nBerth is running: open {url}/  (admin: {url}/admin/, API docs: {url}/api/docs/)")
     print(f"Logs: {var / 'logs'}   Stop with Ctrl-C.\n", flush=True)

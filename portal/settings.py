@@ -68,6 +68,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            # portal.dashboard is not an app: name its template tag library here.
+            "libraries": {"berth_times": "portal.dashboard.templatetags.berth_times"},
         },
     },
 ]
@@ -166,9 +168,11 @@ CACHES = {
 }
 
 # --- Celery ------------------------------------------------------------------
-_broker = env_str("CELERY_BROKER_URL") or env_str("REDIS_URL") or "filesystem://"
+# "localhost": kombu warns "No hostname was supplied" for a bare filesystem:// (once in the
+# middle of the demo's printed logins); the filesystem transport itself ignores it.
+_broker = env_str("CELERY_BROKER_URL") or env_str("REDIS_URL") or "filesystem://localhost/"
 CELERY_BROKER_URL = _broker
-if _broker == "filesystem://":
+if _broker.startswith("filesystem://"):
     # Embedded transport: queues are files under var/, no server needed.
     _queue_dir = VAR_DIR / "broker"
     _queue_dir.mkdir(parents=True, exist_ok=True)
@@ -198,6 +202,9 @@ BERTH = {
     "FAIRSHARE_HALF_LIFE_S": env_float("BERTH_FAIRSHARE_HALF_LIFE_S", 7 * 24 * 3600.0, minimum=1.0),
     "TOPOLOGY_KEY": env_choice("BERTH_TOPOLOGY_KEY", "block", ("block", "rack")),
     "DEFAULT_MAX_RESTARTS": env_int("BERTH_DEFAULT_MAX_RESTARTS", 3, minimum=0),
+    # A pending job the cluster cannot host at all (`never_fits`: nodes removed or down)
+    # fails with that reason once it has been so this long, rather than wait forever.
+    "NEVER_FITS_FAIL_AFTER_S": env_float("BERTH_NEVER_FITS_FAIL_AFTER_S", 900.0, minimum=0.0),
     # Requeue backoff (Kueue's requeuingStrategy, scheduler/requeue.py): the n-th requeue
     # of a job waits min(base x 2^(n-1), max) seconds before it may be admitted again.
     "REQUEUE_BACKOFF_BASE_S": env_float("BERTH_REQUEUE_BACKOFF_BASE_S", 60.0, minimum=0.0),

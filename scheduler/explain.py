@@ -37,6 +37,7 @@ from .reasons import (
     WAITING_FOR_PREEMPTION,
     Wait,
 )
+from .timewords import duration, instant
 
 if TYPE_CHECKING:
     from .core import Pass
@@ -135,7 +136,7 @@ def message(p: Pass, job: PendingJob, wait: Wait, position: int) -> str:
         text += f"; {position - 1} job{'s' if position > 2 else ''} ahead in queue {job.team}/{job.queue}"
     res = p.gate.reservations.get(job.flavor)
     if res is not None and res.job.id == job.id:
-        text += f"; GPUs on {res.nodes} node(s) are reserved for it from {_rel(p, res.start)}"
+        text += f"; GPUs on {res.nodes} node(s) are reserved for it from {_at(p, res.start)}"
     return text
 
 
@@ -157,8 +158,10 @@ def _team(p: Pass, job: PendingJob) -> str:
     )
 
 
-def _rel(p: Pass, t: float) -> str:
-    return "now" if t <= p.now else f"+{t - p.now:.0f} s"
+def _at(p: Pass, t: float) -> str:
+    """Return 'now' or the absolute instant (scheduler.timewords.instant), never an
+    offset such as '+3593 s': the reader's page or CLI renders it for them."""
+    return "now" if t <= p.now else instant(t)
 
 
 def _never_fits(p: Pass, job: PendingJob, why: str, *facts) -> str:
@@ -178,10 +181,10 @@ def _no_nodes(p: Pass, job: PendingJob) -> str:
 
 def _backoff(p: Pass, job: PendingJob, eligible_at: float, requeues: int) -> str:
     if requeues < 1:
-        return f"{_needs(p, job)}; not eligible before {_rel(p, eligible_at)}"
+        return f"{_needs(p, job)}; not eligible before {_at(p, eligible_at)}"
     return (
         f"{_needs(p, job)}; backing off after its {_ordinal(requeues)} requeue (it was preempted "
-        f"or lost its node): eligible again from {_rel(p, eligible_at)}, keeping its original "
+        f"or lost its node): eligible again from {_at(p, eligible_at)}, keeping its original "
         f"submit time"
     )
 
@@ -200,7 +203,7 @@ def _fifo_blocked(p: Pass, job: PendingJob, blocker: int, code: str) -> str:
 def _waiting(p: Pass, job: PendingJob, ids: tuple, end: float, new: int) -> str:
     what = f"{new} job(s) it preempted" if new else "stopping jobs"
     listed = ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
-    return f"{_needs(p, job)}; waits for {what} ({listed}) to free their GPUs by {_rel(p, end)}"
+    return f"{_needs(p, job)}; waits for {what} ({listed}) to free their GPUs by {_at(p, end)}"
 
 
 def _quota(p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float) -> str:
@@ -225,14 +228,14 @@ def _cohort_busy(
 
 def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -> str:
     if nodes == 0:  # a quota hold within the team (scheduler.backfill)
-        held = f"which needs the team's quota from {_rel(p, start)}"
+        held = f"which needs the team's quota from {_at(p, start)}"
     elif nodes == COHORT_HOLD:  # a hold of the cohort's lendable quota
-        held = f"which needs the cohort's idle quota from {_rel(p, start)}"
+        held = f"which needs the cohort's idle quota from {_at(p, start)}"
     else:
-        held = f"which has GPUs on {nodes} node(s) reserved from {_rel(p, start)}"
+        held = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
     return (
         f"{_needs(p, job)}; it would delay job {holder}, {held}; it could start now if its max "
-        f"runtime were at most {max(0.0, start - p.now):.0f} s"
+        f"runtime were at most {duration(max(0.0, start - p.now))}"
     )
 
 

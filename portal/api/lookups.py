@@ -1,9 +1,9 @@
 """Cluster facts for validating submissions, remembered briefly in each web process.
 
-The largest node of a flavor and the most GPUs a team could ever get change only
-when an admin edits quotas or nodes come and go, yet computing them costs two
-aggregate queries (one over every GPU of the flavor) per submission. The API
-remembers them for FACT_TTL_S seconds per process. For that long after such an
+The nodes of a flavor (sizes, topology labels), the largest gang they can host
+and the most GPUs a team could ever get change only when an admin edits quotas
+or nodes come and go, yet computing them costs two queries (one over every GPU
+of the flavor) per submission. The API remembers them for FACT_TTL_S seconds per process. For that long after such an
 edit, a submission is judged against the old limits: a gang that no longer fits
 is still accepted and the scheduler reports it as `never_fits` (visible in the
 job's reason, never silent); one that newly fits is refused until the facts
@@ -17,6 +17,8 @@ import time
 
 from portal.core.jobspec import SpecLookups
 from portal.core.models import GpuFlavor
+from scheduler import model as m
+from scheduler.capacity import GangLimit
 
 FACT_TTL_S = 10.0
 
@@ -46,9 +48,18 @@ class ApiLookups(SpecLookups):
             )
         return self._flavors
 
+    def nodes(self, flavor: GpuFlavor) -> tuple[m.Node, ...]:
+        return _remembered(("nodes", flavor.pk), lambda: super(ApiLookups, self).nodes(flavor))
+
     def largest_node(self, flavor: GpuFlavor) -> int | None:
         return _remembered(
             ("largest", flavor.pk), lambda: super(ApiLookups, self).largest_node(flavor)
+        )
+
+    def gang_limit(self, flavor: GpuFlavor, per_worker: int) -> GangLimit | None:
+        return _remembered(
+            ("gang", flavor.pk, per_worker),
+            lambda: super(ApiLookups, self).gang_limit(flavor, per_worker),
         )
 
     def max_gpus_ever(self, flavor: GpuFlavor) -> int:

@@ -14,9 +14,12 @@ import signal
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
 
 from portal.core.models import Gpu, GpuFlavor, Node, Queue, Quota, Team
+from scheduler import capacity
+from scheduler import model as m
 
 MAX_COMMAND_BYTES = 16 * 1024
 MAX_ENV_BYTES = 32 * 1024
@@ -84,7 +87,8 @@ class SpecLookups:
         self._queues: dict[str, Queue] = {q.name: q for q in queues}
         self._all_queues = False
         self._flavors: dict[str, GpuFlavor] | None = None
-        self._largest: dict[int, int | None] = {}
+        self._nodes: dict[int, tuple[m.Node, ...]] = {}
+        self._gangs: dict[tuple[int, int], capacity.GangLimit | None] = {}
         self._ceiling: dict[int, int] = {}
 
     def queue(self, name: str) -> Queue | None:
@@ -108,10 +112,23 @@ class SpecLookups:
             self._flavors = {f.name: f for f in GpuFlavor.objects.all()}
         return self._flavors
 
+    def nodes(self, flavor: GpuFlavor) -> tuple[m.Node, ...]:
+        if flavor.pk not in self._nodes:
+            self._nodes[flavor.pk] = flavor_nodes(flavor)
+        return self._nodes[flavor.pk]
+
     def largest_node(self, flavor: GpuFlavor) -> int | None:
-        if flavor.pk not in self._largest:
-            self._largest[flavor.pk] = _largest_node(flavor)
-        return self._largest[flavor.pk]
+        """GPUs of the flavor's largest node, or None while no node is registered."""
+        return max((n.total_gpus for n in self.nodes(flavor)), default=None)
+
+    def gang_limit(self, flavor: GpuFlavor, per_worker: int) -> capacity.GangLimit | None:
+        """The largest gang of `per_worker`-GPU workers the flavor's nodes can host;
+        ask only for a `per_worker` the largest node holds (callers remember these)."""
+        key = (flavor.pk, per_worker)
+        if key not in self._gangs:
+            topology = settings.BERTH["TOPOLOGY_KEY"]
+            self._gangs[key] = capacity.largest_gang(self.nodes(flavor), per_worker, topology)
+        return self._gangs[key]
 
     def max_gpus_ever(self, flavor: GpuFlavor) -> int:
         if flavor.pk not in self._ceiling:
@@ -246,6 +263,10 @@ def _check_fits(lookups: SpecLookups, spec: JobSpec, errors) -> None:
             "gpus_per_worker",
             f"No {spec.flavor.name} node has {spec.gpus_per_worker} GPUs (the largest has {largest_node}).",
         )
+    elif largest_node is not None:
+        limit = lookups.gang_limit(spec.flavor, spec.gpus_per_worker)
+        if why := capacity.why_too_big(limit, spec.workers, spec.flavor.name):
+            _add(errors, "workers", why)
     ceiling = lookups.max_gpus_ever(spec.flavor)
     if spec.gpus > ceiling:
         _add(
@@ -256,12 +277,18 @@ def _check_fits(lookups: SpecLookups, spec: JobSpec, errors) -> None:
         )
 
 
-def _largest_node(flavor: GpuFlavor) -> int | None:
-    """GPUs of the largest node of the flavor, or None while no node is registered."""
-    counts = Node.objects.filter(flavor=flavor).annotate(
-        n=Count("gpus", filter=~Q(gpus__health=Gpu.Health.LOST))
+def flavor_nodes(flavor: GpuFlavor) -> tuple[m.Node, ...]:
+    """The flavor's registered nodes, each with its GPUs that are not lost, for the fit
+    checks (scheduler.capacity). Every registered node counts, Ready or not: a node
+    down for a while does not make a gang unfittable at submission (the pass judges
+    the Ready ones and fails a job that stays unfittable: scheduling.apply)."""
+    rows = (
+        Node.objects.filter(flavor=flavor)
+        .annotate(n=Count("gpus", filter=~Q(gpus__health=Gpu.Health.LOST)))
+        .values_list("hostname", "n", "rack", "block")
+        .order_by("hostname")
     )
-    return counts.aggregate(m=Max("n"))["m"]
+    return tuple(m.Node(name, flavor.name, (), n, rack, block) for name, n, rack, block in rows)
 
 
 def max_gpus_ever(team: Team, flavor: GpuFlavor) -> int:

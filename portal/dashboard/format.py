@@ -4,22 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from scheduler.timewords import duration
 
-def duration(seconds: float | None) -> str:
-    """Return '45 s', '12 min', '3 h 20 min' or '2 d 4 h'; '—' for None."""
-    if seconds is None:
-        return "—"
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s} s"
-    minutes = s // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+__all__ = ["duration", "in_words", "parse_duration", "relative"]
 
 
 def relative(when: datetime | None, now: datetime) -> str:
@@ -49,3 +36,19 @@ def parse_duration(text: str) -> int:
     if number or not text:
         raise ValueError(text)
     return total
+
+
+def in_words(when: datetime, now: datetime) -> str:
+    """Return 'in about 2 h', 'in 12 min', 'in under a minute', '5 min ago': a time a
+    person reads at a glance (the exact one goes in a tooltip beside it)."""
+    delta = (when - now).total_seconds()
+    span = abs(delta)
+    if span < 60:
+        return "in under a minute" if delta > 0 else "just now"
+    if span < 3600:
+        words = f"{round(span / 60)} min"
+    elif span < 48 * 3600:
+        words = f"about {round(span / 3600)} h"
+    else:
+        words = f"about {round(span / 86400)} d"
+    return f"in {words}" if delta > 0 else f"{words} ago"

@@ -179,11 +179,68 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
             requeue_backoff_max_s=args.requeue_backoff[1],
             check=args.check,
         )
-        result = simulate(jobs, nodes, teams, config)
+        result = simulate(jobs, nodes, teams, config, progress=Progress(name, jobs))
         result.summary["peak_rss_mib"] = round(peak_rss_mib(), 1)
         result.summary["setup"] = setup(args, nodes, jobs, notes)
         results[name] = result
     return results
+
+
+class Progress:
+    """A long replay's progress on stderr: simulated day, jobs submitted, time left.
+
+    Quiet for the first FIRST_AFTER_S (a short replay prints nothing); then one
+    line rewritten in place on a terminal, or a new line every EVERY_S in a log.
+    The simulator reports the share of arrivals replayed (Simulator.run).
+    """
+
+    FIRST_AFTER_S = 2.0
+    EVERY_S = 10.0
+
+    def __init__(self, policy: str, jobs, stream=None, clock=time.monotonic):
+        self.policy = policy
+        self.arrivals = sorted(j.submitted_at for j in jobs)
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.clock = clock
+        self.started = clock()
+        self.shown: float | None = None
+
+    def __call__(self, share: float) -> None:
+        now = self.clock()
+        if share >= 1.0:
+            if self.shown is not None:
+                self._write(self.line(share, now - self.started), end=True)
+            return
+        wait = self.FIRST_AFTER_S if self.shown is None else (0.5 if self.tty else self.EVERY_S)
+        if now - (self.shown or self.started) >= wait and share > 0:
+            self.shown = now
+            self._write(self.line(share, now - self.started))
+
+    def line(self, share: float, elapsed: float) -> str:
+        n, first = len(self.arrivals), self.arrivals[0]
+        done = min(n, round(share * n))
+        day = (self.arrivals[max(0, done - 1)] - first) / 86400
+        days = (self.arrivals[-1] - first) / 86400
+        text = (
+            f"{self.policy}: simulated day {day:.1f} of {days:.1f}, {done:,} of {n:,} jobs "
+            f"submitted ({share:.0%}), {elapsed:.0f} s"
+        )
+        if share >= 1.0:
+            return text + " elapsed; finishing the running jobs"
+        left = elapsed * (1 - share) / share
+        return text + f" elapsed, about {_span(left)} left"
+
+    def _write(self, text: str, end: bool = False) -> None:
+        if self.tty:
+            self.stream.write(f"\r\033[K{text}" + ("\n" if end else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:

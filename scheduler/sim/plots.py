@@ -68,20 +68,37 @@ def _daily(series: list[float], bin_s: float) -> list[float]:
 
 
 def utilization(results: dict[str, SimResult], path: Path) -> Path:
+    return _save(utilization_figure(results), path)
+
+
+def utilization_figure(results: dict[str, SimResult]):
     fig, ax = plt.subplots(figsize=SIZE)
     for name, r in results.items():
         daily = _daily(r.utilization, r.bin_s)
         ax.plot(range(len(daily)), daily, label=f"{name} ({r.summary['utilization']:.1%} overall)")
     last = next(iter(results.values())).last_arrival_s / 86400
     ax.axvline(last, color="grey", linestyle="--", linewidth=0.8)
-    ax.annotate("last arrival", (last, 0.97), fontsize=8, color="grey", ha="left")
+    # The label goes on the side of the line with room: the last arrival is usually near
+    # the right edge, where a label to its right was cut off.
+    left, right = ax.get_xlim()
+    before = last > (left + right) / 2
+    ax.annotate(
+        "last arrival",
+        (last, 0.97),
+        xytext=(-3 if before else 3, 0),
+        textcoords="offset points",
+        fontsize=8,
+        color="grey",
+        ha="right" if before else "left",
+        va="top",
+    )
     ax.set_xlabel("day since the first arrival")
     ax.set_ylabel("GPUs allocated (daily mean)")
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower left")
     ax.set_title("Utilization over time")
-    return _save(fig, path)
+    return fig
 
 
 def team_shares(results: dict[str, SimResult], path: Path) -> Path:

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from portal.core.models import Usage
+from portal.core.models import Node, Usage
 from tests.api.conftest import bearer, error_of, run_on, submit
 from tests.factories import make_team
 
@@ -48,6 +48,7 @@ def test_teams_list_only_the_callers_with_their_role(personas, cluster, as_membe
 
 
 def test_team_detail_has_quota_usage_fair_share_and_showback(cluster, personas, as_viewer_a):
+    Node.objects.filter(flavor=cluster.h100).update(block="b1")  # room for a 3-node gang
     job = submit(cluster.team_a, personas.member_a, workers=3, gpus_per_worker=8)
     run_on(job, *cluster.nodes[:3])
     Usage.objects.create(

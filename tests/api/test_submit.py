@@ -80,9 +80,20 @@ def test_field_errors_are_all_reported_at_once(as_lead_a):
 def test_a_gang_bigger_than_the_team_could_ever_get_is_refused(as_lead_a):
     # alpha: 16 h100 nominal + 16 it may borrow from beta = 32 at most.
     error = error_of(as_lead_a.post(JOBS, job_body(workers=5, gpus_per_worker=8)), 400)
-    assert "at most 32" in error["fields"]["workers"][0]
+    assert any("at most 32" in m for m in error["fields"]["workers"])
     error = error_of(as_lead_a.post(JOBS, job_body(gpus_per_worker=9)), 400)
     assert "largest has 8" in error["fields"]["gpus_per_worker"][0]
+
+
+def test_a_gang_no_topology_domain_can_host_is_refused(as_lead_a, cluster):
+    # h100: blocks b1 and b2 of two 8-GPU nodes each; alpha could get 32 GPUs of quota.
+    error = error_of(as_lead_a.post(JOBS, job_body(workers=3, gpus_per_worker=8)), 400)
+    (why,) = error["fields"]["workers"]
+    assert why.startswith("The largest gang of 8-GPU workers the h100-80gb nodes can host is 2")
+    assert "inside one block" in why and "block b1" in why
+    assert not Job.objects.exists()
+    # The same GPUs as smaller workers fit: 3 x 4 on the two nodes of one block.
+    assert as_lead_a.post(JOBS, job_body(workers=3, gpus_per_worker=4)).status_code == 201
 
 
 def test_runtime_above_the_queue_limit_is_refused(as_lead_a):
@@ -265,8 +276,12 @@ def test_an_accepted_job_is_committed_before_the_response(cluster):
 
 def test_quota_changes_count_once_the_remembered_facts_expire(as_lead_a, cluster, monkeypatch):
     from portal.api import lookups
-    from portal.core.models import Quota
+    from portal.core.models import Node, Quota
+    from tests.factories import make_node
 
+    # One block of five 8-GPU nodes, so only the quota limits a 5 x 8 gang.
+    Node.objects.filter(flavor=cluster.h100).update(block="b1")
+    make_node("h100-4", cluster.h100, block="b1")
     big = job_body(workers=5, gpus_per_worker=8)  # 40 GPUs; alpha can get 32
     error_of(as_lead_a.post(JOBS, big), 400)
     Quota.objects.filter(team=cluster.team_a, flavor=cluster.h100).update(nominal=24)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -74,7 +75,34 @@ def test_login_with_a_wrong_password_fails_with_the_auth_code(berth, live_server
     )
     assert result.code == exitcodes.NOT_AUTHENTICATED
     assert "berth: error:" in result.err
+    assert "berth login" not in result.err  # the advice for a stale token, not a wrong password
     assert not home.exists()
+
+
+def test_login_takes_url_after_the_command_as_the_docs_write_it(berth, live_server, cluster):
+    result = berth(
+        "login", "--url", live_server.url, "-u", "member_a", "--password-stdin", stdin=PASSWORD
+    )
+    assert result.code == 0, result.err
+    assert berth("whoami").out.startswith("member_a — alpha (member)")
+    # A --url before the command still counts, and one after it wins for that command.
+    assert berth("--url", "http://127.0.0.1:9", "whoami", "--url", live_server.url).code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "says"),
+    [
+        (["-u", "member_a"], "", "no terminal to ask for the password"),
+        ([], PASSWORD, "no terminal to ask for the password"),
+        (["--password-stdin"], PASSWORD, "--password-stdin needs --username"),
+        (["-u", "member_a", "--password-stdin"], "", "no password on stdin"),
+    ],
+)
+def test_login_without_a_terminal_says_what_to_give(berth, live_server, home, args, stdin, says):
+    result = berth("login", "--url", live_server.url, *args, stdin=stdin)
+    assert result.code == exitcodes.USAGE
+    assert result.err.startswith("berth: error: ") and says in result.err
+    assert "Traceback" not in result.err and not home.exists()
 
 
 def test_logout_revokes_the_token(berth, live_server, cluster, home):
@@ -187,7 +215,23 @@ def test_refusals_print_the_servers_field_errors(berth, logged_in, personas):
     result = berth("submit", "--flavor", "tpu", "-G", "8", "--image", "x", "--", "run")
 
     assert result.code == exitcodes.REFUSED
-    assert "flavor: Unknown GPU flavor 'tpu'" in result.err
+    assert result.err.splitlines() == [
+        "berth: error: Invalid request",
+        "  flavor: Unknown GPU flavor 'tpu' (flavors: a100-40gb, h100-80gb).",
+    ]  # each message once
+    assert not Job.objects.exists()
+
+
+def test_a_gang_the_flavor_can_never_host_is_refused_at_submission(berth, logged_in, personas):
+    logged_in(personas.member_a)
+
+    result = berth("submit", "-N", "3", *JOB, "--", "torchrun", "t.py")  # 3 x 8; blocks hold 2
+
+    assert result.code == exitcodes.REFUSED
+    assert "  workers: The largest gang of 8-GPU workers the h100-80gb nodes can host is 2" in (
+        result.err
+    )
+    assert result.err.count("The largest gang") == 1
     assert not Job.objects.exists()
 
 
@@ -265,7 +309,50 @@ def test_status_shows_state_reason_position_and_gpus(berth, logged_in, personas,
     assert "State:       pending (quota)" in result.out
     assert "Position:    2nd in its queue" in result.out
     assert "submitted" in result.out
+    assert "Command:     python train.py\n" in result.out
     assert json.loads(berth("status", "--json", job_id).out)["position"] == 2
+
+
+def test_status_shows_the_command_as_typed_and_times_as_ages(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    job_id = submit(berth, "-J", "q")
+    Job.objects.filter(pk=job_id).update(
+        command=["python", "-c", "print('hi')", "--name", "big run"],
+        submitted_at=timezone.now() - timezone.timedelta(seconds=20),
+        reason_code="reserved",
+        reason="it would delay job 3, which needs the team's quota from 2099-01-02T03:04:05Z",
+    )
+
+    out = berth("status", job_id).out
+
+    assert "Command:     python -c \"print('hi')\" --name 'big run'\n" in out
+    assert re.search(r"Submitted:   2\ds ago \(\d\d:\d\d UTC\) by member_a", out), out
+    assert "quota from 2099-01-02 03:04 UTC (in " in out  # not the raw instant
+
+
+def test_why_words_an_ended_job_and_keeps_utc_upper_case(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    pending, done = submit(berth), submit(berth)
+    Job.objects.filter(pk=pending).update(
+        estimated_start_at=timezone.now() + timezone.timedelta(minutes=20), reason_code="quota"
+    )
+    finish(done, "succeeded", exit_code=0)
+
+    assert "Estimated start in 19m" in berth("why", pending).out
+    assert " UTC)." in berth("why", pending).out
+    ended = berth("why", done).out.splitlines()[0]
+    assert " succeeded at " in ended and ended.endswith(" with exit code 0.")
+    assert " is succeeded" not in ended and " UTC (" in ended
+
+
+def test_queue_all_shows_no_start_for_a_job_cancelled_while_pending(berth, logged_in, personas):
+    logged_in(personas.member_a)
+    job_id = submit(berth)
+    assert berth("cancel", job_id).code == 0
+
+    (row,) = berth("queue", "--all").out.splitlines()[1:]
+
+    assert row.split()[5] == "cancelled" and row.split()[-1] == "-"
 
 
 def test_queue_lists_active_jobs_like_squeue(berth, logged_in, personas, cluster):
@@ -417,6 +504,28 @@ def test_wait_exit_code_says_how_the_job_ended(berth, logged_in, personas, waits
     assert progress[0].startswith(f"job {job_id}: pending (no_capacity, 1st in queue)")
     assert progress[1].startswith(f"job {job_id}: running")
     assert progress[-1].startswith(f"job {job_id} {state}")
+
+
+def test_wait_fails_for_a_job_the_cluster_can_no_longer_host(
+    berth, logged_in, personas, waits, settings
+):
+    from portal.core.models import Node
+    from portal.core.scheduling import run_pass
+
+    settings.BERTH = settings.BERTH | {"NEVER_FITS_FAIL_AFTER_S": 0.0}
+    logged_in(personas.member_a)
+    job_id = submit(berth, "-N", "2")  # fits a block of two 8-GPU nodes...
+    Node.objects.filter(hostname__in=["h100-1", "h100-3"]).delete()  # ...until they go
+    waits.then += [run_pass, run_pass]  # noted as never_fits, then failed
+
+    result = berth("wait", job_id, "--interval", "5", "--timeout", "1h")
+
+    assert result.code == exitcodes.JOB_FAILED, result.err
+    assert result.err.splitlines()[-1].startswith(f"job {job_id} failed after waiting 10s: ")
+    assert result.err.splitlines()[-1].endswith("could not host it for 0 s (never_fits).")
+    why = berth("why", job_id).out
+    assert "Last event: failed: The cluster could not host it: needs 16 h100-80gb GPUs" in why
+    assert "Reason: Failed: the cluster could not host it for 0 s (never_fits)." in why
 
 
 def test_wait_gives_up_after_the_timeout(berth, logged_in, personas, waits):

@@ -73,6 +73,34 @@ def the_api_works_for_a_demo_user(port: int, var: Path) -> None:
         assert (status, receipt["team"], receipt["submitted_by"]) == (201, "vision", "bob")
 
 
+def the_logins_say_who_is_who(text: str, var: Path) -> None:
+    """Each printed login names its teams and roles, with no log line in between."""
+    passwords = json.loads((var / "demo.json").read_text())["passwords"]
+    block = text.split("Demo logins", 1)[1].split("Berth is running", 1)[0]
+    lines = [line.split() for line in block.strip().splitlines()[1:] if line.strip()]
+    logins = {words[0]: " ".join(words[2:]) for words in lines}
+    assert set(logins) == set(passwords), block  # nothing else printed among them
+    assert logins["alice"] == "lead of vision, viewer of nlp"
+    assert logins["bob"] == "member of vision"
+    assert logins["admin"].startswith("staff")
+    assert "No hostname" not in text
+
+
+def no_command_line_shows_the_bootstrap_token(var: Path) -> None:
+    """`ps` shows every process's argv to every user: the agents get the token otherwise."""
+    token = json.loads((var / "demo.json").read_text())["bootstrap_token"]
+    agents = 0
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(str(var).encode() in arg for arg in argv):
+            agents += any(b"berth-agent" in arg for arg in argv)
+            assert token.encode() not in b" ".join(argv), argv
+    assert agents == 6
+
+
 def test_make_run_starts_everything_on_sqlite_and_ctrl_c_stops_it(tmp_path):
     port = free_port()
     env = {
@@ -105,6 +133,7 @@ def test_make_run_starts_everything_on_sqlite_and_ctrl_c_stops_it(tmp_path):
         text = (tmp_path / "devstack.out").read_text()
         assert printed and proc.poll() is None, text
         assert f"http://127.0.0.1:{port}/" in text and "admin" in text  # the URL and logins
+        the_logins_say_who_is_who(text, tmp_path)
 
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             assert r.status == 200
@@ -114,6 +143,7 @@ def test_make_run_starts_everything_on_sqlite_and_ctrl_c_stops_it(tmp_path):
 
         ready = "SELECT count(*) FROM core_node WHERE condition = 'ready'"
         wait_for(lambda: rows(db, ready) == [(6,)], 90, "six ready demo nodes")
+        no_command_line_shows_the_bootstrap_token(tmp_path)
         started = "SELECT count(*) FROM core_job WHERE started_at IS NOT NULL"
         wait_for(lambda: rows(db, started)[0][0] > 0, 90, "a demo job to start on an agent")
     finally:

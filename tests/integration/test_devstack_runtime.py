@@ -15,13 +15,13 @@ NODE = ("demo-h100-1", "rack-1", "block-1", "NVIDIA H100 80GB HBM3", 81559)
 
 def test_the_process_runtime_stays_the_default(tmp_path):
     assert demo_runtime({}) == PROCESS_RUNTIME
-    argv = agent_argv("http://127.0.0.1:8000", "bbt_x", NODE, tmp_path)
+    argv = agent_argv("http://127.0.0.1:8000", NODE, tmp_path)
     assert argv[argv.index("--runtime") + 1] == "process"
 
 
 def test_docker_is_used_when_an_engine_answers(docker_engine, tmp_path):
     runtime = demo_runtime({"BERTH_DEMO_RUNTIME": "docker", "DOCKER_HOST": docker_engine.host})
-    argv = agent_argv("http://127.0.0.1:8000", "bbt_x", NODE, tmp_path, runtime)
+    argv = agent_argv("http://127.0.0.1:8000", NODE, tmp_path, runtime)
     assert argv[argv.index("--runtime") + 1] == "docker"
     assert argv[argv.index("--docker-gpus") + 1] == "none"  # simulated GPUs are not devices
 

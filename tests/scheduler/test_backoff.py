@@ -142,7 +142,7 @@ def test_the_verdict_says_when_and_why_with_position_and_estimate():
     assert one.reason_code == "backoff" and one.position == 1
     assert one.message == (
         "needs 8 h100 GPUs; backing off after its 3rd requeue (it was preempted or lost its "
-        "node): eligible again from +600 s, keeping its original submit time"
+        "node): eligible again from 1970-01-12T13:56:40Z, keeping its original submit time"
     )
     # Last in pass order: after job 2 (NOW + 1000 to + 1100), never before it is eligible.
     assert one.estimated_start == NOW + 1100

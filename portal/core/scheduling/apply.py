@@ -15,10 +15,12 @@ from datetime import UTC, datetime
 from django.db import connection
 
 from portal.core.actions.jobs import transition
+from portal.core.actions.unfittable import note_or_fail_unfittable
 from portal.core.db import bulk_set, bulk_set_values
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
 from scheduler import model as m
+from scheduler.reasons import NEVER_FITS
 
 State = Job.State
 # An estimate that moved less than this is not rewritten (saves writes every pass).
@@ -41,6 +43,7 @@ def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
     admitted = _admit(plan.admissions, ctx)
     preempted = _preempt(plan.preemptions, ctx)
     written = _write_verdicts(plan.verdicts, ctx)
+    _unfittable(plan.verdicts, ctx)
     return Applied(admitted=admitted, preempted=preempted, verdicts_written=written)
 
 
@@ -110,6 +113,15 @@ def _preempt(preemptions: tuple[m.Preemption, ...], ctx: PassContext) -> list[in
         per_job=events,
         stop_requested_at=ctx.now,
     )
+
+
+def _unfittable(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> list[int]:
+    """Note jobs that became `never_fits`; fail those that stayed so too long."""
+    reasons = {v.job_id: v.message for v in verdicts if v.reason_code == NEVER_FITS}
+    if not reasons:
+        return []
+    previous = {pk: ctx.pending_rows[pk]["reason_code"] for pk in reasons if pk in ctx.pending_rows}
+    return note_or_fail_unfittable(reasons, previous, ctx.now)
 
 
 def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:

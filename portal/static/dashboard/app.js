@@ -87,6 +87,22 @@
 
   document.addEventListener("DOMContentLoaded", function () { initCharts(document); });
 
+  // <time data-local datetime="…Z">10:06 UTC</time>: the reader's local clock; UTC stays in the title.
+  function localTimes(root) {
+    root.querySelectorAll("time[data-local]").forEach(function (el) {
+      var d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d.getTime())) return;
+      var clock = { hour: "2-digit", minute: "2-digit" };
+      var today = d.toDateString() === new Date().toDateString();
+      el.textContent = today ? d.toLocaleTimeString([], clock)
+        : d.toLocaleString([], Object.assign({ month: "short", day: "numeric" }, clock));
+      el.removeAttribute("data-local");
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () { localTimes(document); });
+  document.addEventListener("htmx:load", function (event) { localTimes(event.detail.elt); });
+
   // <form data-confirm="Cancel job #12?"> asks first.
   document.addEventListener("submit", function (event) {
     var message = event.target.dataset && event.target.dataset.confirm;

@@ -94,8 +94,8 @@ class Command(BaseCommand):
         state_file.parent.mkdir(parents=True, exist_ok=True)
         state_file.write_text(json.dumps(state, indent=2))
         state_file.chmod(0o600)
-        for username, password in state["passwords"].items():
-            self.stdout.write(f"  {username:<6} {password}")
+        for line in login_lines(state["passwords"]):
+            self.stdout.write(line)
 
     def _users(self, state):
         User = get_user_model()
@@ -185,3 +185,28 @@ class Command(BaseCommand):
                 },
             )
             submit_job(team=team, spec=spec, user=User.objects.get(username=username))
+
+
+def login_lines(passwords: dict[str, str]) -> list[str]:
+    """One line per demo login: user, password, and what the user is in the demo
+    (staff, or each team with the role), so a visitor knows whom to log in as."""
+    rank = {role: i for i, role in enumerate(Membership.Role.values)}  # lead, member, viewer
+    rows = Membership.objects.filter(user__username__in=list(passwords)).values_list(
+        "user__username", "team__slug", "role"
+    )
+    roles: dict[str, list[str]] = {}
+    for username, team, role in sorted(rows, key=lambda r: (rank.get(r[2], 9), r[1])):
+        roles.setdefault(username, []).append(f"{role} of {team}")
+    staff = set(
+        get_user_model()
+        .objects.filter(username__in=list(passwords), is_staff=True)
+        .values_list("username", flat=True)
+    )
+    width = max(map(len, passwords), default=0)
+    lines = []
+    for username, password in passwords.items():
+        what = roles.get(username, [])
+        if username in staff:
+            what.insert(0, "staff: every team and the admin site")
+        lines.append(f"  {username:<{width}}  {password:<12}  {', '.join(what) or 'no team'}")
+    return lines

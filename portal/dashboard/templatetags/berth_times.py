@@ -1,0 +1,49 @@
+"""`{{ job.reason|with_times }}`: the instants in a reason, for the person reading it.
+
+The scheduler writes the instants in its sentences as ISO 8601 UTC
+(scheduler.timewords.instant); a page shows each as the absolute time with a
+relative one in words beside it, "10:06 UTC (in about 1 h)", never as an
+offset. app.js turns the clock into the reader's local time and keeps UTC in
+the tooltip.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
+
+from portal.dashboard.format import in_words
+
+register = template.Library()
+
+ISO_INSTANT = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+
+
+@register.filter(needs_autoescape=True)
+def with_times(text, autoescape=True):
+    """Return the text, escaped, with each ISO instant as a <time> and words."""
+    escape = conditional_escape if autoescape else str
+    now = timezone.now()
+    parts = ISO_INSTANT.split(str(text or ""))
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(escape(part))
+            continue
+        moment = datetime.fromisoformat(part)
+        clock = f"{moment:%H:%M}" if moment.date() == now.date() else f"{moment:%Y-%m-%d %H:%M}"
+        out.append(
+            format_html(
+                '<time datetime="{}" title="{} UTC" data-local>{} UTC</time> ({})',
+                part,
+                f"{moment:%Y-%m-%d %H:%M}",
+                clock,
+                in_words(moment, now),
+            )
+        )
+    return mark_safe("".join(out))  # noqa: S308 — every part was escaped above

@@ -1,0 +1,31 @@
+"""Times in a pending job's reason read as a clock time and words ("10:06 UTC (in about
+1 h)", the clock made local by app.js), never as offsets like '+3593 s' (issue 16, item 3)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from django.utils import timezone
+
+from portal.core.models import Job
+from scheduler.timewords import instant
+
+
+def test_reason_instants_are_a_clock_time_and_words(story, login):
+    at = timezone.now() + timedelta(minutes=62)
+    Job.objects.filter(pk=story.sweep.pk).update(
+        reason_code="reserved",
+        reason=f"needs 8 GPUs; it would delay job 7 <b>, which needs the team's quota from "
+        f"{instant(at.timestamp())}; it could start now if its max runtime were at most 1 h",
+    )
+    client = login(story.cluster.personas.lead_a)
+    clock = f"{at:%H:%M}" if at.date() == timezone.now().date() else f"{at:%Y-%m-%d %H:%M}"
+    shown = f'title="{at:%Y-%m-%d %H:%M} UTC" data-local>{clock} UTC</time> (in about 1 h)'
+
+    for page in (f"/jobs/{story.sweep.pk}/", "/teams/alpha/queue/"):
+        html = client.get(page).content.decode()
+        assert shown in html, page
+        assert "quota from <time datetime=" in html and "job 7 &lt;b&gt;" in html
+        text = re.sub(r"<[^>]+>", "", html)  # what a reader sees, without the tooltips
+        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\+\d+ s\b", text), page
