@@ -55,7 +55,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it also turns what the others answer (a bad Host header) into our pages.
+    "portal.errors.ErrorPagesMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -66,6 +69,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "portal.urls"
+CSRF_FAILURE_VIEW = "portal.errors.csrf_failure"
 # docs/api.md: bodies up to 16 MiB (a bulk of 5,000 jobs is about 3.3 MiB); larger ones
 # answer 413 in the API's error format (portal/errors.py). deploy/nginx allows the same.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
@@ -139,6 +143,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
+# Files served at the site's root by WhiteNoise: /favicon.ico.
+WHITENOISE_ROOT = BASE_DIR / "portal" / "root"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -29,5 +29,7 @@ urlpatterns = [
     path("", include("portal.dashboard.urls")),
 ]
 
-handler404 = "portal.api.errors.page_not_found"
+handler400 = "portal.errors.bad_request"
+handler403 = "portal.errors.permission_denied"
+handler404 = "portal.errors.page_not_found"
 handler500 = "portal.errors.server_error"
