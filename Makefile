@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast lint format services browser bench-core bench-pass \
+.PHONY: install run test test-fast lint format services browser promtool bench-core bench-pass \
         bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults fuzz clean
 
 $(STAMP):
@@ -28,12 +28,12 @@ run: install
 	$(BIN)/python -m portal.devstack
 
 ## make test: every test against PostgreSQL and Redis (started here if installed but stopped)
-test: install services browser
+test: install services browser promtool
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## the suite without the browser and live-process tests, for a quick loop
-test-fast: install services
+test-fast: install services promtool
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/python -m pytest -m "not browser and not services" $(PYTEST_ARGS)
 
@@ -57,6 +57,9 @@ services:
 
 browser:
 	scripts/ensure-chromium.sh
+
+promtool:
+	scripts/ensure-promtool.sh
 
 lint: install
 	$(BIN)/ruff check .

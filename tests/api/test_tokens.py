@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from portal.core.models import ApiToken, Membership
@@ -162,3 +164,12 @@ def test_token_secrets_are_never_cached(personas, as_member_a):
     assert "no-store" in created["Cache-Control"]
     basic = _login()
     assert basic.status_code == 201 and "no-store" in basic["Cache-Control"]
+
+
+def test_names_with_bidi_controls_are_refused(personas, cluster, as_member_a):
+    """A U+202E makes `ci‮lanigiro` display reversed: the name could pass for another."""
+    error = error_of(as_member_a.post(TOKENS, {"name": "ci\u202elanigiro"}), 400, "invalid")
+    assert "U+202E" in error["fields"]["name"][0]
+    cluster.team_a.name = "Alpha\u2066 (official)"
+    with pytest.raises(ValidationError, match="U\\+2066"):
+        cluster.team_a.full_clean()  # what the admin's form runs

@@ -76,3 +76,11 @@ def test_the_page_showing_a_new_secret_is_never_cached(story, login):
     response = create(client)
     assert response.context["created"]["plaintext"] in response.content.decode()
     assert "no-store" in response["Cache-Control"]
+
+
+def test_a_token_name_with_bidi_controls_is_refused(story, login):
+    client = login(story.cluster.personas.lead_a)
+    response = create(client, name="deploy\u202egnp.exe")
+    assert response.context["created"] is None
+    assert "bidirectional control" in response.content.decode()
+    assert not ApiToken.objects.filter(user=story.cluster.personas.lead_a).exists()
