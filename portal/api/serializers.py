@@ -458,7 +458,7 @@ class NewTokenSerializer(TokenSerializer):
 
 
 class TokenCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=100, validators=[reject_bidi_controls])
+    name = TextField(max_length=100, validators=[reject_bidi_controls])
     teams = serializers.ListField(
         child=SlugField(max_length=64),
         required=False,
