@@ -53,3 +53,14 @@ def test_the_favicon_is_served(db):
     response = Client().get("/favicon.ico")
     assert response.status_code == 200
     assert response["Content-Type"] in ("image/x-icon", "image/vnd.microsoft.icon")
+
+
+@pytest.mark.parametrize("debug", MODES)
+def test_a_post_without_its_csrf_token_is_the_product_403(debug, settings, story, caplog):
+    settings.DEBUG = debug
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(story.cluster.personas.member_a)
+    with caplog.at_level(logging.WARNING):
+        response = client.post("/teams/alpha/submit/", {"name": "x"})
+    assert "reload the page" in _is_product_page(response, 403)
+    assert not [r for r in caplog.records if r.exc_info]
