@@ -163,10 +163,13 @@ class ErrorPagesMiddleware:
 
 
 def _debug_page(response) -> bool:
-    """Whether this is one of Django's DEBUG pages (technical 404/500, or a 400 from
-    a bad Host header), which list URL patterns and settings."""
-    return (
-        response.status_code in (400, 404, 500)
-        and not getattr(response, "berth_error_page", False)
-        and response.get("Content-Type", "").startswith("text/html")
+    """Whether this is one of Django's DEBUG pages, which list URL patterns, settings
+    and tracebacks: a technical 404 or a 400 from a bad Host header (HTML), or any 500
+    not built here (HTML, or plain text for a client that does not accept HTML)."""
+    if getattr(response, "berth_error_page", False):
+        return False
+    if response.status_code == 500:
+        return True
+    return response.status_code in (400, 404) and response.get("Content-Type", "").startswith(
+        "text/html"
     )

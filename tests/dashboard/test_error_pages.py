@@ -64,3 +64,15 @@ def test_a_post_without_its_csrf_token_is_the_product_403(debug, settings, story
         response = client.post("/teams/alpha/submit/", {"name": "x"})
     assert "reload the page" in _is_product_page(response, 403)
     assert not [r for r in caplog.records if r.exc_info]
+
+
+@pytest.mark.parametrize("debug", MODES)
+def test_an_api_crash_is_a_json_500_without_a_traceback(debug, settings, personas, monkeypatch):
+    from tests.api.conftest import bearer, error_of
+
+    settings.DEBUG = debug
+    monkeypatch.setattr("portal.api.views.tokens.token_data", lambda *a, **k: 1 / 0)
+    api = bearer(personas.member_a)
+    api.client.raise_request_exception = False
+    response = api.get("/api/v1/tokens/", Accept="application/json")
+    assert "Traceback" not in error_of(response, 500, "server_error")["message"]
