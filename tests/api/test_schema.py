@@ -89,6 +89,6 @@ def test_the_cli_with_all_checks_and_the_stateful_phase_finds_nothing(
         "BERTH_FUZZ_OWN_TOKEN_ID": str(token.pk),
     }
     result = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
