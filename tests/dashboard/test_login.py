@@ -57,3 +57,18 @@ def test_dashboard_failures_count_for_the_api_too(personas, login_throttle):
         headers={"Authorization": _basic("member_a")},
     )
     assert response.status_code == 429
+
+
+def test_the_throttle_counts_in_make_runs_file_cache_too(personas, settings, tmp_path):
+    """`make run` has no Redis: the counters live in Django's file-based cache."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(tmp_path / "cache"),
+        }
+    }
+    settings.BERTH = settings.BERTH | {"LOGIN_FAILURES": "2/15min"}
+    for _ in range(2):
+        _post("dashboard", "member_a", "wrong", address="10.4.0.1")
+    refused = _post("dashboard", "member_a", PASSWORD, address="10.4.0.2")
+    assert "Too many failed logins" in refused.content.decode()
