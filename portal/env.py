@@ -8,6 +8,7 @@ a silently different configuration (healthchecks' hc/settings.py does the same).
 from __future__ import annotations
 
 import os
+import re
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -83,3 +84,45 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate like `10/min` or `10/15min` (see parse_rate)."""
+    value = _raw(name) or default
+    try:
+        parse_rate(value)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name} must be a rate like 10/min or 10/15min, got {value!r}"
+        ) from None
+    return value
+
+
+PLACEHOLDER_MARK = "change-me"
+
+
+def refuse_placeholder(name: str, value: str | None) -> None:
+    """Refuse a value still holding deploy/berth.env.example's placeholder (production only).
+
+    An unedited example file would otherwise run with a signing key or a metrics
+    token that anyone can read in the repository.
+    """
+    if value and PLACEHOLDER_MARK in value.lower():
+        raise ImproperlyConfigured(
+            f"{name} still holds the placeholder from deploy/berth.env.example; "
+            "set it to a long random value, e.g. "
+            'python3 -c "import secrets; print(secrets.token_urlsafe(64))"'
+        )
+
+
+PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([a-z]+)\s*$")
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """`"3000/min"` → (3000, 60); `"10/15min"` → (10, 900). ValueError if malformed."""
+    match = _RATE.match(rate.lower())
+    if match is None or match.group(3) not in PERIODS or match.group(2) == "0":
+        raise ValueError(f"not a rate like 3000/min or 10/15min: {rate!r}")
+    count, multiple, unit = match.groups()
+    return int(count), int(multiple or 1) * PERIODS[unit]

@@ -11,7 +11,16 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_choice, env_float, env_int, env_list, env_str
+from portal.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_rate,
+    env_str,
+    refuse_placeholder,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("BERTH_VAR_DIR", str(BASE_DIR / "var")))
@@ -23,6 +32,8 @@ if not DEBUG and (SECRET_KEY == _DEV_SECRET or len(SECRET_KEY) < 50):
     raise ImproperlyConfigured(
         "DJANGO_SECRET_KEY must be a random string of at least 50 characters"
     )
+if not DEBUG:
+    refuse_placeholder("DJANGO_SECRET_KEY", SECRET_KEY)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 if not DEBUG and not env_str("DJANGO_ALLOWED_HOSTS"):
     raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must be set when DJANGO_DEBUG=0")
@@ -44,7 +55,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it also turns what the others answer (a bad Host header) into our pages.
+    "portal.errors.ErrorPagesMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -55,6 +69,10 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "portal.urls"
+CSRF_FAILURE_VIEW = "portal.errors.csrf_failure"
+# docs/api.md: bodies up to 16 MiB (a bulk of 5,000 jobs is about 3.3 MiB); larger ones
+# answer 413 in the API's error format (portal/errors.py). deploy/nginx allows the same.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 WSGI_APPLICATION = "portal.wsgi.application"
 
 TEMPLATES = [
@@ -113,6 +131,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Every password check goes through the login throttle (portal/core/logins.py).
+AUTHENTICATION_BACKENDS = ["portal.core.logins.ThrottledModelBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -125,6 +145,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
+# Files served at the site's root by WhiteNoise: /favicon.ico.
+WHITENOISE_ROOT = BASE_DIR / "portal" / "root"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -216,7 +238,17 @@ BERTH = {
     "NODE_EVICT_AFTER_S": env_float("BERTH_NODE_EVICT_AFTER_S", 60.0, minimum=0.0),
     # Metrics endpoint
     "METRICS_TOKEN": env_str("BERTH_METRICS_TOKEN"),
+    # Reverse proxies in front of the web processes that append to X-Forwarded-For
+    # (deploy/nginx: 1). The client address is the one the outermost of them saw.
+    "TRUSTED_PROXIES": env_int("BERTH_TRUSTED_PROXIES", 0, minimum=0),
+    # Failed password logins per client address and, separately, per account, for the
+    # API, the dashboard and the admin alike (portal/core/logins.py; docs/security.md).
+    "LOGIN_FAILURES": env_rate(
+        "BERTH_LOGIN_FAILURES", env_rate("BERTH_API_LOGIN_FAILURES", "10/15min")
+    ),
 }
+if not DEBUG and BERTH["METRICS_TOKEN"]:
+    refuse_placeholder("BERTH_METRICS_TOKEN", BERTH["METRICS_TOKEN"])
 if BERTH["REQUEUE_BACKOFF_MAX_S"] < BERTH["REQUEUE_BACKOFF_BASE_S"]:
     raise ImproperlyConfigured(
         "BERTH_REQUEUE_BACKOFF_MAX_S must be at least BERTH_REQUEUE_BACKOFF_BASE_S"
@@ -258,9 +290,9 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         # Requests per API token (or session user); "0" or "" turns throttling off.
         "token": env_str("BERTH_API_RATE", "3000/min"),
-        # Failed password logins (POST /api/v1/tokens/ with Basic auth) per address.
-        "login": env_str("BERTH_API_LOGIN_FAILURES", "10/min"),
     },
+    # DRF's own address helper (get_ident) agrees with portal.core.logins.client_address.
+    "NUM_PROXIES": BERTH["TRUSTED_PROXIES"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["portal.api.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",

@@ -8,6 +8,8 @@ tests also run without Django (`-p no:django`).
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 
@@ -42,3 +44,38 @@ def docker_engine():
             yield engine
     except NoEngine as exc:
         pytest.skip(f"no Docker engine: {exc}")
+
+
+def _forget_login_failures() -> None:
+    from django.core.cache import cache
+
+    backend = getattr(cache, "_cache", None)
+    if backend is not None and hasattr(backend, "get_client"):
+        client = backend.get_client(write=True)
+        for key in client.scan_iter(match="*berth:login-failures:*"):
+            client.delete(key)
+    else:
+        cache.clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_lockouts_from_earlier_runs(request):
+    """Login-failure counters live in the cache for a window (15 minutes by default):
+    the personas of an earlier run within it must not start locked out."""
+    if request.config.pluginmanager.hasplugin("django"):
+        from django.conf import settings
+
+        if settings.configured:
+            with contextlib.suppress(Exception):  # no cache reachable: nothing to forget
+                _forget_login_failures()
+    yield
+
+
+@pytest.fixture
+def login_throttle(settings):
+    """A small login-failure limit, and counters forgotten afterwards: the cache outlives
+    the test's rollback, and a persona locked out here must not be locked out in the next."""
+    settings.BERTH = settings.BERTH | {"LOGIN_FAILURES": "3/15min"}
+    _forget_login_failures()
+    yield 3
+    _forget_login_failures()

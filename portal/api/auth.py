@@ -10,8 +10,8 @@ from rest_framework.authentication import (
     get_authorization_header,
 )
 
-from portal.api.throttles import LoginFailures
 from portal.core.actions.tokens import authenticate_token, token_scope
+from portal.core.logins import lockout_for
 from portal.core.models import ApiToken
 
 
@@ -44,20 +44,19 @@ class BearerTokenAuthentication(BaseAuthentication):
 
 
 class PasswordAuthentication(BasicAuthentication):
-    """HTTP Basic, accepted only where a token is created. Failures are counted per
-    client address; beyond the limit the address is refused for a while (429)."""
+    """HTTP Basic, accepted only where a token is created, behind the login throttle
+    (portal/core/logins.py): a locked-out client or account gets 429, even with the
+    right password."""
 
     www_authenticate_realm = "berth"
 
-    def authenticate(self, request):
-        if not get_authorization_header(request).lower().startswith(b"basic "):
-            return None
-        failures = LoginFailures(request)
-        failures.check()
+    def authenticate_credentials(self, userid, password, request=None):
         try:
-            return super().authenticate(request)
+            return super().authenticate_credentials(userid, password, request)
         except exceptions.AuthenticationFailed:
-            failures.record()
+            lockout = lockout_for(request, userid)
+            if lockout is not None:
+                raise exceptions.Throttled(wait=lockout.wait, detail=lockout.message) from None
             raise
 
 

@@ -20,6 +20,7 @@ from rest_framework.response import Response
 from portal.core import access
 from portal.core.actions.jobs import IdempotencyConflict, InvalidTransition, QueueFull
 from portal.core.jobspec import SpecError
+from portal.errors import error_body, page_not_found
 
 
 class ApiError(exceptions.APIException):
@@ -39,10 +40,6 @@ class ApiError(exceptions.APIException):
         self.message = message
         self.fields = fields or {}
         self.headers = headers or {}
-
-
-def error_body(code: str, message: str, fields: dict | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "fields": fields or {}}}
 
 
 def invalid(fields: dict[str, list[str]], message: str = "") -> ApiError:
@@ -140,13 +137,4 @@ def flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
 @csrf_exempt
 def not_found(request, *args, **kwargs) -> JsonResponse:
     """Unknown paths under the API answer 404 in the API's format, whatever the method."""
-    return JsonResponse(error_body("not_found", f"No API endpoint at {request.path}."), status=404)
-
-
-def page_not_found(request, exception=None, template_name="404.html"):
-    """handler404 for the project: JSON under /api/, Django's page elsewhere."""
-    if request.path.startswith("/api/"):
-        return not_found(request)
-    from django.views.defaults import page_not_found as django_page_not_found
-
-    return django_page_not_found(request, exception, template_name)
+    return page_not_found(request)

@@ -12,6 +12,7 @@ from rest_framework.fields import SkipField
 
 from portal.api.fastparse import fast_parse
 from portal.core.jobspec import MAX_WORKERS, PRIORITY_RANGE
+from portal.core.validators import reject_bidi_controls
 
 # Bounds that only keep numbers inside the database's integer columns; the
 # rules that depend on the cluster (largest node, quota, queue limits) are jobspec's.
@@ -457,7 +458,7 @@ class NewTokenSerializer(TokenSerializer):
 
 
 class TokenCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=100)
+    name = TextField(max_length=100, validators=[reject_bidi_controls])
     teams = serializers.ListField(
         child=SlugField(max_length=64),
         required=False,

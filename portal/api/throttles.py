@@ -1,60 +1,21 @@
-"""Per-token request throttling and login-failure counting, in the shared cache.
+"""Per-token request throttling, counted in the shared cache (portal/core/counters.py).
 
-DRF's SimpleRateThrottle keeps a list of timestamps per client, which costs
-O(rate) per request at CI rates; a fixed-window counter costs one cache
-round trip (one Redis script: INCR, and EXPIRE on the window's first hit) and
-is what the rate limit needs.
+Failed password logins are limited by the login throttle in portal/core/logins.py,
+the one rule for the API, the dashboard and the admin.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 
-from django.core.cache import cache, caches
-from django.core.cache.backends.redis import RedisCache
-from redis.exceptions import NoScriptError
-from rest_framework import exceptions
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
+from portal.core.counters import hit, parse_rate
+from portal.core.logins import client_address
+
 log = logging.getLogger(__name__)
-
-# Count a hit and start the window's expiry on its first one, atomically: one round
-# trip, where Django's incr() asks EXISTS first and add() + incr() is two.
-COUNT_SCRIPT = """
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-return n
-"""
-COUNT_SHA = hashlib.sha1(COUNT_SCRIPT.encode()).hexdigest()
-
-PERIODS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
-
-
-def parse_rate(rate: str) -> tuple[int, int]:
-    """`"3000/min"` → (3000, 60)."""
-    count, _, period = rate.partition("/")
-    return int(count), PERIODS[period.strip().lower()]
-
-
-def _hit(key: str, period: int) -> int:
-    """Count one hit in the window's counter and return the count."""
-    backend = caches["default"]
-    if isinstance(backend, RedisCache):
-        redis_key = backend.make_and_validate_key(key)
-        client = backend._cache.get_client(redis_key, write=True)
-        try:
-            return client.evalsha(COUNT_SHA, 1, redis_key, period + 1)
-        except NoScriptError:  # first use on this Redis, or after SCRIPT FLUSH / restart
-            return client.eval(COUNT_SCRIPT, 1, redis_key, period + 1)
-    try:
-        return cache.incr(key)
-    except ValueError:
-        if cache.add(key, 1, timeout=period + 1):
-            return 1
-        return cache.incr(key)
 
 
 class TokenRateThrottle(BaseThrottle):
@@ -88,7 +49,7 @@ class TokenRateThrottle(BaseThrottle):
         now = time.time()
         key = f"berth:throttle:{self.scope}:{ident}:{int(now // period)}"
         try:
-            count = _hit(key, period)
+            count = hit(key, period)
         except Exception:  # noqa: BLE001 — throttling must not turn a cache outage into 500s
             log.warning("throttle cache unavailable; not throttling", exc_info=True)
             return True, 0.0
@@ -103,27 +64,4 @@ class TokenRateThrottle(BaseThrottle):
             return f"token-{auth.prefix}"
         if request.user and request.user.is_authenticated:
             return f"user-{request.user.pk}"
-        return f"addr-{self.get_ident(request)}"
-
-
-class LoginFailures:
-    """Failed password logins per client address, limited by DEFAULT_THROTTLE_RATES["login"]."""
-
-    def __init__(self, request):
-        rate = api_settings.DEFAULT_THROTTLE_RATES.get("login") or "10/min"
-        self.limit, self.period = parse_rate(rate)
-        address = BaseThrottle().get_ident(request)
-        self.key = f"berth:login-failures:{address}:{int(time.time() // self.period)}"
-
-    def check(self) -> None:
-        if (cache.get(self.key) or 0) >= self.limit:
-            raise exceptions.Throttled(
-                wait=self.period - (time.time() % self.period),
-                detail="Too many failed logins from this address; try again later.",
-            )
-
-    def record(self) -> None:
-        try:
-            _hit(self.key, self.period)
-        except Exception:  # noqa: BLE001
-            log.warning("login failure counter unavailable", exc_info=True)
+        return f"addr-{client_address(request)}"

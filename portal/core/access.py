@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from portal.core.db import columns, server_binding_cursor, split_row
-from portal.core.models import Job, Membership, Queue, Team
+from portal.core.models import ApiToken, Job, Membership, Queue, Team
 
 Role = Membership.Role
 
@@ -53,6 +53,16 @@ def get_team_for_user(user, slug: str, *, scope: Collection[int] | None = None) 
     if team is None:
         raise NotFound("team")
     return team
+
+
+def visible_tokens(user, *, scope: Collection[int] | None = None) -> QuerySet[ApiToken]:
+    """The user's API tokens that a caller with `scope` may list or revoke: a token
+    scoped to some teams reaches only tokens scoped within those teams, never an
+    unscoped one (which reaches every team of the user) or a wider one."""
+    tokens = ApiToken.objects.filter(user=user)
+    if scope is not None:
+        tokens = tokens.exclude(teams=None).exclude(teams__in=Team.objects.exclude(pk__in=scope))
+    return tokens
 
 
 def visible_jobs(user, *, scope: Collection[int] | None = None) -> QuerySet[Job]:

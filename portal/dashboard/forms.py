@@ -17,6 +17,7 @@ from django import forms
 from portal.core.access import visible_teams
 from portal.core.jobspec import SpecError
 from portal.core.models import GpuFlavor, Team
+from portal.core.validators import reject_bidi_controls
 from portal.dashboard.format import parse_duration
 
 PREEMPTIBLE_CHOICES = [("", "Queue default"), ("yes", "Yes"), ("no", "No")]
@@ -124,7 +125,9 @@ class SubmitJobForm(forms.Form):
 
 class ApiTokenForm(forms.Form):
     name = forms.CharField(
-        max_length=100, widget=forms.TextInput(attrs={"placeholder": "e.g. ci-pipeline"})
+        max_length=100,
+        validators=[reject_bidi_controls],
+        widget=forms.TextInput(attrs={"placeholder": "e.g. ci-pipeline"}),
     )
     expires_in_days = forms.TypedChoiceField(
         choices=EXPIRY_CHOICES,

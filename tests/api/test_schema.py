@@ -4,29 +4,20 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from io import StringIO
 from pathlib import Path
 
 import pytest
-import schemathesis
-from django.core import signals
 from django.core.management import call_command
-from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections
-from hypothesis import HealthCheck, Phase, given, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from django.db import transaction
 
-from portal.core.models import ApiToken
+from portal.core.actions.tokens import create_api_token
 from tests.api.conftest import run_on, submit
 
-COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "docs" / "openapi.yaml"
 REGENERATE = ".venv/bin/python manage.py spectacular --file docs/openapi.yaml --validate"
 
 
@@ -48,88 +39,56 @@ def test_schema_and_docs_are_served_without_external_assets(client):
     assert "http://" not in html and "https://" not in html  # nothing from a CDN
 
 
-# --- property-based: schemathesis against the served schema ------------------------
+# --- property-based: the schemathesis CLI against a live server ---------------------------
 
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-    response_headers_conformance,
-]
-# An oversized body is refused with 413 (documented for every POST), which
-# schemathesis does not count as a rejection by default.
-CONFIG = schemathesis.Config.from_dict(
-    {
-        "checks": {
-            "negative_data_rejection": {
-                "expected-statuses": [400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429]
-            }
-        }
-    }
-)
-# The default run is derandomized, so CI sees the same cases every time; `make fuzz`
-# draws fresh cases, more of them (BERTH_FUZZ_EXAMPLES), and prints any failure's curl.
-EXAMPLES_PER_OPERATION = int(os.environ.get("BERTH_FUZZ_EXAMPLES", "30"))
+# The default run is derandomized (a fixed seed, a few cases per operation), so CI sees the
+# same cases every time; `make fuzz` draws fresh ones, more of them (BERTH_FUZZ_EXAMPLES),
+# and adds the coverage phase (boundary values of every parameter, about 40 s).
+EXAMPLES_PER_OPERATION = int(os.environ.get("BERTH_FUZZ_EXAMPLES", "5"))
 RANDOM = os.environ.get("BERTH_FUZZ_RANDOM", "") == "1"
-MIN_CASES = 500
-
-
-@pytest.fixture
-def wsgi_app():
-    """The real WSGI app, without closing the test's connection after each request
-    (Django's test client does the same)."""
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    yield get_wsgi_application()
-    signals.request_started.connect(close_old_connections)
-    signals.request_finished.connect(close_old_connections)
-
-
-@pytest.fixture
-def fuzz_data(cluster, personas, settings):
-    """Some jobs (one running) so generated ids sometimes hit real rows; a generous rate."""
-    settings.REST_FRAMEWORK = settings.REST_FRAMEWORK | {
-        "DEFAULT_THROTTLE_RATES": {"token": "100000/min", "login": "100000/min"}
-    }
-    jobs = [submit(cluster.team_a, personas.lead_a, name=f"seed-{i}") for i in range(3)]
-    run_on(jobs[0], cluster.nodes[0], log="hello\n")
-    from tests.api.conftest import bearer
-
-    api = bearer(personas.lead_a)
-    return api.headers
+PHASES = "examples,coverage,fuzzing,stateful" if RANDOM else "examples,fuzzing,stateful"
+CONFIG_FILE = ROOT / "tests" / "api" / "schemathesis.toml"
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_generated_requests_conform_to_the_schema(fuzz_data, wsgi_app):
-    """Positive and negative cases for every operation: no 5xx, every status, header,
-    content type and body as documented, and invalid input refused."""
-    schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", wsgi_app, config=CONFIG)
-    token = ApiToken.objects.get()
-    cases = []
-    for result in schema.get_all_operations():
-        operation = result.ok()
-        for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
-            checks = CHECKS + ([negative_data_rejection] if mode.name == "NEGATIVE" else [])
-            _fuzz(operation, mode, checks, fuzz_data, token, cases)
-    assert len(cases) >= MIN_CASES, f"only {len(cases)} cases were generated"
-
-
-def _fuzz(operation, mode, checks, headers, token, cases) -> None:
-    @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(
-        max_examples=EXAMPLES_PER_OPERATION,
-        derandomize=not RANDOM,
-        deadline=None,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
+def test_the_cli_with_all_checks_and_the_stateful_phase_finds_nothing(
+    transactional_db, live_server, cluster, personas, settings, tmp_path
+):
+    """`schemathesis run --checks all` over HTTP against a live server: examples,
+    fuzzing and stateful sequences (create → read → revoke, submit → cancel; the links
+    are inferred) answer no 5xx and break no check, the known gaps listed in
+    schemathesis.toml aside. Only a revoke of the run's own token is filtered out
+    (tests/api/fuzz_hooks.py)."""
+    settings.REST_FRAMEWORK = settings.REST_FRAMEWORK | {
+        "DEFAULT_THROTTLE_RATES": {"token": "100000/min"}
+    }
+    settings.BERTH = settings.BERTH | {"LOGIN_FAILURES": "100000/min"}
+    with transaction.atomic():
+        jobs = [submit(cluster.team_a, personas.lead_a, name=f"seed-{i}") for i in range(3)]
+        run_on(jobs[0], cluster.nodes[0], log="hello\n")
+    token, secret = create_api_token(personas.lead_a, name="fuzzer")
+    command = [
+        str(Path(sys.executable).parent / "schemathesis"),
+        f"--config-file={CONFIG_FILE}",
+        "run",
+        f"{live_server.url}/api/schema/?format=json",
+        f"--url={live_server.url}",
+        f"--phases={PHASES}",
+        f"--max-examples={EXAMPLES_PER_OPERATION}",
+        f"--header=Authorization: Bearer {secret}",
+        "--workers=1",
+        "--request-timeout=30",
+        "--suppress-health-check=all",
+        "--no-color",
+        f"--report-dir={tmp_path}",
+        "--report=junit",
+        *([] if RANDOM else ["--seed=20261201", "--generation-deterministic"]),
+    ]
+    env = os.environ | {
+        "SCHEMATHESIS_HOOKS": "tests.api.fuzz_hooks",
+        "BERTH_FUZZ_OWN_TOKEN_ID": str(token.pk),
+    }
+    result = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
-    def run(case):
-        # A generated DELETE /tokens/{id}/ may hit our own token; keep it usable.
-        ApiToken.objects.filter(pk=token.pk).update(revoked_at=None)
-        cases.append(case)
-        response = case.call(headers=headers)
-        case.validate_response(response, checks=checks, headers=headers)
-
-    run()
+    assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from django.core.cache import caches
 
-from portal.api.throttles import _hit
 from portal.cache import RedisCache
+from portal.core.counters import hit as _hit
 from portal.core.models import Job, JobEvent, Membership
 from tests.api.conftest import bearer, error_of, job_body, submit
 from tests.factories import other_connection

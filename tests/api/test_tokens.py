@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
-
+import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from portal.core.models import ApiToken, Membership
@@ -35,26 +35,55 @@ def test_login_with_password_creates_a_token_shown_once(personas):
     assert secret not in listed.content.decode() and "token" not in listed.json()[0]
 
 
-def test_a_wrong_password_is_refused_and_repeated_failures_are_throttled(personas, settings):
-    settings.REST_FRAMEWORK = settings.REST_FRAMEWORK | {
-        "DEFAULT_THROTTLE_RATES": {"token": "1000/min", "login": "2/min"}
-    }
-    client = Client(REMOTE_ADDR=f"10.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}.7")
+def _login(password=None, username="member_a", **extra):
+    return Client(**extra).post(
+        TOKENS,
+        {"name": "x"},
+        content_type="application/json",
+        headers={"Authorization": _basic(username, password)},
+    )
 
-    def attempt(password):
-        return client.post(
-            TOKENS,
-            {"name": "x"},
-            content_type="application/json",
-            headers={"Authorization": _basic("member_a", password)},
-        )
 
-    error_of(attempt("wrong"), 401, "authentication_failed")
-    error_of(attempt("wrong"), 401, "authentication_failed")
-    response = attempt(None)  # even the right password, until the window passes
+def test_a_wrong_password_is_refused_and_repeated_failures_are_throttled(personas, login_throttle):
+    address = {"REMOTE_ADDR": "10.1.2.3"}
+    for _ in range(login_throttle - 1):
+        error_of(_login("wrong", **address), 401, "authentication_failed")
+    error_of(_login("wrong", **address), 429, "throttled")  # the last allowed failure says so
+    response = _login(**address)  # even the right password, until the window passes
     error_of(response, 429, "throttled")
-    assert int(response["Retry-After"]) > 0
+    assert "Too many failed logins" in response.json()["error"]["message"]
+    assert 0 < int(response["Retry-After"]) <= 900
     assert not ApiToken.objects.exists()
+
+
+def test_rotating_x_forwarded_for_gives_no_extra_guesses(personas, login_throttle, settings):
+    """Without a trusted proxy the header is the client's own words: the peer counts."""
+    for i in range(login_throttle):
+        forged = {"REMOTE_ADDR": "10.9.9.9", "HTTP_X_FORWARDED_FOR": f"203.0.113.{i}"}
+        _login("wrong", username=f"nobody{i}", **forged)
+    error_of(_login(REMOTE_ADDR="10.9.9.9", HTTP_X_FORWARDED_FOR="198.51.100.1"), 429)
+    assert not ApiToken.objects.exists()
+
+
+def test_behind_the_proxy_the_address_it_saw_counts(personas, login_throttle, settings):
+    """nginx appends the peer it saw; what the client wrote left of it counts for nothing."""
+    settings.BERTH = settings.BERTH | {"TRUSTED_PROXIES": 1}
+    nginx = "127.0.0.1"
+    for i in range(login_throttle):
+        forged = {"REMOTE_ADDR": nginx, "HTTP_X_FORWARDED_FOR": f"203.0.113.{i}, 192.0.2.7"}
+        _login("wrong", username=f"nobody{i}", **forged)
+    locked = {"REMOTE_ADDR": nginx, "HTTP_X_FORWARDED_FOR": "198.51.100.1, 192.0.2.7"}
+    error_of(_login(**locked), 429, "throttled")
+    # Another client behind the same proxy is not locked out by its neighbour.
+    other = {"REMOTE_ADDR": nginx, "HTTP_X_FORWARDED_FOR": "192.0.2.8"}
+    assert _login(**other).status_code == 201
+
+
+def test_failures_are_also_counted_per_account(personas, login_throttle):
+    for i in range(login_throttle):
+        _login("wrong", REMOTE_ADDR=f"10.0.7.{i}")
+    error_of(_login(REMOTE_ADDR="10.0.8.1"), 429, "throttled")  # a fresh address, same account
+    assert _login(username="lead_a", REMOTE_ADDR="10.0.8.1").status_code == 201
 
 
 def test_a_token_can_be_scoped_to_some_teams(personas, cluster, as_lead_a):
@@ -110,3 +139,37 @@ def test_token_list_is_constant_in_queries(
     with django_assert_max_num_queries(4):  # token, tokens, their teams (+ last-used update)
         body = as_lead_a.get(TOKENS).json()
     assert len(body) == 6 and body[0]["teams"] == ["alpha"]
+
+
+def test_a_scoped_token_reaches_no_token_wider_than_itself(personas, cluster):
+    Membership.objects.create(user=personas.lead_a, team=cluster.team_b, role="member")
+    unscoped = bearer(personas.lead_a)
+    both = unscoped.post(TOKENS, {"name": "both", "teams": ["alpha", "beta"]}).json()
+    alpha = unscoped.post(TOKENS, {"name": "alpha", "teams": ["alpha"]}).json()
+    alpha_only = Api(Client(), {"Authorization": f"Bearer {alpha['token']}"})
+    wider_ids = [t["id"] for t in unscoped.get(TOKENS).json() if t["name"] in ("test", "both")]
+
+    assert [t["name"] for t in alpha_only.get(TOKENS).json()] == ["alpha"]
+    for token_id in wider_ids:
+        error_of(alpha_only.delete(f"{TOKENS}{token_id}/"), 404, "not_found")
+        error_of(alpha_only.post(f"{TOKENS}{token_id}/revoke/"), 404, "not_found")
+    assert ApiToken.objects.filter(pk__in=[*wider_ids, both["id"]], revoked_at=None).count() == 2
+    # Its own scope's tokens, itself included, it may revoke.
+    assert alpha_only.post(f"{TOKENS}{alpha['id']}/revoke/").status_code == 200
+
+
+def test_token_secrets_are_never_cached(personas, as_member_a):
+    created = as_member_a.post(TOKENS, {"name": "ci"})
+    assert created.status_code == 201
+    assert "no-store" in created["Cache-Control"]
+    basic = _login()
+    assert basic.status_code == 201 and "no-store" in basic["Cache-Control"]
+
+
+def test_names_with_bidi_controls_are_refused(personas, cluster, as_member_a):
+    """A U+202E makes `ci‮lanigiro` display reversed: the name could pass for another."""
+    error = error_of(as_member_a.post(TOKENS, {"name": "ci\u202elanigiro"}), 400, "invalid")
+    assert "U+202E" in error["fields"]["name"][0]
+    cluster.team_a.name = "Alpha\u2066 (official)"
+    with pytest.raises(ValidationError, match="U\\+2066"):
+        cluster.team_a.full_clean()  # what the admin's form runs

@@ -69,3 +69,18 @@ def test_token_page_query_count(story, login, django_assert_max_num_queries):
         create(client, name=f"t{i}", form_id=str(i) * 32, teams=[story.cluster.team_a.pk])
     with django_assert_max_num_queries(6):
         assert client.get("/tokens/").status_code == 200
+
+
+def test_the_page_showing_a_new_secret_is_never_cached(story, login):
+    client = login(story.cluster.personas.lead_a)
+    response = create(client)
+    assert response.context["created"]["plaintext"] in response.content.decode()
+    assert "no-store" in response["Cache-Control"]
+
+
+def test_a_token_name_with_bidi_controls_is_refused(story, login):
+    client = login(story.cluster.personas.lead_a)
+    response = create(client, name="deploy\u202egnp.exe")
+    assert response.context["created"] is None
+    assert "bidirectional control" in response.content.decode()
+    assert not ApiToken.objects.filter(user=story.cluster.personas.lead_a).exists()

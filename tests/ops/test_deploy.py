@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -170,6 +171,10 @@ def test_nginx_sites_include_the_shared_proxy_block():
     assert re.search(r"location ~ \^/\(metrics\|readyz\)\$ \{\s*return 404;", shared)
     assert "proxy_set_header X-Forwarded-Proto $scheme;" in shared
     assert "proxy_pass http://berth_web;" in shared
+    # appends the peer to what the client sent: BERTH_TRUSTED_PROXIES=1 reads that entry
+    assert "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;" in shared
+    # bodies up to docs/api.md's 16 MiB reach Berth, which answers 413 above it itself
+    assert "client_max_body_size 17m;" in shared
     for site in ("berth.conf", "compose.conf"):
         text = (DEPLOY / "nginx" / site).read_text()
         assert text.count("{") == text.count("}"), site
@@ -196,9 +201,8 @@ def env_file(path: Path) -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs}
 
 
-def test_the_example_environment_passes_check_deploy():
-    env = env_file(DEPLOY / "berth.env.example")
-    result = subprocess.run(
+def _check_deploy(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT,
         env=clean_env(**env),
@@ -206,7 +210,28 @@ def test_the_example_environment_passes_check_deploy():
         text=True,
         timeout=120,
     )
+
+
+def test_the_unedited_example_environment_is_refused():
+    """Its placeholders are public: a deploy that forgot to replace one must not start."""
+    env = env_file(DEPLOY / "berth.env.example")
+    result = _check_deploy(env)
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY still holds the placeholder" in result.stderr
+    env["DJANGO_SECRET_KEY"] = "k" + secrets.token_urlsafe(64)
+    result = _check_deploy(env)
+    assert result.returncode != 0
+    assert "BERTH_METRICS_TOKEN still holds the placeholder" in result.stderr
+
+
+def test_the_example_environment_with_its_secrets_filled_in_passes_check_deploy():
+    env = env_file(DEPLOY / "berth.env.example")
+    placeholders = [name for name, value in env.items() if "change-me" in value]
+    assert sorted(placeholders) == ["BERTH_METRICS_TOKEN", "DJANGO_SECRET_KEY"]
+    env |= {name: "k" + secrets.token_urlsafe(64) for name in placeholders}
+    result = _check_deploy(env)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert env["BERTH_TRUSTED_PROXIES"] == "1"  # nginx in front, appending X-Forwarded-For
 
 
 def test_the_example_agent_environment_is_accepted_by_the_agent():

@@ -31,8 +31,13 @@ def token_data(token: ApiToken, secret: str | None = None) -> dict:
     return data
 
 
+# The secret is in the response to a create: no cache (browser, proxy) may keep it.
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
 def own_token(request, token_id: int) -> ApiToken:
-    token = request.user.api_tokens.filter(pk=token_id).prefetch_related("teams").first()
+    tokens = access.visible_tokens(request.user, scope=scope_of(request))
+    token = tokens.filter(pk=token_id).prefetch_related("teams").first()
     if token is None:
         raise access.NotFound("token")
     return token
@@ -48,10 +53,12 @@ class TokenListView(APIView):
     @extend_schema(
         operation_id="tokens_list",
         responses={200: s.TokenSerializer(many=True)},
-        description="The caller's tokens, newest first. Never the secrets.",
+        description="The caller's tokens, newest first. Never the secrets. A token scoped "
+        "to some teams lists only tokens scoped within them.",
     )
     def get(self, request):
-        tokens = request.user.api_tokens.prefetch_related("teams").order_by("-created_at", "-id")
+        tokens = access.visible_tokens(request.user, scope=scope_of(request))
+        tokens = tokens.prefetch_related("teams").order_by("-created_at", "-id")
         return Response([token_data(t) for t in tokens])
 
     @extend_schema(
@@ -85,7 +92,7 @@ class TokenListView(APIView):
             )
         except (PermissionError, ValueError) as exc:
             raise ApiError(400, "invalid", str(exc)) from None
-        return Response(token_data(token, secret), status=201)
+        return Response(token_data(token, secret), status=201, headers=NO_STORE)
 
 
 class TokenDetailView(APIView):

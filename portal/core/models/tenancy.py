@@ -4,6 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from portal.core.validators import reject_bidi_controls
+
 from ._base import non_negative, positive, valid_choice
 
 
@@ -24,7 +26,7 @@ class Team(models.Model):
     """The tenant and quota holder, with a fair-share weight."""
 
     slug = models.SlugField(max_length=64, unique=True)
-    name = models.CharField(max_length=120)
+    name = models.CharField(max_length=120, validators=[reject_bidi_controls])
     weight = models.FloatField(
         default=1.0,
         help_text="Fair-share weight; a team with weight 2 is entitled to twice the share.",
@@ -72,7 +74,7 @@ class GpuFlavor(models.Model):
     """A GPU type. Nodes have one flavor each; NVML product names map to it."""
 
     name = models.SlugField(max_length=64, unique=True, help_text="e.g. h100-80gb")
-    display_name = models.CharField(max_length=120, blank=True)
+    display_name = models.CharField(max_length=120, blank=True, validators=[reject_bidi_controls])
     product_names = models.JSONField(
         default=list,
         blank=True,

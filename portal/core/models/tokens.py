@@ -4,6 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from portal.core.validators import reject_bidi_controls
+
 from .tenancy import Team
 
 
@@ -11,7 +13,7 @@ class ApiToken(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, validators=[reject_bidi_controls])
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     teams = models.ManyToManyField(

@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from portal.core.access import visible_teams
@@ -18,6 +19,7 @@ from portal.dashboard.shortcuts import login_required_page, nav_context
 SEEN_FORMS = 20
 
 
+@never_cache  # the page after a create holds the secret: no cache may keep it
 @login_required_page
 def tokens(request):
     """Create, list and revoke the user's tokens.

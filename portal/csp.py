@@ -1,0 +1,39 @@
+"""The Content-Security-Policy of every HTML page (the dashboard, the what-if pages,
+the API docs page, the admin, the error pages).
+
+Scripts and style sheets come only from this site's static files: no inline
+<script> or <style>, no eval (htmx runs with allowEval and allowScriptTags off,
+templates/base.html), no plugins, no framing, forms post only here. Style
+*attributes* are still allowed (`style-src-attr 'unsafe-inline'`) while some
+dashboard templates carry them; they cannot run code. JSON responses get no
+policy: they are never rendered as pages.
+"""
+
+from __future__ import annotations
+
+POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "style-src-attr 'unsafe-inline'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+
+class ContentSecurityPolicyMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if response.get("Content-Type", "").startswith("text/html"):
+            response.headers.setdefault("Content-Security-Policy", POLICY)
+        return response
