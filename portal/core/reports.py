@@ -16,7 +16,16 @@ from django.db.models import Aggregate, Avg, Count, F, FloatField, Func, Sum
 from django.db.models.functions import TruncDate, TruncWeek
 from django.utils import timezone
 
-from portal.core.models import Allocation, DecayedUsage, GpuFlavor, Job, Quota, Team, Usage
+from portal.core.models import (
+    Allocation,
+    DecayedUsage,
+    Gpu,
+    GpuFlavor,
+    Job,
+    Quota,
+    Team,
+    Usage,
+)
 from scheduler.fairshare import decay, historical_term, weighted_share
 
 
@@ -330,3 +339,45 @@ def cohort_demand(team: Team) -> dict[str, dict[str, dict[str, int]]]:
     ):
         out[slug][flavor]["used"] = n
     return {slug: dict(flavors) for slug, flavors in out.items()}
+
+
+@dataclass(frozen=True)
+class Overcommit:
+    """A flavor whose teams' nominal quotas add up to more GPUs than the cluster has."""
+
+    flavor: str
+    nominal: int  # the teams' nominal quotas, summed
+    gpus: int  # the cluster's GPUs of the flavor that are not lost
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.flavor}: the teams' nominal quotas add up to {self.nominal} GPUs, but the "
+            f"cluster has {self.gpus}; not every team can get its guaranteed GPUs at once."
+        )
+
+
+def overcommitted_flavors(flavors: list[str] | None = None) -> list[Overcommit]:
+    """Flavors (of `flavors`, else all) whose summed nominal quota exceeds the cluster's GPUs.
+
+    A flavor with no registered GPU yet (its nodes have not reported) is not
+    flagged: the cluster page already shows it has no nodes. Lost GPUs do not count.
+    """
+    quotas = Quota.objects.all()
+    if flavors is not None:
+        quotas = quotas.filter(flavor__name__in=flavors)
+    nominal = dict(
+        quotas.values("flavor__name").annotate(n=Sum("nominal")).values_list("flavor__name", "n")
+    )
+    gpus = dict(
+        Gpu.objects.filter(node__flavor__name__in=list(nominal))
+        .exclude(health=Gpu.Health.LOST)
+        .values("node__flavor__name")
+        .annotate(n=Count("pk"))
+        .values_list("node__flavor__name", "n")
+    )
+    return [
+        Overcommit(flavor, total, gpus[flavor])
+        for flavor, total in sorted(nominal.items())
+        if gpus.get(flavor) and total > gpus[flavor]
+    ]
