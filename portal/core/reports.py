@@ -12,7 +12,7 @@ from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Aggregate, Avg, Count, F, FloatField, Func, Sum
+from django.db.models import Aggregate, Avg, Count, F, FloatField, Func, OuterRef, Subquery, Sum
 from django.db.models.functions import TruncDate, TruncWeek
 from django.utils import timezone
 
@@ -363,21 +363,26 @@ def overcommitted_flavors(flavors: list[str] | None = None) -> list[Overcommit]:
     A flavor with no registered GPU yet (its nodes have not reported) is not
     flagged: the cluster page already shows it has no nodes. Lost GPUs do not count.
     """
-    quotas = Quota.objects.all()
-    if flavors is not None:
-        quotas = quotas.filter(flavor__name__in=flavors)
-    nominal = dict(
-        quotas.values("flavor__name").annotate(n=Sum("nominal")).values_list("flavor__name", "n")
+    nominal = (
+        Quota.objects.filter(flavor=OuterRef("pk"))
+        .order_by()
+        .values("flavor")
+        .annotate(n=Sum("nominal"))
+        .values("n")
     )
-    gpus = dict(
-        Gpu.objects.filter(node__flavor__name__in=list(nominal))
+    gpus = (
+        Gpu.objects.filter(node__flavor=OuterRef("pk"))
         .exclude(health=Gpu.Health.LOST)
-        .values("node__flavor__name")
+        .order_by()
+        .values("node__flavor")
         .annotate(n=Count("pk"))
-        .values_list("node__flavor__name", "n")
+        .values("n")
     )
+    rows = GpuFlavor.objects.annotate(nominal=Subquery(nominal), gpus=Subquery(gpus))
+    if flavors is not None:
+        rows = rows.filter(name__in=flavors)
     return [
-        Overcommit(flavor, total, gpus[flavor])
-        for flavor, total in sorted(nominal.items())
-        if gpus.get(flavor) and total > gpus[flavor]
+        Overcommit(name, total, n)
+        for name, total, n in rows.order_by("name").values_list("name", "nominal", "gpus")
+        if n and total and total > n
     ]
