@@ -146,3 +146,50 @@ def test_command_line_parses_back_to_the_same_argv(argv):
     line = command_line(argv)
     assert shlex.split(line) == argv
     assert "'\"'\"'" not in line or "$" in "".join(argv)
+
+
+# --- 10: names and image references as an engine takes them; all errors in one round ---
+
+
+def test_form_reports_parse_and_range_errors_in_one_round(story, login):
+    from tests.dashboard.test_permissions import valid_form
+
+    client = login(story.cluster.personas.member_a)
+    response = client.post(
+        "/teams/alpha/submit/",
+        valid_form(
+            name="x" * 130 + " with spaces",
+            image="not an image ref !!",
+            env="NOT A PAIR",  # a parse error
+            max_runtime_seconds="soon",  # a parse error
+            workers="0",  # a range error
+            priority="5000",  # a range error
+        ),
+    )
+    errors = response.context["form"].errors
+    assert {"name", "image", "env", "max_runtime_seconds", "workers", "priority"} <= set(errors)
+    assert "At most 63 characters" in " ".join(errors["name"])
+    assert "no spaces" in " ".join(errors["name"])
+    assert "Not an image reference" in " ".join(errors["image"])
+    assert not Job.objects.filter(image="not an image ref !!").exists()
+
+
+@pytest.mark.parametrize(
+    "image, ok",
+    [
+        ("python:3.11", True),
+        ("busybox", True),
+        ("nvcr.io/nvidia/pytorch:24.01-py3", True),
+        ("localhost:5000/team/img@sha256:" + "a" * 64, True),
+        ("not an image ref !!", False),
+        ("ghcr.io/Acme/trainer:1", False),  # repository path in upper case
+        ("python:", False),
+        ("a//b", False),
+        ("img@sha256:abc", False),  # digest too short
+        ("python:3.11\n", False),
+    ],
+)
+def test_image_reference_grammar(image, ok):
+    from portal.core.jobspec import IMAGE_REFERENCE
+
+    assert bool(IMAGE_REFERENCE.match(image)) is ok
