@@ -19,7 +19,7 @@ from pathlib import Path
 from django.conf import settings
 
 from portal.core.actions.history import Attempt, FinishedJob
-from portal.core.models import GpuFlavor
+from portal.core.models import GpuFlavor, Job
 from portal.core.scheduling import policy_config
 from portal.whatif import history
 from scheduler import model as m
@@ -48,6 +48,7 @@ TEAM_OF_CLUSTER = {
 URGENT = {"queue": "urgent", "priority": 100, "preemptible": False, "max_runtime": 4 * 3600}
 URGENT_SHARE = 0.08  # of the jobs short enough for the urgent queue
 DEFAULT_MAX_RUNTIME = 24 * 3600
+MAX_RESTARTS = Job._meta.get_field("max_restarts").default
 FAILED_SHARE = 0.08  # Philly's jobs fail often; a few demo jobs do too
 WORKLOADS = {
     "vision": ["resnet50", "vit-base", "detr", "sam-finetune", "clip-eval", "yolo-sweep"],
@@ -180,6 +181,10 @@ def finished_jobs(
         if rep.finished is None or rep.finished > now:
             continue
         j = rep.job
+        # The portal fails a job preempted more often than it may restart (requeue_or_fail);
+        # the simulator requeues it forever: keep the attempts the portal would have run.
+        attempts = rep.attempts[: MAX_RESTARTS + 1]
+        limited = len(rep.attempts) > len(attempts)
         workload = rng.choice(WORKLOADS[j.team])
         counters[workload] = counters.get(workload, 0) + 1
         failed = rng.random() < FAILED_SHARE
@@ -197,8 +202,9 @@ def finished_jobs(
                 preemptible=j.preemptible,
                 max_runtime_seconds=int(j.max_runtime),
                 submitted_at=j.submitted_at,
-                attempts=rep.attempts,
-                exit_code=rng.choice((1, 137)) if failed else 0,
+                attempts=attempts,
+                exit_code=None if limited else rng.choice((1, 137)) if failed else 0,
+                restart_limited=limited,
             )
         )
     return out

@@ -59,7 +59,9 @@ class FinishedJob:
     max_runtime_seconds: int
     submitted_at: float
     attempts: list[Attempt]
-    exit_code: int
+    exit_code: int | None  # None: failed without an exit code (its restart limit)
+    # Preempted once more than its restarts allow: the portal fails it (requeue_or_fail).
+    restart_limited: bool = False
 
     @property
     def gpus(self) -> int:
@@ -111,6 +113,8 @@ def _job_row(j: FinishedJob, teams, queues, flavors, users) -> Job:
         preemptible=j.preemptible,
         max_runtime_seconds=j.max_runtime_seconds,
         state=State.SUCCEEDED if j.exit_code == 0 else State.FAILED,
+        reason_code="restart_limit" if j.restart_limited else "",
+        reason="Failed after reaching its restart limit." if j.restart_limited else "",
         attempt=len(j.attempts) - 1,
         restart_count=len(j.attempts) - 1,
         exit_code=j.exit_code,
@@ -151,22 +155,46 @@ def _events(job: Job, j: FinishedJob, users) -> list[JobEvent]:
         )
         started = min(a.admitted + START_DELAY_S, a.ended)
         out.append(event(started, "running", State.ADMITTED, State.RUNNING, "All workers started."))
-        if a is not j.attempts[-1]:
-            at = a.preempted_at or a.ended
-            out.append(
-                event(at, "preempted", State.RUNNING, State.PREEMPTING, "Preempted to make room.")
+        if a.preempted_at is not None:
+            reclaimed = "reclaim" if a.borrowed else "priority"
+            message = (
+                "Its borrowed GPUs were reclaimed by a team under its nominal quota."
+                if a.borrowed
+                else "A higher-priority job of its queue needed the GPUs."
             )
+            out.append(
+                event(
+                    a.preempted_at,
+                    "preempted",
+                    State.RUNNING,
+                    State.PREEMPTING,
+                    message,
+                    reason=reclaimed,
+                )
+            )
+        if a is not j.attempts[-1]:
             out.append(
                 event(
                     a.ended,
                     "requeued",
                     State.PREEMPTING,
                     State.PENDING,
-                    "Requeued with its original submit time.",
+                    "Preemption complete: all workers stopped. Requeued with its original submit time.",
                 )
             )
     end = j.attempts[-1].ended
-    if j.exit_code == 0:
+    if j.restart_limited:
+        out.append(
+            event(
+                end,
+                "restart_limit",
+                State.PREEMPTING,
+                State.FAILED,
+                "Preemption complete: all workers stopped. The job reached its restart limit "
+                "and is not requeued.",
+            )
+        )
+    elif j.exit_code == 0:
         out.append(event(end, "succeeded", State.RUNNING, State.SUCCEEDED, "All workers exited 0."))
     else:
         out.append(
@@ -175,7 +203,7 @@ def _events(job: Job, j: FinishedJob, users) -> list[JobEvent]:
                 "failed",
                 State.RUNNING,
                 State.FAILED,
-                f"Rank 0 exited with code {j.exit_code}.",
+                f"Worker rank 0 exited with code {j.exit_code}; the gang is stopped.",
             )
         )
     return out
