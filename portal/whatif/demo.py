@@ -185,6 +185,7 @@ def finished_jobs(
         # the simulator requeues it forever: keep the attempts the portal would have run.
         attempts = rep.attempts[: MAX_RESTARTS + 1]
         limited = len(rep.attempts) > len(attempts)
+        timed_out = not limited and j.duration >= j.max_runtime
         workload = rng.choice(WORKLOADS[j.team])
         counters[workload] = counters.get(workload, 0) + 1
         failed = rng.random() < FAILED_SHARE
@@ -203,8 +204,9 @@ def finished_jobs(
                 max_runtime_seconds=int(j.max_runtime),
                 submitted_at=j.submitted_at,
                 attempts=attempts,
-                exit_code=None if limited else rng.choice((1, 137)) if failed else 0,
+                exit_code=None if limited or timed_out else rng.choice((1, 137)) if failed else 0,
                 restart_limited=limited,
+                timed_out=timed_out,
             )
         )
     return out

@@ -22,14 +22,14 @@ from django.db.models import F
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from agents.gpu import FAKE_UTILIZATION_ENV, FakeGpuBackend, Workload
+from agents.gpu import FAKE_UTILIZATION_ENV, Workload
 from portal.core.actions.workers import WorkerReport
-from portal.core.agents import GpuReport, heartbeat, register_node
+from portal.core.agents import heartbeat
 from portal.core.models import Allocation, Job, JobEvent, Worker
 from portal.core.scheduling import run_pass
-from portal.devstack import DEMO_NODES
 from portal.whatif.models import WhatIfRun
 from portal.whatif.replay import execute
+from tests.whatif.demo_cluster import gpu_reports, register_demo_nodes
 
 pytestmark = [
     pytest.mark.browser,
@@ -39,28 +39,12 @@ WIDTHS = {"desktop": {"width": 1400, "height": 900}, "phone": {"width": 390, "he
 RUNNING_FOR = timedelta(minutes=40)
 
 
-def _reports(backend: FakeGpuBackend) -> list[GpuReport]:
-    return [GpuReport(**gpu.to_json()) for gpu in backend.inventory()]
-
-
-def _bring_up_nodes(token: str) -> None:
+def _bring_up_nodes(var_dir) -> None:
     """Register the six demo nodes, admit the demo jobs, report their workers running."""
-    nodes = []
-    for host, rack, block, product, memory in DEMO_NODES:
-        backend = FakeGpuBackend(8, product, memory, node=host)
-        node, _ = register_node(
-            bootstrap_token=token,
-            hostname=host,
-            rack=rack,
-            block=block,
-            agent_version="0.1.0",
-            gpus=_reports(backend),
-        )
-        heartbeat(node, agent_version="0.1.0", gpus=_reports(backend), workers=[])  # Ready
-        nodes.append((node, backend))
+    nodes = register_demo_nodes(var_dir)
     assert run_pass().admitted
     for node, backend in nodes:
-        reply = heartbeat(node, agent_version="0.1.0", gpus=_reports(backend), workers=[])
+        reply = heartbeat(node, agent_version="0.1.0", gpus=gpu_reports(backend), workers=[])
         busy, workers = {}, []
         for entry in reply["run"]:
             pinned = entry["env"].get(FAKE_UTILIZATION_ENV)
@@ -73,7 +57,7 @@ def _bring_up_nodes(token: str) -> None:
                 WorkerReport(entry["key"], "running", started_at=timezone.now(), log_tail=log)
             )
         backend.observe_workload(busy)
-        heartbeat(node, agent_version="0.1.0", gpus=_reports(backend), workers=workers)
+        heartbeat(node, agent_version="0.1.0", gpus=gpu_reports(backend), workers=workers)
     _date_back(RUNNING_FOR)
 
 
@@ -97,9 +81,8 @@ def demo(settings, tmp_path, monkeypatch):
     # Heartbeats seconds apart: write each one's telemetry, as a later one would.
     monkeypatch.setattr("portal.core.agents.TELEMETRY_EVERY_S", 0)
     call_command("seed_demo", stdout=open(tmp_path / "seed.out", "w"))  # noqa: SIM115
-    state = json.loads((tmp_path / "demo.json").read_text())
-    _bring_up_nodes(state["bootstrap_token"])
-    return state
+    _bring_up_nodes(tmp_path)
+    return json.loads((tmp_path / "demo.json").read_text())
 
 
 def _what_if(alice) -> WhatIfRun:

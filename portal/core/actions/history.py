@@ -62,6 +62,8 @@ class FinishedJob:
     exit_code: int | None  # None: failed without an exit code (its restart limit)
     # Preempted once more than its restarts allow: the portal fails it (requeue_or_fail).
     restart_limited: bool = False
+    # Ran into its max run time: the portal stops and fails it (nodes.stop_overdue_jobs).
+    timed_out: bool = False
 
     @property
     def gpus(self) -> int:
@@ -113,8 +115,8 @@ def _job_row(j: FinishedJob, teams, queues, flavors, users) -> Job:
         preemptible=j.preemptible,
         max_runtime_seconds=j.max_runtime_seconds,
         state=State.SUCCEEDED if j.exit_code == 0 else State.FAILED,
-        reason_code="restart_limit" if j.restart_limited else "",
-        reason="Failed after reaching its restart limit." if j.restart_limited else "",
+        reason_code=_reason(j)[0],
+        reason=_reason(j)[1],
         attempt=len(j.attempts) - 1,
         restart_count=len(j.attempts) - 1,
         exit_code=j.exit_code,
@@ -123,6 +125,15 @@ def _job_row(j: FinishedJob, teams, queues, flavors, users) -> Job:
         started_at=_at(min(last.admitted + START_DELAY_S, last.ended)),
         finished_at=_at(last.ended),
     )
+
+
+def _reason(j: FinishedJob) -> tuple[str, str]:
+    """The reason code and sentence a failed job keeps, worded as the portal words them."""
+    if j.restart_limited:
+        return "restart_limit", "Failed after reaching its restart limit."
+    if j.timed_out:
+        return "timeout", "Exceeded its max run time."
+    return "", ""
 
 
 def _events(job: Job, j: FinishedJob, users) -> list[JobEvent]:
@@ -192,6 +203,16 @@ def _events(job: Job, j: FinishedJob, users) -> list[JobEvent]:
                 State.FAILED,
                 "Preemption complete: all workers stopped. The job reached its restart limit "
                 "and is not requeued.",
+            )
+        )
+    elif j.timed_out:
+        out.append(
+            event(
+                end,
+                "timeout",
+                State.RUNNING,
+                State.FAILED,
+                "Stopped: the job exceeded its max run time.",
             )
         )
     elif j.exit_code == 0:
