@@ -44,20 +44,14 @@ def test_a_job_no_pass_has_seen_yet_is_told_the_next_pass_decides(story, login):
 # --- 5: landing team, "(you)" ---------------------------------------------------------
 
 
-def test_a_lead_lands_on_the_team_she_leads_not_one_she_only_views(cluster, client):
-    # 'aaa' sorts first, but she only views it.
+@pytest.mark.parametrize("persona", ["lead_a", "member_a"])
+def test_users_land_on_a_team_they_lead_or_work_in_not_one_they_only_view(cluster, client, persona):
+    # 'aaa' sorts first, but they only view it: a lead lands where she leads, a member
+    # where he is a member.
     viewed = make_team("aaa", cohort=cluster.cohort)
-    lead = cluster.personas.lead_a
-    Membership.objects.create(user=lead, team=viewed, role=Role.VIEWER)
-    client.force_login(lead)
-    assert client.get("/").url == "/teams/alpha/"
-
-
-def test_member_before_viewer_when_the_user_leads_nothing(cluster, client):
-    viewed = make_team("aaa", cohort=cluster.cohort)
-    member = cluster.personas.member_a
-    Membership.objects.create(user=member, team=viewed, role=Role.VIEWER)
-    client.force_login(member)
+    user = getattr(cluster.personas, persona)
+    Membership.objects.create(user=user, team=viewed, role=Role.VIEWER)
+    client.force_login(user)
     assert client.get("/").url == "/teams/alpha/"
 
 
