@@ -194,3 +194,22 @@ def test_the_seeded_demo_shows_what_the_product_is_for(page, live_server, demo):
         for u in page.locator(".cell.ours .top span:last-child").all_inner_texts()
     ]
     assert utils and max(utils) > 50, utils  # simulated GPUs of a running job are busy
+
+
+def test_a_logs_show_all_stays_open_across_live_updates(page, live_server, demo):
+    page.goto(f"{live_server.url}/login/")
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill(demo["passwords"]["alice"])
+    page.get_by_role("button", name="Log in").click()
+    vit = Job.objects.get(name="vit-large")
+    page.goto(f"{live_server.url}/jobs/{vit.pk}/")
+    tail = page.locator('pre.log-tail[data-rank="0"]')
+    expect(tail).to_contain_text("step 39")
+    expect(tail).not_to_contain_text("step 0 ")
+    page.get_by_text("Show all 40 lines").first.click()
+    expect(page.locator("#log-all-0")).to_have_attribute("open", "")
+    expect(tail).to_be_hidden()
+    updated = page.locator(".live-status time").inner_text()
+    expect(page.locator(".live-status time")).not_to_have_text(updated, timeout=10_000)  # polled
+    expect(page.locator("#log-all-0")).to_have_attribute("open", "")
+    expect(page.locator("#log-all-0 pre")).to_contain_text("step 0 loss")
