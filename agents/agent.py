@@ -27,7 +27,7 @@ from typing import Any
 from agents import __version__
 from agents.backoff import Backoff
 from agents.config import AgentConfig
-from agents.gpu import GpuBackend, GpuInfo
+from agents.gpu import FAKE_UTILIZATION_ENV, GpuBackend, GpuInfo, Workload
 from agents.portal import AuthError, PortalClient, PortalError, RejectedError, TransientError
 from agents.reconcile import plan_reconcile
 from agents.runtimes.base import Runtime, StartFailed
@@ -270,10 +270,24 @@ class Agent:
 
     def _inventory(self) -> list[dict[str, Any]]:
         try:
+            self._gpus.observe_workload(self._workload())
             self._gpus_seen = self._gpus.inventory()
         except Exception:
             log.exception("cannot read the GPU inventory; reporting the last one")
         return [gpu.to_json() for gpu in self._gpus_seen]
+
+    def _workload(self) -> dict[str, Workload]:
+        """GPU UUID -> the running worker that holds it (what the fake backend simulates)."""
+        busy = {}
+        for key, spec in (self._desired or {}).items():
+            status = self._local.get(key)
+            if status is None or status.state != RUNNING:
+                continue
+            pinned = spec.env.get(FAKE_UTILIZATION_ENV, "")
+            level = int(pinned) if pinned.strip().isdigit() else None
+            for uuid in spec.gpu_uuids:
+                busy[uuid] = Workload(spec.job_id, spec.rank, level)
+        return busy
 
     def _report(self) -> tuple[list[dict[str, Any]], dict[str, int]]:
         """Worker entries for the heartbeat. A log tail is sent when it changed since the last

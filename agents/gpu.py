@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -54,6 +57,24 @@ class GpuInfo:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What one GPU is busy with: the worker of a running job that holds it.
+
+    `utilization_pct` pins a simulated GPU's load (the job's
+    BERTH_FAKE_UTILIZATION variable, read only by the fake backend), so a demo
+    can show a job that holds GPUs and leaves them idle.
+    """
+
+    job_id: int
+    rank: int = 0
+    utilization_pct: int | None = None
+
+
+# The one job variable the fake backend reads; real GPUs report their own load.
+FAKE_UTILIZATION_ENV = "BERTH_FAKE_UTILIZATION"
+
+
 def worse(health: str, reason: str, current: tuple[str, str]) -> tuple[str, str]:
     """Return the more severe of two (health, reason) pairs; the first reason of a level sticks."""
     return (health, reason) if _SEVERITY[health] > _SEVERITY[current[0]] else current
@@ -63,6 +84,10 @@ class GpuBackend(ABC):
     @abstractmethod
     def inventory(self) -> list[GpuInfo]:
         """Return every GPU with fresh telemetry and its health. Never raises once started."""
+
+    def observe_workload(self, busy: Mapping[str, Workload]) -> None:  # noqa: B027 - optional
+        """The GPUs (by UUID) the node's running workers hold. Real GPUs measure their own
+        load; the fake backend simulates telemetry from it."""
 
     def start(self) -> None:  # noqa: B027 - optional hook, most backends need none
         """Start background health watching (the NVML XID event thread)."""
@@ -76,8 +101,44 @@ def fake_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'berth-fake/{node}/{index}')}"
 
 
+# Simulated telemetry: a free GPU idles cool at its idle power; a busy one runs at
+# its job's level (stable per job, 62-95 %) with a slow wobble, holds memory,
+# warms up and draws power towards its board limit.
+IDLE_TEMPERATURE_C = 30
+IDLE_POWER_W = 70.0
+BOARD_POWER_W = {"H100": 700.0, "A100": 400.0}
+DEFAULT_BOARD_POWER_W = 300.0
+WOBBLE_PCT = 6
+WOBBLE_PERIOD_S = 90.0
+
+
+def simulated_telemetry(
+    work: Workload, index: int, name: str, memory_total_mib: int, now: float
+) -> dict[str, Any]:
+    """Plausible NVML readings of a GPU working for `work` at time `now` (seconds)."""
+    spread = (work.job_id * 2654435761) % 97  # a stable per-job number, 0..96
+    if work.utilization_pct is not None:
+        util = max(0, min(100, work.utilization_pct))
+    else:
+        level = 62 + spread % 34
+        phase = 2 * math.pi * now / WOBBLE_PERIOD_S + index + work.rank
+        util = max(0, min(100, round(level + WOBBLE_PCT * math.sin(phase))))
+    # Memory is held whether or not the GPU computes (a notebook keeps its tensors).
+    memory_share = 0.30 + 0.6 * (spread / 96)
+    board = next((w for key, w in BOARD_POWER_W.items() if key in name), DEFAULT_BOARD_POWER_W)
+    return {
+        "utilization_pct": util,
+        "memory_used_mib": int(memory_total_mib * memory_share),
+        "temperature_c": IDLE_TEMPERATURE_C + 6 + util * 44 // 100,
+        "power_w": round(IDLE_POWER_W + 15 + (board - IDLE_POWER_W - 15) * util / 100, 1),
+    }
+
+
 class FakeGpuBackend(GpuBackend):
-    """Simulated GPUs with scriptable faults.
+    """Simulated GPUs with scriptable faults and workload-driven telemetry.
+
+    A GPU held by a running worker (observe_workload) reports the load of
+    simulated_telemetry; a free one idles. Scripted utilization wins over both.
 
     Tests call ``inject_xid``/``inject_ecc``/``mark_lost``/``set_utilization``.
     A running agent can be scripted through a JSON faults file, re-read when it
@@ -94,19 +155,37 @@ class FakeGpuBackend(GpuBackend):
         *,
         node: str = "fake-node",
         faults_file: Path | None = None,
+        clock: Callable[[], float] = time.time,
     ):
         self._base = [
-            GpuInfo(i, fake_uuid(node, i), name, memory_mib, 0, 0, 30, 70.0) for i in range(count)
+            GpuInfo(i, fake_uuid(node, i), name, memory_mib, 0, 0, IDLE_TEMPERATURE_C, IDLE_POWER_W)
+            for i in range(count)
         ]
         self._gpus = list(self._base)
         self._lock = threading.Lock()
         self._faults_file = faults_file
         self._faults_mtime: float | None = None
+        self._clock = clock
+        self._busy: dict[str, Workload] = {}
+        self._scripted: set[int] = set()  # GPUs whose utilization a test or faults file set
+
+    def observe_workload(self, busy: Mapping[str, Workload]) -> None:
+        with self._lock:
+            self._busy = dict(busy)
 
     def inventory(self) -> list[GpuInfo]:
         self._reload_faults()
+        now = self._clock()
         with self._lock:
-            return list(self._gpus)
+            return [self._with_load(gpu, now) for gpu in self._gpus]
+
+    def _with_load(self, gpu: GpuInfo, now: float) -> GpuInfo:
+        work = self._busy.get(gpu.uuid)
+        if work is None or gpu.index in self._scripted or gpu.health == LOST:
+            return gpu
+        return replace(
+            gpu, **simulated_telemetry(work, gpu.index, gpu.name, gpu.memory_total_mib, now)
+        )
 
     def _update(self, index: int, **changes: Any) -> None:
         with self._lock:
@@ -138,6 +217,7 @@ class FakeGpuBackend(GpuBackend):
     def set_utilization(self, index: int, pct: int, memory_used_mib: int | None = None) -> None:
         gpu = self._gpus[index]
         used = gpu.memory_total_mib * pct // 100 if memory_used_mib is None else memory_used_mib
+        self._scripted.add(index)
         self._update(
             index,
             utilization_pct=pct,
@@ -147,6 +227,7 @@ class FakeGpuBackend(GpuBackend):
         )
 
     def heal(self, index: int) -> None:
+        self._scripted.discard(index)
         self._update(index, **{k: v for k, v in asdict(self._base[index]).items() if k != "index"})
 
     def _reload_faults(self) -> None:

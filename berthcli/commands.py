@@ -196,7 +196,7 @@ def _array(job: dict, count: int) -> list[dict]:
     return [
         job
         | {
-            "name": f"{name}[{i}]",
+            "name": f"{name}-{i}",  # a container-name charset: no brackets
             "env": dict(job.get("env") or {}) | {"BERTH_ARRAY_INDEX": str(i)},
         }
         for i in range(count)

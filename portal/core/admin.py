@@ -8,6 +8,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from portal.core import reports
 from portal.core.actions.audit import record_changes, record_event
 from portal.core.actions.jobs import InvalidTransition, cancel_job
 from portal.core.actions.nodes import cordon_node, drain_node, uncordon_node
@@ -93,6 +94,28 @@ class AuditedInline:
         return formset
 
 
+class OvercommitWarning:
+    """Warn on quota pages when the nominal quotas of a flavor exceed the cluster's GPUs.
+
+    Accepted rather than refused: an admin may be adding quota ahead of new
+    nodes, but should know the guarantees cannot all hold at once.
+    """
+
+    def changelist_view(self, request, extra_context=None):
+        _warn_overcommit(request)
+        return super().changelist_view(request, extra_context)
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if request.method == "GET":
+            _warn_overcommit(request)
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+
+def _warn_overcommit(request) -> None:
+    for over in reports.overcommitted_flavors():
+        messages.warning(request, over.message)
+
+
 class QuotaInline(AuditedInline, admin.TabularInline):
     model = Quota
     extra = 0
@@ -147,7 +170,7 @@ def _audit_trail_html(entries) -> str:
 
 
 @admin.register(Team)
-class TeamAdmin(AuditedAdmin):
+class TeamAdmin(OvercommitWarning, AuditedAdmin):
     list_display = ("slug", "name", "cohort", "weight", "members", "quota_summary")
     list_filter = ("cohort",)
     search_fields = ("slug", "name")
@@ -220,7 +243,7 @@ class GpuFlavorAdmin(AuditedAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(AuditedAdmin):
+class QuotaAdmin(OvercommitWarning, AuditedAdmin):
     list_display = ("team", "flavor", "nominal", "borrowing_limit", "lending_limit")
     list_filter = ("flavor", "team__cohort")
     search_fields = ("team__slug", "flavor__name")

@@ -27,6 +27,25 @@ MAX_ENV_VARS = 200
 MAX_WORKERS = 4096
 PRIORITY_RANGE = (-1000, 1000)
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: no trailing newline
+# A job name as a container engine accepts one (Docker's and Podman's container
+# names: [a-zA-Z0-9][a-zA-Z0-9_.-]*), at most a DNS label long (Kubernetes' limit
+# for a container name), so it can name the job's containers anywhere.
+MAX_NAME_CHARS = 63
+JOB_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*\Z")
+# An image reference, in the grammar of distribution/reference (Docker, Podman, containerd):
+# [domain[:port]/]path[:tag][@digest]; path components lower case; at most 255 characters
+# for the name.
+_ALNUM = r"[a-z0-9]+"
+_PATH_COMPONENT = rf"{_ALNUM}(?:(?:[_.]|__|-+){_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    rf"(?::{_TAG})?(?:@{_DIGEST})?\Z"
+)
+MAX_IMAGE_NAME_CHARS = 255
 # Names the agent sets for the gang; a job may not override them.
 RESERVED_ENV = {
     "RANK",
@@ -214,8 +233,12 @@ def _with_defaults(data: dict[str, Any], queue: Queue | None, flavor: GpuFlavor 
 def _check_text(spec: JobSpec, errors) -> None:
     if not spec.name.strip():
         _add(errors, "name", "This field is required.")
+    else:
+        _check_name(spec.name, errors)
     if not spec.image.strip():
         _add(errors, "image", "This field is required.")
+    else:
+        _check_image(spec.image, errors)
     if not spec.command or not all(isinstance(a, str) for a in spec.command):
         _add(errors, "command", "Give the command as a non-empty list of strings.")
     elif len(json.dumps(spec.command).encode()) > MAX_COMMAND_BYTES:
@@ -225,6 +248,37 @@ def _check_text(spec: JobSpec, errors) -> None:
             errors,
             "checkpoint_signal",
             f"Unknown signal {spec.checkpoint_signal!r}, e.g. SIGTERM or SIGUSR1.",
+        )
+
+
+def _check_name(name: str, errors) -> None:
+    """A name a container engine would take: length and characters (JOB_NAME)."""
+    if len(name) > MAX_NAME_CHARS:
+        _add(errors, "name", f"At most {MAX_NAME_CHARS} characters (this one has {len(name)}).")
+    if not JOB_NAME.match(name):
+        _add(
+            errors,
+            "name",
+            "Use letters, digits, '_', '.' and '-' only, starting with a letter or digit "
+            "(no spaces), e.g. vit-large.run_2.",
+        )
+
+
+def _check_image(image: str, errors) -> None:
+    """An image reference as `docker pull` parses it (IMAGE_REFERENCE)."""
+    match = IMAGE_REFERENCE.match(image)
+    if match is None:
+        _add(
+            errors,
+            "image",
+            "Not an image reference: write [registry[:port]/]repository[:tag][@digest], "
+            "repository in lower case, e.g. ghcr.io/acme/trainer:2.4 or python:3.11.",
+        )
+    elif len(match["name"]) > MAX_IMAGE_NAME_CHARS:
+        _add(
+            errors,
+            "image",
+            f"The repository name is longer than {MAX_IMAGE_NAME_CHARS} characters.",
         )
 
 

@@ -12,11 +12,20 @@ from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Aggregate, Avg, Count, F, FloatField, Func, Sum
+from django.db.models import Aggregate, Avg, Count, F, FloatField, Func, OuterRef, Subquery, Sum
 from django.db.models.functions import TruncDate, TruncWeek
 from django.utils import timezone
 
-from portal.core.models import Allocation, DecayedUsage, GpuFlavor, Job, Quota, Team, Usage
+from portal.core.models import (
+    Allocation,
+    DecayedUsage,
+    Gpu,
+    GpuFlavor,
+    Job,
+    Quota,
+    Team,
+    Usage,
+)
 from scheduler.fairshare import decay, historical_term, weighted_share
 
 
@@ -330,3 +339,50 @@ def cohort_demand(team: Team) -> dict[str, dict[str, dict[str, int]]]:
     ):
         out[slug][flavor]["used"] = n
     return {slug: dict(flavors) for slug, flavors in out.items()}
+
+
+@dataclass(frozen=True)
+class Overcommit:
+    """A flavor whose teams' nominal quotas add up to more GPUs than the cluster has."""
+
+    flavor: str
+    nominal: int  # the teams' nominal quotas, summed
+    gpus: int  # the cluster's GPUs of the flavor that are not lost
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{self.flavor}: the teams' nominal quotas add up to {self.nominal} GPUs, but the "
+            f"cluster has {self.gpus}; not every team can get its guaranteed GPUs at once."
+        )
+
+
+def overcommitted_flavors(flavors: list[str] | None = None) -> list[Overcommit]:
+    """Flavors (of `flavors`, else all) whose summed nominal quota exceeds the cluster's GPUs.
+
+    A flavor with no registered GPU yet (its nodes have not reported) is not
+    flagged: the cluster page already shows it has no nodes. Lost GPUs do not count.
+    """
+    nominal = (
+        Quota.objects.filter(flavor=OuterRef("pk"))
+        .order_by()
+        .values("flavor")
+        .annotate(n=Sum("nominal"))
+        .values("n")
+    )
+    gpus = (
+        Gpu.objects.filter(node__flavor=OuterRef("pk"))
+        .exclude(health=Gpu.Health.LOST)
+        .order_by()
+        .values("node__flavor")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    rows = GpuFlavor.objects.annotate(nominal=Subquery(nominal), gpus=Subquery(gpus))
+    if flavors is not None:
+        rows = rows.filter(name__in=flavors)
+    return [
+        Overcommit(name, total, n)
+        for name, total, n in rows.order_by("name").values_list("name", "nominal", "gpus")
+        if n and total and total > n
+    ]

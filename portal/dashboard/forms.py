@@ -3,7 +3,9 @@
 The submit form only turns text into typed values (a command line into argv,
 KEY=VALUE lines into a dict, "4h" into seconds). Everything else is checked by
 clean_job_spec, exactly as for the REST API, and its per-field errors are put
-next to the form's fields.
+next to the form's fields, in the same round as the parse errors: the spec is
+checked with whatever parsed, and a field that did not parse keeps its parse
+error only.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import uuid
 from django import forms
 
 from portal.core.access import visible_teams
-from portal.core.jobspec import SpecError
+from portal.core.jobspec import JobSpec, SpecError, clean_job_spec
 from portal.core.models import GpuFlavor, Team
 from portal.core.validators import reject_bidi_controls
 from portal.dashboard.format import parse_duration
@@ -61,6 +63,8 @@ class SubmitJobForm(forms.Form):
 
     def __init__(self, *args, team: Team, **kwargs):
         super().__init__(*args, **kwargs)
+        self.team = team
+        self.spec: JobSpec | None = None
         self.fields["queue"].choices = [
             (q.name, q.name) for q in team.queues.order_by("name").only("name")
         ]
@@ -111,14 +115,26 @@ class SubmitJobForm(forms.Form):
                 "Write seconds, or a duration like 90m, 4h or 1d."
             ) from None
 
+    def clean(self):
+        """Check the job as the API does, so range errors arrive with the parse errors."""
+        cleaned = super().clean()
+        try:
+            self.spec = clean_job_spec(self.team, self.spec_data())
+        except SpecError as exc:
+            self.add_spec_errors(exc, skip=set(self.errors))
+        return cleaned
+
     def spec_data(self) -> dict:
         """The cleaned values as clean_job_spec takes them; blanks fall back to queue defaults."""
         data = {k: v for k, v in self.cleaned_data.items() if k != "request_id"}
         data["preemptible"] = {"yes": True, "no": False}.get(data.get("preemptible") or "")
         return {k: v for k, v in data.items() if v is not None}
 
-    def add_spec_errors(self, error: SpecError) -> None:
+    def add_spec_errors(self, error: SpecError, skip: set[str] = frozenset()) -> None:
+        """Put the spec's errors next to their fields, except fields in `skip`."""
         for name, messages in error.fields.items():
+            if name in skip:
+                continue
             for message in messages:
                 self.add_error(name if name in self.fields else None, message)
 

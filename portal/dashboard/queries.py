@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q
 
+from berthcli.explain import REMEDIES
 from portal.core import reports
 from portal.core.models import Allocation, Gpu, Job, JobEvent, Node, Team, Worker
 from portal.dashboard.format import duration, relative
@@ -24,6 +25,7 @@ PENDING_PER_PAGE = 50
 AHEAD_SHOWN = 10
 WORKERS_SHOWN = 64
 LOGS_SHOWN = 8
+LOG_TAIL_LINES = 15  # a log box shows this many last lines; "show all" opens the rest
 
 
 # --- team overview -------------------------------------------------------------------
@@ -152,6 +154,10 @@ class PendingRow:
     waited: str
     estimate: str
 
+    @property
+    def remedy(self) -> str:
+        return remedy(self.job.reason_code)
+
 
 def pending_page(team: Team, page_number, now: datetime):
     """One page of the team's pending jobs in queue order, with positions and who is ahead.
@@ -256,6 +262,15 @@ def finished_jobs(team: Team, limit: int = 15) -> list[Job]:
 # --- job ---------------------------------------------------------------------------
 
 
+def remedy(reason_code: str) -> str:
+    """What would let a pending job start sooner, by reason code.
+
+    The same table as `berth why` (berthcli.explain.REMEDIES), so the web and
+    the CLI give the same advice.
+    """
+    return REMEDIES.get(reason_code or "new", "see the reason above.")
+
+
 @dataclass
 class Preemption:
     event: JobEvent
@@ -272,6 +287,26 @@ class WorkerView:
 
 
 @dataclass
+class WorkerLog:
+    """One worker's reported output: its last lines, and all of it behind "show all"."""
+
+    worker: Worker
+
+    @property
+    def lines(self) -> list[str]:
+        return self.worker.log_tail.rstrip("\n").split("\n")
+
+    @property
+    def tail(self) -> str:
+        return "\n".join(self.lines[-LOG_TAIL_LINES:])
+
+    @property
+    def hidden(self) -> int:
+        """Lines above the tail (0: the tail is all of it)."""
+        return max(0, len(self.lines) - LOG_TAIL_LINES)
+
+
+@dataclass
 class JobHistory:
     events: list[JobEvent]
     preemptions: list[Preemption]
@@ -280,8 +315,8 @@ class JobHistory:
     more_workers: int
 
     @property
-    def logs(self) -> list[Worker]:
-        return [w.worker for w in self.workers[:LOGS_SHOWN] if w.worker.log_tail]
+    def logs(self) -> list[WorkerLog]:
+        return [WorkerLog(w.worker) for w in self.workers[:LOGS_SHOWN] if w.worker.log_tail]
 
 
 def job_history(job: Job, viewer_team_ids: set[int] | None) -> JobHistory:

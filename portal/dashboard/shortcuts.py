@@ -25,10 +25,19 @@ FRAGMENT_PARAM = "fragment"
 TEAM_SECTIONS = ("overview", "queue", "cluster", "submit")
 
 
+# A remembered team outlives the session (logging out flushes it): a signed cookie.
+TEAM_COOKIE = "berth_team"
+TEAM_COOKIE_SALT = "berth.dashboard.team"
+TEAM_COOKIE_MAX_AGE = 365 * 24 * 3600
+# Where a user without a remembered team lands: the first team they lead, else member, else view.
+ROLE_RANK = {Role.LEAD: 0, Role.MEMBER: 1, Role.VIEWER: 2}
+
+
 @dataclass
 class TeamContext:
     team: Team
     role: str
+    member: bool = True  # False for staff looking at a team they do not belong to
 
     @property
     def can_submit(self) -> bool:
@@ -75,17 +84,68 @@ def team_page(view):
             team = get_team_for_user(request.user, slug)
         except NotFound:
             raise Http404("No such team.") from None
-        ctx = TeamContext(team=team, role=role_in(request.user, team))
+        ctx = team_context(request.user, team)
         remember_team(request, team)
         return view(request, ctx, *args, **kwargs)
 
     return wrapper
 
 
+def team_context(user, team: Team) -> TeamContext:
+    """The viewer's role in the team; staff count as leads but are members only if they are."""
+    role = role_in(user, team)
+    member = not user.is_staff or Membership.objects.filter(user=user, team=team).exists()
+    return TeamContext(team=team, role=role, member=member)
+
+
 def remember_team(request, team: Team) -> None:
-    """The home page reopens the last team; the session is only written when it changes."""
+    """The home page reopens the last team; the session is only written when it changes.
+
+    render_page copies it into a signed cookie so it survives logging out.
+    """
     if request.session.get("team") != team.slug:
         request.session["team"] = team.slug
+
+
+def remembered_team(request) -> str | None:
+    """The slug of the team this user opened last: the session's, else the cookie's."""
+    if slug := request.session.get("team"):
+        return slug
+    value = request.get_signed_cookie(TEAM_COOKIE, default="", salt=TEAM_COOKIE_SALT)
+    user_id, _, slug = value.partition(":")
+    return slug if slug and user_id == str(request.user.pk) else None
+
+
+def landing_team(request) -> Team | None:
+    """The team the home page opens: the remembered one if still visible, else by role.
+
+    By role: the first team (by slug) the user leads, else one they are a member
+    of, else one they view; staff outside every team get the first team.
+    """
+    teams = visible_teams(request.user)
+    if (slug := remembered_team(request)) and (team := teams.filter(slug=slug).first()):
+        return team
+    roles = dict(Membership.objects.filter(user=request.user).values_list("team__slug", "role"))
+    ranked = sorted(
+        teams.only("pk", "slug", "name"),
+        key=lambda t: (t.slug not in roles, ROLE_RANK.get(roles.get(t.slug), 3), t.slug),
+    )
+    return ranked[0] if ranked else None
+
+
+def _keep_team_cookie(request, response, team: Team) -> None:
+    value = f"{request.user.pk}:{team.slug}"
+    current = request.get_signed_cookie(TEAM_COOKIE, default="", salt=TEAM_COOKIE_SALT)
+    if current != value:
+        response.set_signed_cookie(
+            TEAM_COOKIE,
+            value,
+            salt=TEAM_COOKIE_SALT,
+            max_age=TEAM_COOKIE_MAX_AGE,
+            httponly=True,
+            samesite="Lax",
+            secure=settings.SESSION_COOKIE_SECURE,
+        )
 
 
 def live_url(request) -> str:
@@ -111,7 +171,9 @@ def render_page(
     if live and is_fragment(request):
         return render(request, fragment_template(template), context)
     context |= nav_context(request, ctx.team, section)
-    return render(request, template, context)
+    response = render(request, template, context)
+    _keep_team_cookie(request, response, ctx.team)
+    return response
 
 
 def fragment_template(template: str) -> str:

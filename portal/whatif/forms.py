@@ -42,6 +42,7 @@ class WhatIfForm(forms.ModelForm):
             end = timezone.now().replace(second=0, microsecond=0)
             self.initial.setdefault("period_end", end)
             self.initial.setdefault("period_start", end - DEFAULT_PERIOD)
+            self.initial.setdefault("change", WhatIfRun.Change.NOMINAL)
 
     def clean(self):
         data = super().clean()

@@ -20,6 +20,15 @@ class WhatIfChange(models.TextChoices):
     WEIGHT = "weight", "Fair-share weight"
 
 
+# (progress below which, what the run does): the replay writes its progress in these bands.
+RUN_STAGES = (
+    (0.05, "Reading the job history"),
+    (0.5, "Replaying the history as configured"),
+    (0.95, "Replaying the history with the change"),
+    (float("inf"), "Comparing the teams"),
+)
+
+
 class WhatIfRun(models.Model):
     """The job history of [period_start, period_end) replayed twice through the
     scheduler core (scheduler.sim): as configured, and with `change` of `team`
@@ -92,3 +101,10 @@ class WhatIfRun(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
+
+    @property
+    def stage(self) -> str:
+        """What an active run is doing, from its progress (portal.whatif.replay.STAGES)."""
+        if self.status == WhatIfStatus.QUEUED:
+            return "Waiting for a worker to pick it up"
+        return next(label for upto, label in RUN_STAGES if self.progress < upto)

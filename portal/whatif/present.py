@@ -15,6 +15,7 @@ class Cell:
     after: str
     delta: str
     better: bool | None  # None: no change
+    label: str = ""
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Row:
         return (self.mean_wait, self.p90_wait, self.gpu_hours)
 
 
-def _wait(m: dict) -> Cell:
+def _wait(m: dict, label: str) -> Cell:
     d = m["delta"]
     sign = "+" if d > 0 else "−" if d < 0 else "±"
     return Cell(
@@ -39,13 +40,18 @@ def _wait(m: dict) -> Cell:
         duration(m["after"]),
         f"{sign}{duration(abs(d))}",
         None if d == 0 else d < 0,
+        label,
     )
 
 
 def _hours(m: dict) -> Cell:
     d = m["delta"]
     return Cell(
-        f"{m['before']:,.0f}", f"{m['after']:,.0f}", f"{d:+,.0f}", None if round(d) == 0 else d > 0
+        f"{m['before']:,.0f}",
+        f"{m['after']:,.0f}",
+        f"{d:+,.0f}",
+        None if round(d) == 0 else d > 0,
+        "GPU-hours",
     )
 
 
@@ -60,8 +66,8 @@ def result_rows(run: WhatIfRun, shown: set[str] | None) -> list[Row]:
                 team=t["team"],
                 jobs=t["jobs"],
                 changed=t["team"] == run.team.slug,
-                mean_wait=_wait(t["mean_wait_s"]),
-                p90_wait=_wait(t["p90_wait_s"]),
+                mean_wait=_wait(t["mean_wait_s"], "Mean wait"),
+                p90_wait=_wait(t["p90_wait_s"], "p90 wait"),
                 gpu_hours=_hours(t["gpu_hours"]),
             )
         )

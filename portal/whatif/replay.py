@@ -52,6 +52,11 @@ class Progress:
         self.run_id = run_id
         self.last = 0.0
 
+    def reach(self, value: float) -> None:
+        """Write a stage boundary now, whatever the throttle says."""
+        self.last = time.monotonic()
+        WhatIfRun.objects.filter(pk=self.run_id).update(progress=value)
+
     def part(self, first: float, share: float):
         def report(done: float) -> None:
             now = time.monotonic()
@@ -101,6 +106,7 @@ def execute(run_id: int) -> None:
 
 def replay(run: WhatIfRun, progress: Progress) -> dict:
     """Return the results document: setup, both summaries, and the per-team comparison."""
+    progress.reach(0.01)
     nodes = history.cluster_nodes()
     if not nodes:
         raise ValueError("the cluster has no nodes with GPUs to replay the history on")
@@ -125,8 +131,12 @@ def replay(run: WhatIfRun, progress: Progress) -> dict:
         requeue_backoff_s=settings.BERTH["REQUEUE_BACKOFF_BASE_S"],
         requeue_backoff_max_s=settings.BERTH["REQUEUE_BACKOFF_MAX_S"],
     )
-    base = simulate(jobs, nodes, teams, config, progress.part(0.0, 0.5)).summary
-    after = simulate(jobs, nodes, changed_teams, config, progress.part(0.5, 0.5)).summary
+    # Progress bands: models.RUN_STAGES.
+    progress.reach(0.05)
+    base = simulate(jobs, nodes, teams, config, progress.part(0.05, 0.45)).summary
+    progress.reach(0.5)
+    after = simulate(jobs, nodes, changed_teams, config, progress.part(0.5, 0.45)).summary
+    progress.reach(0.95)
     return {
         "setup": setup,
         "baseline": {k: base[k] for k in SUMMARY_KEYS},

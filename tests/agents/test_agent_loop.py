@@ -289,3 +289,25 @@ def test_portal_sets_the_heartbeat_interval(portal, start_agent, local_interval)
     portal.heartbeat_interval_s = 0.05
     start_agent(heartbeat_interval_s=local_interval)
     wait_until(lambda: len(portal.heartbeats()) >= 5, 3, "heartbeats at the portal's pace")
+
+
+def test_fake_gpus_of_a_running_worker_report_its_load_and_an_idle_job_stays_idle(
+    portal, start_agent
+):
+    gpu1 = fake_uuid("gpu-node-07", 1)
+    portal.run["50.0.0"] = run_entry("50.0.0", SLEEP, gpus=[GPU0])
+    portal.run["51.0.0"] = run_entry(
+        "51.0.0", SLEEP, gpus=[gpu1], env={"BERTH_FAKE_UTILIZATION": "3"}
+    )
+    start_agent()
+    reported(portal, "50.0.0", "running")
+    reported(portal, "51.0.0", "running")
+
+    def loaded():
+        heartbeats = portal.accepted_heartbeats()
+        gpus = heartbeats[-1].body["gpus"] if heartbeats else []
+        return gpus if gpus and gpus[0]["utilization_pct"] >= 50 else None
+
+    busy, idle = wait_until(loaded, 10, "the busy GPU's load to be reported")[:2]
+    assert busy["memory_used_mib"] > 0 and busy["power_w"] > 200
+    assert idle["utilization_pct"] == 3 and idle["memory_used_mib"] > 0

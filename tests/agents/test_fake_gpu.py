@@ -66,3 +66,41 @@ def test_bad_faults_file_is_ignored_not_fatal(tmp_path):
     faults.write_text(json.dumps({"gpus": {"9": {"lost": True}}}))
     os.utime(faults, (2, 2))
     assert len(FakeGpuBackend(2, faults_file=faults).inventory()) == 2
+
+
+def test_gpus_held_by_running_workers_report_workload_driven_telemetry():
+    from agents.gpu import Workload
+
+    clock = [1000.0]
+    fake = FakeGpuBackend(4, "NVIDIA H100 80GB HBM3", 81559, node="n", clock=lambda: clock[0])
+    uuids = [g.uuid for g in fake.inventory()]
+    fake.observe_workload(
+        {uuids[0]: Workload(41, 0), uuids[1]: Workload(41, 1), uuids[2]: Workload(7, 0, 2)}
+    )
+    busy, busy2, idle_job, free = fake.inventory()
+    for gpu in (busy, busy2):
+        assert 50 <= gpu.utilization_pct <= 100
+        assert 0.25 * 81559 < gpu.memory_used_mib < 0.95 * 81559
+        assert 40 <= gpu.temperature_c <= 85 and 300 < gpu.power_w <= 700
+    # A job that holds its GPUs but leaves them idle: memory held, little compute or power.
+    assert idle_job.utilization_pct == 2 and idle_job.memory_used_mib > 10000
+    assert idle_job.power_w < 120
+    assert (free.utilization_pct, free.memory_used_mib, free.power_w) == (0, 0, 70.0)
+    # The load moves over time, as a real training step mix does.
+    readings = set()
+    for t in range(0, 90, 10):
+        clock[0] = 1000.0 + t
+        readings.add(fake.inventory()[0].utilization_pct)
+    assert len(readings) > 3
+    # Freed GPUs cool down to idle; scripted utilization wins over the workload.
+    fake.set_utilization(1, 55)
+    fake.observe_workload({uuids[1]: Workload(41, 1)})
+    assert fake.inventory()[0].utilization_pct == 0 and fake.inventory()[1].utilization_pct == 55
+
+
+def test_a100_power_stays_under_its_board_limit():
+    from agents.gpu import Workload
+
+    fake = FakeGpuBackend(1, "NVIDIA A100-SXM4-40GB", 40960, node="a")
+    fake.observe_workload({fake.inventory()[0].uuid: Workload(3, 0, 100)})
+    assert 350 < fake.inventory()[0].power_w <= 400

@@ -205,7 +205,7 @@ def test_array_submits_indexed_copies(berth, logged_in, personas):
     assert result.code == 0, result.err
     assert "Submitted 4 jobs to alpha" in result.out
     assert sorted(Job.objects.values_list("name", "env__BERTH_ARRAY_INDEX")) == [
-        (f"sweep[{i}]", str(i)) for i in range(4)
+        (f"sweep-{i}", str(i)) for i in range(4)
     ]
 
 

@@ -144,8 +144,13 @@ def test_make_run_starts_everything_on_sqlite_and_ctrl_c_stops_it(tmp_path):
         ready = "SELECT count(*) FROM core_node WHERE condition = 'ready'"
         wait_for(lambda: rows(db, ready) == [(6,)], 90, "six ready demo nodes")
         no_command_line_shows_the_bootstrap_token(tmp_path)
-        started = "SELECT count(*) FROM core_job WHERE started_at IS NOT NULL"
+        # The seeded history's jobs have no workers: a worker that started ran on an agent.
+        started = "SELECT count(*) FROM core_worker WHERE started_at IS NOT NULL"
         wait_for(lambda: rows(db, started)[0][0] > 0, 90, "a demo job to start on an agent")
+        history = "SELECT count(*) FROM core_job WHERE state IN ('succeeded', 'failed')"
+        assert rows(db, history)[0][0] > 1000  # 30 days of finished jobs, seeded
+        busy = "SELECT max(utilization_pct) FROM core_gpu"
+        wait_for(lambda: (rows(db, busy)[0][0] or 0) > 50, 60, "a busy GPU's telemetry")
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         try:

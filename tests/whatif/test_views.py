@@ -77,6 +77,7 @@ def test_a_running_run_shows_a_progress_bar_that_polls_its_fragment(cluster, log
         "id": run.pk,
         "status": "running",
         "progress": 0.4,
+        "stage": "Replaying the history as configured",
         "done": False,
         "error": "",
         "url": f"/whatif/{run.pk}/",

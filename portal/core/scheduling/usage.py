@@ -8,6 +8,7 @@ writes these rows, and passes run one at a time.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 from django.db.models import Q
@@ -28,11 +29,11 @@ def account_usage(now: datetime, half_life: float) -> dict[tuple[int, int], floa
     if since is None or since >= now:
         return {}
     per_hour = _usage_by_hour(since, now)
-    _upsert_hourly(per_hour)
+    add_hourly_usage(per_hour)
     totals = defaultdict(float)
     for (team, flavor, _hour), seconds in per_hour.items():
         totals[(team, flavor)] += seconds
-    _add_decayed(totals, now, half_life)
+    add_decayed_usage(totals, now, half_life)
     return dict(totals)
 
 
@@ -42,16 +43,21 @@ def _usage_by_hour(since: datetime, now: datetime) -> dict[tuple[int, int, datet
     )
     used = defaultdict(float)
     for team, flavor, created, released in rows:
-        start, end = max(created, since), min(released or now, now)
-        while start < end:
-            hour = start.replace(minute=0, second=0, microsecond=0)
-            stop = min(end, hour + HOUR)
-            used[(team, flavor, hour)] += (stop - start).total_seconds()
-            start = stop
+        for hour, seconds in split_by_hour(max(created, since), min(released or now, now)):
+            used[(team, flavor, hour)] += seconds
     return used
 
 
-def _upsert_hourly(per_hour: dict[tuple[int, int, datetime], float]) -> None:
+def split_by_hour(start: datetime, end: datetime) -> Iterator[tuple[datetime, float]]:
+    """Yield (start of the hour, seconds) for each clock hour [start, end) overlaps."""
+    while start < end:
+        hour = start.replace(minute=0, second=0, microsecond=0)
+        stop = min(end, hour + HOUR)
+        yield hour, (stop - start).total_seconds()
+        start = stop
+
+
+def add_hourly_usage(per_hour: dict[tuple[int, int, datetime], float]) -> None:
     if not per_hour:
         return
     hours = {hour for _, _, hour in per_hour}
@@ -68,7 +74,9 @@ def _upsert_hourly(per_hour: dict[tuple[int, int, datetime], float]) -> None:
     Usage.objects.bulk_create(new)
 
 
-def _add_decayed(totals: dict[tuple[int, int], float], now: datetime, half_life: float) -> None:
+def add_decayed_usage(
+    totals: dict[tuple[int, int], float], now: datetime, half_life: float
+) -> None:
     if not totals:
         return
     existing = {(d.team_id, d.flavor_id): d for d in DecayedUsage.objects.all()}

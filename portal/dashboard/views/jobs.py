@@ -1,7 +1,5 @@
 """One job: spec, why it waits, timeline, allocation, preemptions, logs; and cancelling it."""
 
-import shlex
-
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
@@ -13,20 +11,24 @@ from portal.core.access import (
     NotFound,
     check_can_act_on_job,
     get_job_for_user,
-    role_in,
     visible_teams,
 )
 from portal.core.actions.jobs import InvalidTransition, cancel_job
 from portal.core.models import Job
 from portal.dashboard import queries
-from portal.dashboard.format import duration, relative
-from portal.dashboard.shortcuts import TeamContext, login_required_page, remember_team, render_page
+from portal.dashboard.format import command_line, duration, relative
+from portal.dashboard.shortcuts import (
+    login_required_page,
+    remember_team,
+    render_page,
+    team_context,
+)
 
 
 @login_required_page
 def job_detail(request, job_id: int):
     job = _job(request.user, job_id)
-    ctx = TeamContext(team=job.team, role=role_in(request.user, job.team))
+    ctx = team_context(request.user, job.team)
     remember_team(request, job.team)
     now = timezone.now()
     names_of = None if request.user.is_staff else _team_ids(request.user)
@@ -42,7 +44,8 @@ def job_detail(request, job_id: int):
         "estimate": relative(job.estimated_start_at, now),
         "elapsed_s": _elapsed(job, now),
         "max_runtime": duration(job.max_runtime_seconds),
-        "command_line": shlex.join(job.command) if isinstance(job.command, list) else job.command,
+        "command_line": command_line(job.command),
+        "remedy": queries.remedy(job.reason_code),
     }
     return render_page(request, "dashboard/job.html", context, ctx=ctx, section="job")
 

@@ -28,6 +28,9 @@ def overview(request, ctx):
         usage = queries.showback(team)
         waits = queries.waits(team)
         context |= {
+            "overcommit": reports.overcommitted_flavors(
+                [g.usage.flavor for g in context["gauges"]]
+            ),
             "usage": usage,
             "usage_chart": usage.chart(),
             "waits": waits,

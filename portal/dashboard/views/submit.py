@@ -6,7 +6,7 @@ from django.shortcuts import redirect
 
 from portal.core.access import NotFound, get_queue_for_submit
 from portal.core.actions.jobs import IdempotencyConflict, QueueFull, submit_job
-from portal.core.jobspec import SpecError, clean_job_spec
+from portal.core.jobspec import SpecError
 from portal.dashboard import queries
 from portal.dashboard.format import duration
 from portal.dashboard.forms import SubmitJobForm
@@ -45,7 +45,7 @@ def _submit(request, team, form: SubmitJobForm):
     data = form.spec_data()
     try:
         get_queue_for_submit(request.user, team, data["queue"])
-        spec = clean_job_spec(team, data)
+        spec = form.spec  # checked by the form with clean_job_spec, as the API does
         return submit_job(
             team=team,
             spec=spec,

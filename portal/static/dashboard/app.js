@@ -103,6 +103,19 @@
   document.addEventListener("DOMContentLoaded", function () { localTimes(document); });
   document.addEventListener("htmx:load", function (event) { localTimes(event.detail.elt); });
 
+  // A live fragment swap keeps what the reader opened: <details id=…> stay open.
+  var openDetails = [];
+  document.addEventListener("htmx:beforeSwap", function () {
+    openDetails = Array.prototype.map.call(
+      document.querySelectorAll("#live details[open][id]"), function (d) { return d.id; });
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    openDetails.forEach(function (id) {
+      var d = document.getElementById(id);
+      if (d) d.open = true;
+    });
+  });
+
   // <form data-confirm="Cancel job #12?"> asks first.
   document.addEventListener("submit", function (event) {
     var message = event.target.dataset && event.target.dataset.confirm;

@@ -1,5 +1,6 @@
 """Seed the zero-setup demo: 3 teams in a cohort, 2 GPU flavors, users with
-printed passwords, a bootstrap token for the simulated agents, a few jobs.
+printed passwords, a bootstrap token for the simulated agents, 30 days of
+finished jobs (portal.whatif.demo) and a few jobs running or waiting now.
 
 Idempotent: a second run changes nothing and prints the same logins.
 """
@@ -7,6 +8,7 @@ Idempotent: a second run changes nothing and prints the same logins.
 from __future__ import annotations
 
 import json
+import random
 import secrets
 from pathlib import Path
 
@@ -14,12 +16,15 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
+from portal.core.actions.history import import_finished_jobs
 from portal.core.actions.jobs import submit_job
 from portal.core.actions.quota import set_quota
 from portal.core.jobspec import clean_job_spec
 from portal.core.models import Cohort, GpuFlavor, Membership, NodeBootstrapToken, Queue, Team
 from portal.core.secrets import new_secret
+from portal.whatif import demo, history
 
 FLAVORS = [
     ("h100-80gb", "NVIDIA H100 80GB HBM3", 81559),
@@ -39,46 +44,59 @@ USERS = [
     ("carol", False, [("nlp", "lead")]),
     ("dave", False, [("speech", "lead")]),
 ]
+# (team, user, fields, command): the jobs running or waiting when the demo opens.
+# Long jobs train for hours; short ones finish in about a minute; two hold GPUs and
+# leave them idle (the fake NVML backend reads BERTH_FAKE_UTILIZATION), so the
+# idle-GPU card has something to flag once they are past its 10-minute grace.
+IDLE = {"BERTH_FAKE_UTILIZATION": "3"}
 JOBS = [
+    ("vision", "alice", {"name": "vit-large", "workers": 2, "gpus_per_worker": 8}, "long"),
+    ("nlp", "carol", {"name": "llm-pretrain", "workers": 2, "gpus_per_worker": 8}, "long"),
+    ("vision", "bob", {"name": "resnet-sweep-1", "workers": 1, "gpus_per_worker": 4}, "short"),
+    ("nlp", "carol", {"name": "tokenizer-eval", "flavor": "a100-40gb"}, "short"),
+    (
+        "speech",
+        "dave",
+        {"name": "whisper-ft", "flavor": "a100-40gb", "gpus_per_worker": 4},
+        "long",
+    ),
     (
         "vision",
         "bob",
-        {"name": "resnet-sweep-1", "workers": 1, "gpus_per_worker": 4, "flavor": "h100-80gb"},
-    ),
-    (
-        "vision",
-        "alice",
-        {"name": "vit-large", "workers": 2, "gpus_per_worker": 8, "flavor": "h100-80gb"},
-    ),
-    (
-        "nlp",
-        "carol",
-        {"name": "llm-pretrain", "workers": 2, "gpus_per_worker": 8, "flavor": "h100-80gb"},
-    ),
-    (
-        "nlp",
-        "carol",
-        {"name": "tokenizer-eval", "workers": 1, "gpus_per_worker": 1, "flavor": "a100-40gb"},
+        {"name": "notebook-debug", "flavor": "a100-40gb", "gpus_per_worker": 2, "env": IDLE},
+        "idle",
     ),
     (
         "speech",
         "dave",
-        {"name": "whisper-ft", "workers": 1, "gpus_per_worker": 2, "flavor": "a100-40gb"},
+        {"name": "tts-demo-server", "flavor": "a100-40gb", "env": IDLE},
+        "idle",
     ),
 ]
-# A demo job's command: prints progress and finishes in about a minute.
-DEMO_COMMAND = [
-    "python3",
-    "-c",
-    'import os,time\nfor s in range(12):\n    print(f\'rank {os.environ["RANK"]}/{os.environ["WORLD_SIZE"]} step {s}\', flush=True)\n    time.sleep(5)',
-]
+# Commands by kind: print progress; "short" ends in about a minute, the others run for hours.
+_STEPS = (
+    "import os,time\n"
+    "r, w = os.environ['RANK'], os.environ['WORLD_SIZE']\n"
+    "for s in range({steps}):\n"
+    "    print(f'rank {{r}}/{{w}} step {{s}} loss {{2.5 * 0.999 ** s:.3f}}', flush=True)\n"
+    "    time.sleep({pause})"
+)
+COMMANDS = {
+    "short": (["python3", "-c", _STEPS.format(steps=12, pause=5)], 600),
+    "long": (["python3", "-c", _STEPS.format(steps=1400, pause=10)], 4 * 3600),
+    "idle": (["python3", "-c", _STEPS.format(steps=480, pause=30)], 4 * 3600),
+}
 
 
 class Command(BaseCommand):
     help = "Create the demo teams, users, quotas, bootstrap token and a few jobs (idempotent)."
 
     def add_arguments(self, parser):
-        parser.add_argument("--no-jobs", action="store_true", help="Do not submit the demo jobs.")
+        parser.add_argument(
+            "--no-jobs",
+            action="store_true",
+            help="Do not seed the 30 days of finished jobs nor submit the demo jobs.",
+        )
 
     def handle(self, *args, no_jobs=False, **options):
         state_file = Path(settings.VAR_DIR) / "demo.json"
@@ -88,6 +106,9 @@ class Command(BaseCommand):
             self._teams(admin)
             if "bootstrap_token" not in state:
                 state["bootstrap_token"] = self._bootstrap_token(admin)
+            if not no_jobs and not state.get("history_seeded"):
+                self._history(admin)
+                state["history_seeded"] = True
             if not no_jobs and not state.get("jobs_submitted"):
                 self._jobs()
                 state["jobs_submitted"] = True
@@ -171,16 +192,39 @@ class Command(BaseCommand):
         )
         return secret.plaintext
 
+    def _history(self, admin) -> None:
+        """30 days of finished jobs: a Philly slice replayed on the demo's cluster."""
+        now = timezone.now()
+        nodes, teams = demo.cluster_nodes(), history.cluster_teams()
+        rng = random.Random(16)
+        jobs = demo.trace_jobs(teams, now.timestamp() - 3600, rng)
+        replayed = demo.replay(jobs, nodes, teams)
+        users = {
+            slug: [
+                u for u, _, teams in USERS for t, role in teams if t == slug and role != "viewer"
+            ]
+            for slug, *_ in TEAMS
+        }
+        finished = demo.finished_jobs(replayed, users, now.timestamp(), rng)
+        import_finished_jobs(
+            finished,
+            acting_user=admin,
+            now=now,
+            half_life=settings.BERTH["FAIRSHARE_HALF_LIFE_S"],
+        )
+
     def _jobs(self):
         User = get_user_model()
-        for slug, username, fields in JOBS:
+        for slug, username, fields, kind in JOBS:
             team = Team.objects.get(slug=slug)
+            command, max_runtime = COMMANDS[kind]
             spec = clean_job_spec(
                 team,
                 {
                     "image": "python:3.11",
-                    "command": DEMO_COMMAND,
-                    "max_runtime_seconds": 600,
+                    "command": command,
+                    "max_runtime_seconds": max_runtime,
+                    "flavor": "h100-80gb",
                     **fields,
                 },
             )
