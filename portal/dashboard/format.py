@@ -8,7 +8,7 @@ from datetime import datetime
 
 from scheduler.timewords import duration
 
-__all__ = ["duration", "in_words", "parse_duration", "relative"]
+__all__ = ["command_line", "duration", "in_words", "parse_duration", "relative"]
 
 
 def relative(when: datetime | None, now: datetime) -> str:
