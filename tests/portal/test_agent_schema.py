@@ -28,7 +28,7 @@ def _set(body: dict, path: str, value) -> dict:
 
 
 def field_name(path: str) -> str:
-    """"gpus.0.uuid" as the error names it: "gpus[0].uuid"."""
+    """ "gpus.0.uuid" as the error names it: "gpus[0].uuid"."""
     out = ""
     for part in path.split("."):
         out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)

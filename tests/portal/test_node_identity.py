@@ -23,15 +23,12 @@ def register(client, token, hostname, gpus, *, node_token=None, rack="r1"):
     body = {"hostname": hostname, "rack": rack, "block": "b1", "gpus": gpus}
     if token is not None:
         body["bootstrap_token"] = token
-    return client.post(
-        "/api/agent/v1/register", body, content_type="application/json", **headers
-    )
+    return client.post("/api/agent/v1/register", body, content_type="application/json", **headers)
 
 
 def new_gpus(prefix: str, n: int = 2) -> list[dict]:
     return [
-        {"index": i, "uuid": f"GPU-{prefix}-{i}", "name": "NVIDIA H100 80GB HBM3"}
-        for i in range(n)
+        {"index": i, "uuid": f"GPU-{prefix}-{i}", "name": "NVIDIA H100 80GB HBM3"} for i in range(n)
     ]
 
 

@@ -16,10 +16,10 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from portal.core.actions.jobs import submit_job
+from portal.core.actions.nodes import issue_bootstrap_token
 from portal.core.actions.quota import set_quota
 from portal.core.jobspec import clean_job_spec
-from portal.core.models import Cohort, GpuFlavor, Membership, NodeBootstrapToken, Queue, Team
-from portal.core.secrets import new_secret
+from portal.core.models import Cohort, GpuFlavor, Membership, Queue, Team
 
 FLAVORS = [
     ("h100-80gb", "NVIDIA H100 80GB HBM3", 81559),
@@ -162,14 +162,16 @@ class Command(BaseCommand):
                 )
 
     def _bootstrap_token(self, admin) -> str:
-        secret = new_secret("bbt")
-        NodeBootstrapToken.objects.create(
+        """One registration for each simulated node (portal.devstack), and only for them."""
+        from portal.devstack import DEMO_NODES
+
+        _, plaintext = issue_bootstrap_token(
+            acting_user=admin,
             description="demo agents",
-            prefix=secret.prefix,
-            token_hash=secret.digest,
-            created_by=admin,
+            hostname_pattern="demo-*",
+            max_uses=len(DEMO_NODES),
         )
-        return secret.plaintext
+        return plaintext
 
     def _jobs(self):
         User = get_user_model()

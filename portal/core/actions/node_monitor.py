@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.core.actions.jobs import request_scheduling_pass, transition
-from portal.core.actions.workers import lose_workers
+from portal.core.actions.workers import LIVE, lose_workers
 from portal.core.models import Job, Node, Worker
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def evict_lost_nodes(cutoff: datetime, now: datetime) -> list[str]:
     """Requeue (or fail) the gangs of nodes not ready since before `cutoff`."""
     nodes = list(
         Node.objects.filter(condition=Node.Condition.NOT_READY, not_ready_since__lt=cutoff)
-        .filter(workers__state__in=_LIVE)
+        .filter(workers__state__in=LIVE)
         .distinct()
     )
     for node in nodes:
@@ -57,13 +57,10 @@ def evict_lost_nodes(cutoff: datetime, now: datetime) -> list[str]:
     return [n.hostname for n in nodes]
 
 
-_LIVE = [Worker.State.ASSIGNED, Worker.State.STARTING, Worker.State.RUNNING, Worker.State.STOPPING]
-
-
 def evict_node(node: Node, *, now: datetime) -> int:
     """The node is gone: its workers are lost, their gangs requeued everywhere."""
     with transaction.atomic():
-        workers = list(Worker.objects.select_for_update().filter(node=node, state__in=_LIVE))
+        workers = list(Worker.objects.select_for_update().filter(node=node, state__in=LIVE))
         if not workers:
             return 0
         message = f"Node {node.hostname} stopped answering; its workers are considered lost."

@@ -1,0 +1,290 @@
+"""The agent protocol's one schema (docs/protocol.md): every field of a registration and
+a heartbeat with its type, range, length and character rules, checked before anything
+is read from or written to the database.
+
+Limits come from the columns the values are stored in, taken from the models (so a
+value PostgreSQL or SQLite would refuse is a 400 naming the field, never a 500 that
+the agent retries until its node goes not ready), and from the protocol itself (a
+percentage is 0 to 100). Text never holds NUL (PostgreSQL cannot store it) nor a lone
+surrogate (not UTF-8); identity fields also no control characters. Unknown fields are
+ignored, so a newer agent can talk to an older portal.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.backends.base.operations import BaseDatabaseOperations
+from django.utils.dateparse import parse_datetime
+
+from portal.core.actions.heartbeat import GpuReport
+from portal.core.actions.nodes import Registration
+from portal.core.actions.workers import WORKER_KEY, WorkerReport
+from portal.core.models import Gpu, Node, Worker
+
+MAX_ERRORS = 20
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class Invalid(Exception):
+    """The body breaks the schema; `fields` names each bad field ("gpus[0].uuid")."""
+
+    def __init__(self, fields: dict[str, list[str]]):
+        super().__init__("Malformed field." if len(fields) == 1 else "Malformed fields.")
+        self.fields = fields
+
+
+class Errors(dict):
+    def add(self, where: str, message: str) -> None:
+        if len(self) < MAX_ERRORS:
+            self.setdefault(where, []).append(message)
+
+
+def column_length(model, name: str) -> int:
+    return model._meta.get_field(name).max_length
+
+
+def column_range(model, name: str) -> tuple[int, int]:
+    """The integer range of a column, the same on every database (Django's own table)."""
+    internal = model._meta.get_field(name).get_internal_type()
+    return BaseDatabaseOperations.integer_field_ranges[internal]
+
+
+# --- field kinds ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string of at most `max_length` characters. `single_line` refuses control
+    characters; `overflow="tail"` keeps the end of a longer value (log tails), "head"
+    its start (free-text reasons); identity fields refuse a longer value."""
+
+    max_length: int
+    min_length: int = 0
+    single_line: bool = True
+    overflow: str = "refuse"
+    choices: tuple[str, ...] = ()
+    pattern: re.Pattern | None = None
+    pattern_hint: str = ""
+
+    def clean(self, value: Any, where: str, errors: Errors) -> str | None:
+        if not isinstance(value, str):
+            return errors.add(where, "Expected a string.")
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return errors.add(where, "Not valid Unicode (a lone surrogate).")
+        if "\x00" in value:
+            return errors.add(where, "May not contain NUL characters.")
+        if self.single_line and _CONTROL.search(value):
+            return errors.add(where, "May not contain control characters.")
+        if len(value) > self.max_length:
+            if self.overflow == "refuse":
+                return errors.add(where, f"At most {self.max_length} characters.")
+            value = (
+                value[-self.max_length :] if self.overflow == "tail" else value[: self.max_length]
+            )
+        if len(value) < self.min_length:
+            return errors.add(where, f"At least {self.min_length} character(s).")
+        if self.choices and value not in self.choices:
+            return errors.add(where, f"One of {', '.join(self.choices)}.")
+        if self.pattern and not self.pattern.fullmatch(value):
+            return errors.add(where, self.pattern_hint)
+        return value
+
+
+@dataclass(frozen=True)
+class Int:
+    low: int
+    high: int
+
+    def clean(self, value: Any, where: str, errors: Errors) -> int | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return errors.add(where, "Expected an integer.")
+        if not self.low <= value <= self.high:
+            return errors.add(where, f"Between {self.low} and {self.high}.")
+        return value
+
+
+@dataclass(frozen=True)
+class Number:
+    low: float
+    high: float
+
+    def clean(self, value: Any, where: str, errors: Errors) -> float | None:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return errors.add(where, "Expected a number.")
+        value = float(value)
+        if not (math.isfinite(value) and self.low <= value <= self.high):
+            return errors.add(where, f"A finite number between {self.low:g} and {self.high:g}.")
+        return value
+
+
+@dataclass(frozen=True)
+class Time:
+    """An ISO 8601 time; one without an offset is UTC (the protocol's times are UTC)."""
+
+    def clean(self, value: Any, where: str, errors: Errors) -> datetime | None:
+        if not isinstance(value, str) or len(value) > 40 or "\x00" in value:
+            return errors.add(where, "Expected an ISO 8601 time.")
+        try:
+            parsed = parse_datetime(value)
+            if parsed is not None:
+                parsed = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+        except (ValueError, OverflowError):
+            parsed = None
+        if parsed is None or parsed.year < 1970:
+            return errors.add(where, "Expected a real ISO 8601 time after 1970.")
+        return parsed
+
+
+@dataclass(frozen=True)
+class F:
+    """A field of an object: its kind, whether it must be present, whether it may be null."""
+
+    kind: Any
+    required: bool = False
+    null: bool = False
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class Obj:
+    fields: dict[str, F]
+
+    def clean(self, value: Any, where: str, errors: Errors) -> dict | None:
+        if not isinstance(value, dict):
+            return errors.add(where or "body", "Expected a JSON object.")
+        out, prefix = {}, f"{where}." if where else ""
+        for name, field in self.fields.items():
+            raw = value.get(name)
+            if raw is None:
+                if field.required and (name not in value or not field.null):
+                    errors.add(prefix + name, "This field is required.")
+                out[name] = field.default
+            else:
+                out[name] = field.kind.clean(raw, prefix + name, errors)
+        return out
+
+
+@dataclass(frozen=True)
+class List:
+    item: Any
+    max_items: int
+    unique: tuple[str, ...] = ()  # keys of the items that must be unique across the list
+
+    def clean(self, value: Any, where: str, errors: Errors) -> list | None:
+        if not isinstance(value, list):
+            return errors.add(where, "Expected a list.")
+        if len(value) > self.max_items:
+            return errors.add(where, f"At most {self.max_items} entries.")
+        items = [self.item.clean(v, f"{where}[{i}]", errors) for i, v in enumerate(value)]
+        for key in self.unique:
+            seen = [item[key] for item in items if item is not None]
+            if len(set(seen)) != len(seen):
+                errors.add(where, f"Each entry's {key} must be unique.")
+        return items
+
+
+# --- the protocol ------------------------------------------------------------------------
+
+GPU = Obj(
+    {
+        "index": F(Int(*column_range(Gpu, "index")), required=True),
+        "uuid": F(Text(column_length(Gpu, "uuid"), min_length=1), required=True),
+        "name": F(Text(column_length(Gpu, "product_name"), min_length=1), required=True),
+        "memory_total_mib": F(Int(*column_range(Gpu, "memory_mib")), default=0),
+        "memory_used_mib": F(Int(*column_range(Gpu, "memory_used_mib")), null=True),
+        "utilization_pct": F(Number(0, 100), null=True),
+        "temperature_c": F(Number(-273, 1000), null=True),
+        "power_w": F(Number(0, 1e6), null=True),
+        "health": F(Text(16, choices=tuple(Gpu.Health.values)), default="healthy"),
+        "health_reason": F(Text(column_length(Gpu, "health_reason"), overflow="head"), default=""),
+    }
+)
+
+WORKER_STATES = ("starting", "running", "stopping", "exited", "failed_to_start")
+LOG_TAIL_CHARS = 8192
+
+WORKER = Obj(
+    {
+        "key": F(
+            Text(40, pattern=WORKER_KEY, pattern_hint="A worker key: <job id>.<attempt>.<rank>."),
+            required=True,
+        ),
+        "state": F(Text(16, choices=WORKER_STATES), required=True),
+        "exit_code": F(Int(*column_range(Worker, "exit_code")), null=True),
+        "started_at": F(Time(), null=True),
+        "finished_at": F(Time(), null=True),
+        "log_tail": F(Text(LOG_TAIL_CHARS, single_line=False, overflow="tail"), null=True),
+    }
+)
+
+MAX_GPUS, MAX_WORKERS = 256, 4096
+GPUS = F(List(GPU, MAX_GPUS, unique=("uuid", "index")), required=True)
+AGENT_VERSION = F(Text(column_length(Node, "agent_version")), default="")
+
+HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+REGISTRATION = Obj(
+    {
+        "bootstrap_token": F(Text(128), default=""),
+        "hostname": F(
+            Text(
+                column_length(Node, "hostname"),
+                min_length=1,
+                pattern=HOSTNAME,
+                pattern_hint="A host name: letters, digits, '.', '-' and '_'.",
+            ),
+            required=True,
+        ),
+        "rack": F(Text(column_length(Node, "rack")), default=""),
+        "block": F(Text(column_length(Node, "block")), default=""),
+        "agent_version": AGENT_VERSION,
+        "gpus": GPUS,
+    }
+)
+
+HEARTBEAT = Obj(
+    {
+        "agent_version": AGENT_VERSION,
+        "gpus": GPUS,
+        "workers": F(List(WORKER, MAX_WORKERS, unique=("key",)), default=[]),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    agent_version: str
+    gpus: list[GpuReport]
+    workers: list[WorkerReport]
+
+
+def _checked(schema: Obj, data: Any) -> dict:
+    errors = Errors()
+    clean = schema.clean(data, "", errors)
+    if errors:
+        raise Invalid(dict(errors))
+    return clean
+
+
+def parse_registration(data: Any) -> tuple[Registration, str]:
+    """The registration and the bootstrap token it carries ("" when none)."""
+    clean = _checked(REGISTRATION, data)
+    token = clean.pop("bootstrap_token")
+    return Registration(**clean | {"gpus": [GpuReport(**g) for g in clean["gpus"]]}), token
+
+
+def parse_heartbeat(data: Any) -> Heartbeat:
+    clean = _checked(HEARTBEAT, data)
+    return Heartbeat(
+        agent_version=clean["agent_version"],
+        gpus=[GpuReport(**g) for g in clean["gpus"]],
+        workers=[WorkerReport(**w) for w in clean["workers"]],
+    )
