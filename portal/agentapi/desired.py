@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import F
 
-from portal.core.actions.workers import is_desired
+from portal.core.actions.workers import LIVE, is_desired
 from portal.core.db import server_binding_cursor
 from portal.core.models import Allocation, Gpu, Job, Node, Worker
 
@@ -24,11 +24,7 @@ def desired_state(node: Node, *, live: list[Worker] | None = None) -> dict:
     `live` are the node's live workers with their jobs, when the caller has them fresh.
     """
     if live is None:
-        live = list(
-            Worker.objects.filter(node=node)
-            .exclude(state__in=[Worker.State.EXITED, Worker.State.LOST])
-            .select_related("job")
-        )
+        live = list(Worker.objects.filter(node=node).filter(state__in=LIVE).select_related("job"))
     wanted = [w for w in live if is_desired(w, w.job)]
     uuids = _gpu_uuids(wanted)
     masters = _master_hosts(node, wanted)

@@ -6,7 +6,7 @@ Limits come from the columns the values are stored in, taken from the models (so
 value PostgreSQL or SQLite would refuse is a 400 naming the field, never a 500 that
 the agent retries until its node goes not ready), and from the protocol itself (a
 percentage is 0 to 100). Text never holds NUL (PostgreSQL cannot store it) nor a lone
-surrogate (not UTF-8); identity fields also no control characters. Unknown fields are
+surrogate (not UTF-8); identity fields also no control or bidi control characters. Unknown fields are
 ignored, so a newer agent can talk to an older portal.
 """
 
@@ -27,7 +27,8 @@ from portal.core.actions.workers import WORKER_KEY, WorkerReport
 from portal.core.models import Gpu, Node, Worker
 
 MAX_ERRORS = 20
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control characters, and the bidi controls that make a name read as another.
+_CONTROL = re.compile("[\x00-\x1f\x7f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 class Invalid(Exception):
@@ -82,7 +83,7 @@ class Text:
         if "\x00" in value:
             return errors.add(where, "May not contain NUL characters.")
         if self.single_line and _CONTROL.search(value):
-            return errors.add(where, "May not contain control characters.")
+            return errors.add(where, "May not contain control or bidi control characters.")
         if len(value) > self.max_length:
             if self.overflow == "refuse":
                 return errors.add(where, f"At most {self.max_length} characters.")

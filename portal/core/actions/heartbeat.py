@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.core.actions.workers import WorkerReport, apply_worker_reports
+from portal.core.actions.workers import ENDED, WorkerReport, apply_worker_reports
 from portal.core.db import bulk_set, columns, server_binding_cursor, split_row, update_row
 from portal.core.models import Allocation, Gpu, Job, Node, Worker
 
@@ -103,7 +103,7 @@ def _reportable_workers(node: Node, keys: list[str]) -> dict[str, Worker]:
 
 def _node_workers(node: Node, job_ids: set[int]) -> list[Worker]:
     """The node's live workers and its workers of `job_ids`, each with its job."""
-    ended = [Worker.State.EXITED, Worker.State.LOST]
+    ended = list(ENDED)
     if connection.vendor != "postgresql":
         live = ~Q(state__in=ended)
         return list(
