@@ -9,8 +9,8 @@ from django.db import connection
 from django.utils import timezone
 
 from portal.core.actions.jobs import cancel_job
-from portal.core.models import Allocation, Gpu, Job, JobEvent, Node, NodeBootstrapToken, Worker
 from portal.core.actions.node_monitor import monitor_nodes
+from portal.core.models import Allocation, Gpu, Job, JobEvent, Node, NodeBootstrapToken, Worker
 from portal.core.scheduling.apply import apply_plan
 from portal.core.scheduling.snapshot import PassContext
 from portal.core.secrets import new_secret
