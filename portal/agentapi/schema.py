@@ -12,7 +12,6 @@ ignored, so a newer agent can talk to an older portal.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +55,14 @@ def column_range(model, name: str) -> tuple[int, int]:
 
 
 # --- field kinds ------------------------------------------------------------------------
+#
+# A scalar kind's `check(value)` returns the clean value or a Bad with the message; the
+# containers (Obj, List) carry the field's path and build it only for an error (this
+# runs for 2,000 heartbeats every 10 s).
+
+
+class Bad(str):
+    """Why a value was refused."""
 
 
 @dataclass(frozen=True)
@@ -72,57 +79,61 @@ class Text:
     pattern: re.Pattern | None = None
     pattern_hint: str = ""
 
-    def clean(self, value: Any, where: str, errors: Errors) -> str | None:
-        if not isinstance(value, str):
-            return errors.add(where, "Expected a string.")
+    def check(self, value: Any) -> str:
+        if type(value) is not str:
+            return Bad("Expected a string.")
         if not value.isascii():
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                return errors.add(where, "Not valid Unicode (a lone surrogate).")
+                return Bad("Not valid Unicode (a lone surrogate).")
         if "\x00" in value:
-            return errors.add(where, "May not contain NUL characters.")
+            return Bad("May not contain NUL characters.")
         if self.single_line and _CONTROL.search(value):
-            return errors.add(where, "May not contain control or bidi control characters.")
+            return Bad("May not contain control or bidi control characters.")
         if len(value) > self.max_length:
             if self.overflow == "refuse":
-                return errors.add(where, f"At most {self.max_length} characters.")
+                return Bad(f"At most {self.max_length} characters.")
             value = (
                 value[-self.max_length :] if self.overflow == "tail" else value[: self.max_length]
             )
         if len(value) < self.min_length:
-            return errors.add(where, f"At least {self.min_length} character(s).")
+            return Bad(f"At least {self.min_length} character(s).")
         if self.choices and value not in self.choices:
-            return errors.add(where, f"One of {', '.join(self.choices)}.")
+            return Bad(f"One of {', '.join(self.choices)}.")
         if self.pattern and not self.pattern.fullmatch(value):
-            return errors.add(where, self.pattern_hint)
+            return Bad(self.pattern_hint)
         return value
 
 
 @dataclass(frozen=True)
 class Int:
+    """A JSON integer (not 1.0, "1" or true) in the range."""
+
     low: int
     high: int
 
-    def clean(self, value: Any, where: str, errors: Errors) -> int | None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return errors.add(where, "Expected an integer.")
+    def check(self, value: Any) -> int | Bad:
+        if type(value) is not int:
+            return Bad("Expected an integer.")
         if not self.low <= value <= self.high:
-            return errors.add(where, f"Between {self.low} and {self.high}.")
+            return Bad(f"Between {self.low} and {self.high}.")
         return value
 
 
 @dataclass(frozen=True)
 class Number:
+    """A finite JSON number in the range, as a float."""
+
     low: float
     high: float
 
-    def clean(self, value: Any, where: str, errors: Errors) -> float | None:
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return errors.add(where, "Expected a number.")
+    def check(self, value: Any) -> float | Bad:
+        if type(value) is not float and type(value) is not int:
+            return Bad("Expected a number.")
         value = float(value)
-        if not (math.isfinite(value) and self.low <= value <= self.high):
-            return errors.add(where, f"A finite number between {self.low:g} and {self.high:g}.")
+        if not (self.low <= value <= self.high):  # NaN compares false: refused too
+            return Bad(f"A finite number between {self.low:g} and {self.high:g}.")
         return value
 
 
@@ -130,9 +141,9 @@ class Number:
 class Time:
     """An ISO 8601 time; one without an offset is UTC (the protocol's times are UTC)."""
 
-    def clean(self, value: Any, where: str, errors: Errors) -> datetime | None:
-        if not isinstance(value, str) or len(value) > 40 or "\x00" in value:
-            return errors.add(where, "Expected an ISO 8601 time.")
+    def check(self, value: Any) -> datetime | Bad:
+        if type(value) is not str or len(value) > 40 or "\x00" in value:
+            return Bad("Expected an ISO 8601 time.")
         try:
             parsed = parse_datetime(value)
             if parsed is not None:
@@ -140,13 +151,14 @@ class Time:
         except (ValueError, OverflowError):
             parsed = None
         if parsed is None or parsed.year < 1970:
-            return errors.add(where, "Expected a real ISO 8601 time after 1970.")
+            return Bad("Expected a real ISO 8601 time after 1970.")
         return parsed
 
 
 @dataclass(frozen=True)
 class F:
-    """A field of an object: its kind, whether it must be present, whether it may be null."""
+    """A field of an object: its kind, whether it must be present, whether it may be
+    null (an optional field that is null or absent takes its default)."""
 
     kind: Any
     required: bool = False
@@ -154,33 +166,43 @@ class F:
     default: Any = None
 
 
-@dataclass(frozen=True)
 class Obj:
-    fields: dict[str, F]
+    def __init__(self, fields: dict[str, F]):
+        self.fields = fields
+        self._plan = [
+            (name, f.kind, isinstance(f.kind, Obj | List), f.required, f.null, f.default)
+            for name, f in fields.items()
+        ]
 
     def clean(self, value: Any, where: str, errors: Errors) -> dict | None:
-        if not isinstance(value, dict):
+        if type(value) is not dict:
             return errors.add(where or "body", "Expected a JSON object.")
-        out, prefix = {}, f"{where}." if where else ""
-        for name, field in self.fields.items():
-            raw = value.get(name)
+        out, get, prefix = {}, value.get, f"{where}." if where else ""
+        for name, kind, nested, required, null, default in self._plan:
+            raw = get(name)
             if raw is None:
-                if field.required and (name not in value or not field.null):
+                if required and (not null or name not in value):
                     errors.add(prefix + name, "This field is required.")
-                out[name] = field.default
+                out[name] = default
+            elif nested:
+                out[name] = kind.clean(raw, prefix + name, errors)
             else:
-                out[name] = field.kind.clean(raw, prefix + name, errors)
+                clean = kind.check(raw)
+                if type(clean) is Bad:
+                    errors.add(prefix + name, clean)
+                    clean = None
+                out[name] = clean
         return out
 
 
 @dataclass(frozen=True)
 class List:
-    item: Any
+    item: Obj
     max_items: int
     unique: tuple[str, ...] = ()  # keys of the items that must be unique across the list
 
     def clean(self, value: Any, where: str, errors: Errors) -> list | None:
-        if not isinstance(value, list):
+        if type(value) is not list:
             return errors.add(where, "Expected a list.")
         if len(value) > self.max_items:
             return errors.add(where, f"At most {self.max_items} entries.")

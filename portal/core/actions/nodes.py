@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -123,7 +123,11 @@ def _save_registration(node: Node | None, r: Registration, now: datetime) -> tup
     secret = new_secret("bnt")
     node.flavor, node.rack, node.block = flavor, r.rack, r.block
     node.agent_version, node.token_hash = r.agent_version, secret.digest
-    node.save()
+    try:
+        with transaction.atomic():
+            node.save()
+    except IntegrityError:  # two first registrations of one hostname at once
+        raise NodeIdentityTaken(f"Node {r.hostname} was registered meanwhile.") from None
     if inventory := sync_inventory(node, r.gpus, now):
         Node.objects.filter(pk=node.pk).update(**inventory)
     return node, secret.plaintext
