@@ -107,34 +107,22 @@ class Text:
 
 
 @dataclass(frozen=True)
-class Int:
-    """A JSON integer (not 1.0, "1" or true) in the range."""
+class Num:
+    """A JSON number in the range: where `integer`, a JSON integer (not 1.0, "1" or
+    true); else any finite number, as a float."""
 
     low: int
     high: int
+    integer: bool = False
 
-    def check(self, value: Any) -> int | Bad:
-        if type(value) is not int:
-            return Bad("Expected an integer.")
-        if not self.low <= value <= self.high:
-            return Bad(f"Between {self.low} and {self.high}.")
-        return value
-
-
-@dataclass(frozen=True)
-class Number:
-    """A finite JSON number in the range, as a float."""
-
-    low: float
-    high: float
-
-    def check(self, value: Any) -> float | Bad:
-        if type(value) is not float and type(value) is not int:
-            return Bad("Expected a number.")
-        value = float(value)
-        if not (self.low <= value <= self.high):  # NaN compares false: refused too
-            return Bad(f"A finite number between {self.low:g} and {self.high:g}.")
-        return value
+    def check(self, value: Any) -> int | float | Bad:
+        kind = type(value)
+        if kind is not int and (self.integer or kind is not float):
+            return Bad("Expected an integer." if self.integer else "Expected a number.")
+        if not self.low <= value <= self.high:  # NaN compares false: refused too
+            what = "An integer" if self.integer else "A finite number"
+            return Bad(f"{what} between {self.low} and {self.high}.")
+        return value if self.integer else float(value)
 
 
 @dataclass(frozen=True)
@@ -218,14 +206,14 @@ class List:
 
 GPU = Obj(
     {
-        "index": F(Int(*column_range(Gpu, "index")), required=True),
+        "index": F(Num(*column_range(Gpu, "index"), integer=True), required=True),
         "uuid": F(Text(column_length(Gpu, "uuid"), min_length=1), required=True),
         "name": F(Text(column_length(Gpu, "product_name"), min_length=1), required=True),
-        "memory_total_mib": F(Int(*column_range(Gpu, "memory_mib")), default=0),
-        "memory_used_mib": F(Int(*column_range(Gpu, "memory_used_mib")), null=True),
-        "utilization_pct": F(Number(0, 100), null=True),
-        "temperature_c": F(Number(-273, 1000), null=True),
-        "power_w": F(Number(0, 1e6), null=True),
+        "memory_total_mib": F(Num(*column_range(Gpu, "memory_mib"), integer=True), default=0),
+        "memory_used_mib": F(Num(*column_range(Gpu, "memory_used_mib"), integer=True), null=True),
+        "utilization_pct": F(Num(0, 100), null=True),
+        "temperature_c": F(Num(-273, 1000), null=True),
+        "power_w": F(Num(0, 1_000_000), null=True),
         "health": F(Text(16, choices=tuple(Gpu.Health.values)), default="healthy"),
         "health_reason": F(Text(column_length(Gpu, "health_reason"), overflow="head"), default=""),
     }
@@ -241,7 +229,7 @@ WORKER = Obj(
             required=True,
         ),
         "state": F(Text(16, choices=WORKER_STATES), required=True),
-        "exit_code": F(Int(*column_range(Worker, "exit_code")), null=True),
+        "exit_code": F(Num(*column_range(Worker, "exit_code"), integer=True), null=True),
         "started_at": F(Time(), null=True),
         "finished_at": F(Time(), null=True),
         "log_tail": F(Text(LOG_TAIL_CHARS, single_line=False, overflow="tail"), null=True),

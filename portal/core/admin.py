@@ -266,6 +266,7 @@ class MembershipAdmin(AuditedAdmin):
 
 
 # What agents report of a GPU: shown, never edited (the next heartbeat would undo it).
+GPU_TELEMETRY = ("utilization_pct", "memory_used_mib", "temperature_c", "power_w")
 GPU_REPORTED = (
     "index",
     "uuid",
@@ -273,10 +274,7 @@ GPU_REPORTED = (
     "memory_mib",
     "health",
     "health_reason",
-    "utilization_pct",
-    "memory_used_mib",
-    "temperature_c",
-    "power_w",
+    *GPU_TELEMETRY,
 )
 
 
@@ -416,17 +414,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = (
-        "__str__",
-        "uuid",
-        "product_name",
-        "health",
-        "health_reason",
-        "utilization_pct",
-        "memory_used_mib",
-        "temperature_c",
-        "power_w",
-    )
+    list_display = ("__str__", "uuid", "product_name", "health", "health_reason", *GPU_TELEMETRY)
     list_filter = ("health", "node__flavor", "node__rack")
     search_fields = ("uuid", "node__hostname", "product_name")
     list_select_related = ("node",)
