@@ -10,7 +10,16 @@ from django.utils import timezone
 
 from portal.core.actions.jobs import cancel_job
 from portal.core.actions.node_monitor import monitor_nodes
-from portal.core.models import Allocation, Gpu, Job, JobEvent, Node, NodeBootstrapToken, Worker
+from portal.core.models import (
+    Allocation,
+    AuditEntry,
+    Gpu,
+    Job,
+    JobEvent,
+    Node,
+    NodeBootstrapToken,
+    Worker,
+)
 from portal.core.scheduling.apply import apply_plan
 from portal.core.scheduling.snapshot import PassContext
 from portal.core.secrets import new_secret
@@ -365,6 +374,9 @@ def test_silent_node_goes_not_ready_then_its_gangs_are_requeued(client, cluster,
     # The surviving worker on b is told to stop; the pending job waits for it.
     reply = beat(client, b, tb, [report(job, 1, "running", attempt=0)]).json()
     assert [s["reason"] for s in reply["stop"]] == ["requeued"]
+    trail = AuditEntry.objects.filter(target_type="node", target_id=str(a.pk)).order_by("id")
+    assert [e.action for e in trail] == ["not_ready", "evict"]
+    assert trail.last().note == "1 worker(s) lost"
 
 
 def test_job_past_its_max_runtime_is_stopped(client, cluster):
