@@ -151,3 +151,22 @@ def test_a_gangs_env_goes_only_to_the_nodes_of_its_workers(client, cluster):
         (entry,) = beat(client, node, node_token(node)).json()["run"]
         assert entry["env"] == {"HF_TOKEN": "hf_secret"}
     assert "hf_secret" not in beat(client, c, node_token(c)).content.decode()
+
+
+def test_the_demos_bootstrap_token_registers_its_simulated_nodes_only(
+    client, db, settings, tmp_path
+):
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    from portal.devstack import DEMO_NODES
+
+    settings.VAR_DIR = tmp_path
+    call_command("seed_demo", "--no-jobs", stdout=io.StringIO())
+    token = json.loads((tmp_path / "demo.json").read_text())["bootstrap_token"]
+    assert register(client, token, "evil-1", new_gpus("e")).status_code == 401
+    for i, (host, *_rest) in enumerate(DEMO_NODES):
+        assert register(client, token, host, new_gpus(f"d{i}")).status_code == 201, host
+    assert register(client, token, "demo-h100-9", new_gpus("d9")).status_code == 401  # used up
