@@ -86,14 +86,15 @@ def tail_text(data: bytes, limit: int = LOG_TAIL_BYTES) -> str:
     """Return the last lines of ``data`` as text of at most ``limit`` UTF-8 bytes.
 
     Starts at a line boundary when one is near, and re-checks the size after
-    decoding because replacement characters can grow the text.
+    decoding because replacement characters can grow the text. A NUL a worker printed
+    becomes a replacement character: the portal refuses text with NUL in it.
     """
     chunk = data[-limit:]
     if len(data) > limit:
         newline = chunk.find(b"\n")
         if 0 <= newline < len(chunk) - 1:
             chunk = chunk[newline + 1 :]
-    text = chunk.decode("utf-8", errors="replace")
+    text = chunk.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
     while len(text.encode("utf-8")) > limit:
         text = text[len(text) // 8 + 1 :]
     return text

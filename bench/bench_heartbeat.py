@@ -4,7 +4,7 @@ scheduled time, so a slow server cannot hide its queueing).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench \\
         .venv/bin/python bench/bench_heartbeat.py [--agents 2000] [--interval 10] \\
-        [--duration 60] [--workers 2] [--threads 8] [--jobs-per-node 1]
+        [--duration 60] [--workers 2] [--threads 8] [--jobs-per-node 1] [--in-process BEATS]
 
 Each agent reports 8 GPUs with telemetry and its running workers; each reply
 carries its desired state. Target (../shared/DESIGN.md): 2,000 agents every
@@ -246,6 +246,40 @@ async def run_load(
     return latencies, statuses
 
 
+def in_process(agents: list[tuple[str, bytes]], beats: int) -> None:
+    """The web side's CPU per beat without gunicorn or queueing: Django's test client
+    in this process, one beat after another, cycling through the agents (each agent's
+    first beat, which writes its inventory, is not counted). For comparing two trees
+    on a machine too busy for the latencies of the open-loop run to mean much."""
+    from django.test import Client
+
+    client = Client()
+
+    def beat(token: str, body: bytes) -> None:
+        response = client.post(
+            "/api/agent/v1/heartbeat",
+            body,
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
+        assert response.status_code == 200, response.content[:300]
+
+    for token, body in agents:
+        beat(token, body)
+    samples = []
+    for k in range(beats):
+        token, body = agents[k % len(agents)]
+        c0 = time.thread_time()
+        beat(token, body)
+        samples.append(time.thread_time() - c0)
+    samples.sort()
+    q = statistics.quantiles(samples, n=100)
+    print(
+        f"in-process, {beats} beats of {len(agents)} agents: Django CPU per beat "
+        f"median {q[49] * 1000:.3f} ms, p90 {q[89] * 1000:.3f} ms, mean {statistics.fmean(samples) * 1000:.3f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=2000)
@@ -260,10 +294,18 @@ def main() -> None:
     )
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--jobs-per-node", type=int, default=1)
+    parser.add_argument(
+        "--in-process",
+        type=int,
+        metavar="BEATS",
+        help="instead of the load: BEATS beats through Django's test client, CPU per beat",
+    )
     args = parser.parse_args()
 
     ensure_database()
     agents = [(t, json.dumps(b).encode()) for t, b in populate(args.agents, args.jobs_per_node)]
+    if args.in_process:
+        return in_process(agents, args.in_process)
     connection.close()
     port = free_port()
     server = start_gunicorn(port, args.workers, args.threads)

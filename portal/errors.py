@@ -19,7 +19,12 @@ import sys
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import (
+    DisallowedHost,
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpResponse, JsonResponse
 from django.template import loader
@@ -96,6 +101,8 @@ def bad_request(request, exception=None, template_name=None):
     if isinstance(exception, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE // (1024 * 1024)
         return error_page(request, 413, f"The request body is larger than {limit} MiB.")
+    if isinstance(exception, DisallowedHost):
+        return error_page(request, 400, "The Host header is not one this portal serves.")
     return error_page(request, 400)
 
 

@@ -3,15 +3,27 @@ node cordon / drain, job cancel, and list filters and search on every model."""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import Count, Q
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from portal.core import reports
 from portal.core.actions.audit import record_changes, record_event
 from portal.core.actions.jobs import InvalidTransition, cancel_job
-from portal.core.actions.nodes import cordon_node, drain_node, uncordon_node
+from portal.core.actions.nodes import (
+    EDITABLE,
+    cordon_node,
+    drain_node,
+    edit_node,
+    issue_bootstrap_token,
+    reset_node_identity,
+    revoke_bootstrap_tokens,
+    uncordon_node,
+)
 from portal.core.models import (
     Allocation,
     ApiToken,
@@ -276,24 +288,39 @@ class MembershipAdmin(AuditedAdmin):
     audited_fields = ("user", "team", "role")
 
 
+# What agents report of a GPU: shown, never edited (the next heartbeat would undo it).
+GPU_TELEMETRY = ("utilization_pct", "memory_used_mib", "temperature_c", "power_w")
+GPU_REPORTED = (
+    "index",
+    "uuid",
+    "product_name",
+    "memory_mib",
+    "health",
+    "health_reason",
+    *GPU_TELEMETRY,
+)
+
+
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    fields = (
-        "index",
-        "uuid",
-        "product_name",
-        "memory_mib",
-        "health",
-        "health_reason",
-        "utilization_pct",
-        "temperature_c",
-    )
-    readonly_fields = ("utilization_pct", "temperature_c")
+    can_delete = False
+    fields = GPU_REPORTED
+    readonly_fields = GPU_REPORTED
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(max_length=200, widget=forms.TextInput(attrs={"size": 80}))
 
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
+    """Cordon, drain and identity reset ask for a reason; edits go through
+    actions.nodes.edit_node, so each one is audited."""
+
     list_display = (
         "hostname",
         "flavor",
@@ -307,12 +334,15 @@ class NodeAdmin(admin.ModelAdmin):
     list_filter = ("condition", "cordon", "flavor", "rack", "block")
     search_fields = ("hostname", "rack", "block")
     readonly_fields = (
+        "hostname",
+        "flavor",
         "condition",
         "last_heartbeat_at",
         "not_ready_since",
         "registered_at",
         "agent_version",
         "cordon",
+        "audit_trail",
     )
     fields = (
         "hostname",
@@ -326,9 +356,13 @@ class NodeAdmin(admin.ModelAdmin):
         "not_ready_since",
         "registered_at",
         "agent_version",
+        "audit_trail",
     )
     inlines = (GpuInline,)
-    actions = ("cordon", "drain", "uncordon")
+    actions = ("cordon", "drain", "uncordon", "reset_identity")
+
+    def has_add_permission(self, request):
+        return False  # nodes register themselves with a bootstrap token
 
     def get_queryset(self, request):
         healthy = Count("gpus", filter=Q(gpus__health=Gpu.Health.HEALTHY))
@@ -339,6 +373,10 @@ class NodeAdmin(admin.ModelAdmin):
             .annotate(n_gpus=Count("gpus"), n_healthy=healthy)
         )
 
+    def save_model(self, request, obj, form, change):
+        changes = {name: form.cleaned_data[name] for name in EDITABLE if name in form.changed_data}
+        edit_node(obj, acting_user=request.user, **changes)
+
     @admin.display(description="State", ordering="condition")
     def state_badge(self, node):
         return node.state
@@ -347,39 +385,67 @@ class NodeAdmin(admin.ModelAdmin):
     def gpu_health(self, node):
         return f"{node.n_healthy}/{node.n_gpus}"
 
-    def _apply(self, request, queryset, action, verb):
-        changed = sum(1 for node in queryset if action(node, acting_user=request.user))
-        self.message_user(request, f"{verb} {changed} node(s).", messages.SUCCESS)
+    @admin.display(description="Audit trail (registrations, cordons, edits)")
+    def audit_trail(self, node):
+        if node.pk is None:
+            return "—"
+        entries = AuditEntry.objects.filter(target_type="node", target_id=str(node.pk))
+        return _audit_trail_html(list(entries.select_related("actor")[:50]))
+
+    def _with_reason(self, request, queryset, action, verb, title):
+        """Ask for a reason on an intermediate page, then apply `action` to each node."""
+        form = ReasonForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            reason = form.cleaned_data["reason"]
+            changed = sum(1 for n in queryset if action(n, acting_user=request.user, reason=reason))
+            self.message_user(request, f"{verb} {changed} node(s).", messages.SUCCESS)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "opts": self.model._meta,
+            "nodes": queryset,
+            "form": form,
+            "action": request.POST.get("action", ""),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/core/node/reason.html", context)
 
     @admin.action(description="Cordon: no new jobs")
     def cordon(self, request, queryset):
-        self._apply(request, queryset, cordon_node, "Cordoned")
+        return self._with_reason(request, queryset, cordon_node, "Cordoned", "Cordon nodes")
 
     @admin.action(description="Drain: no new jobs, running jobs finish")
     def drain(self, request, queryset):
-        self._apply(request, queryset, drain_node, "Draining")
+        return self._with_reason(request, queryset, drain_node, "Draining", "Drain nodes")
 
     @admin.action(description="Uncordon: schedulable again")
     def uncordon(self, request, queryset):
-        self._apply(request, queryset, uncordon_node, "Uncordoned")
+        changed = sum(1 for node in queryset if uncordon_node(node, acting_user=request.user))
+        self.message_user(request, f"Uncordoned {changed} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Reset identity: its token stops, its workers are lost")
+    def reset_identity(self, request, queryset):
+        def reset(node, *, acting_user, reason):
+            reset_node_identity(node, acting_user=acting_user, reason=reason)
+            return True
+
+        return self._with_reason(
+            request, queryset, reset, "Reset the identity of", "Reset node identities"
+        )
 
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = (
-        "__str__",
-        "uuid",
-        "product_name",
-        "health",
-        "health_reason",
-        "utilization_pct",
-        "memory_used_mib",
-        "temperature_c",
-        "power_w",
-    )
+    list_display = ("__str__", "uuid", "product_name", "health", "health_reason", *GPU_TELEMETRY)
     list_filter = ("health", "node__flavor", "node__rack")
     search_fields = ("uuid", "node__hostname", "product_name")
     list_select_related = ("node",)
+    fields = ("node", *GPU_REPORTED, "updated_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
 
 
 class JobEventInline(admin.TabularInline):
@@ -539,24 +605,51 @@ class ShownOnceTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodeBootstrapToken)
-class NodeBootstrapTokenAdmin(ShownOnceTokenAdmin):
-    secret_kind = "bbt"
+class NodeBootstrapTokenAdmin(admin.ModelAdmin):
+    """Issued and revoked through actions.nodes (audited); its secret is shown once."""
+
     list_display = (
         "prefix",
         "description",
+        "hostname_pattern",
+        "uses",
+        "max_uses",
         "created_by",
         "created_at",
         "expires_at",
         "revoked_at",
-        "uses",
     )
     list_filter = ("revoked_at",)
-    search_fields = ("prefix", "description")
-    fields = ("description", "expires_at", "revoked_at")
+    search_fields = ("prefix", "description", "hostname_pattern")
+    fields = ("description", "hostname_pattern", "max_uses", "expires_at")
     actions = ("revoke",)
 
-    def _set_owner(self, request, obj):
-        obj.created_by = request.user
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return (*self.fields, "prefix", "uses", "created_by", "created_at", "revoked_at")
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return  # an issued token is not edited: revoke it and issue another
+        token, plaintext = issue_bootstrap_token(
+            acting_user=request.user,
+            description=obj.description,
+            hostname_pattern=obj.hostname_pattern,
+            max_uses=obj.max_uses,
+            expires_at=obj.expires_at,
+        )
+        obj.pk = token.pk
+        self.message_user(
+            request,
+            f"Token created. Copy it now, it is not shown again: {plaintext}",
+            messages.WARNING,
+        )
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request, queryset):
+        n = revoke_bootstrap_tokens(list(queryset), acting_user=request.user)
+        self.message_user(request, f"Revoked {n} token(s).", messages.SUCCESS)
 
 
 @admin.register(ApiToken)

@@ -1,5 +1,5 @@
 """Celery tasks. They stay thin: the work lives in portal.core.scheduling and
-portal.core.nodes, which tests call directly."""
+portal.core.actions.node_monitor, which tests call directly."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def scheduling_pass() -> dict | None:
 @shared_task(name="portal.core.tasks.node_monitor", ignore_result=True)
 def node_monitor() -> dict:
     """Mark silent nodes not ready, evict long-silent ones, stop over-time jobs."""
-    from portal.core.nodes import monitor_nodes
+    from portal.core.actions.node_monitor import monitor_nodes
 
     return monitor_nodes()
 

@@ -112,7 +112,7 @@ class FakePortal:
             return 401, {"error": {"code": "bad_token", "message": "invalid node token"}}, {}
         unknown = [w["key"] for w in body["workers"] if w["key"] in self.unknown_keys]
         if unknown:
-            # The portal's own wording (portal/core/agents.py).
+            # The portal's own wording (portal/core/actions/heartbeat.py).
             error = {
                 "code": "protocol",
                 "message": "The heartbeat reports workers that are not assigned to this node.",

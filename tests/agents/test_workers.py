@@ -85,6 +85,13 @@ def test_log_tail_stays_bounded_with_invalid_utf8():
     assert len(tail.encode()) <= 8192
 
 
+def test_log_tail_never_carries_a_nul_the_portal_would_refuse():
+    """A job that prints NUL must not get its node's heartbeats refused (400)."""
+    tail = tail_text(b"ok\x00" * 4000, 8192)
+    assert "\x00" not in tail and tail.endswith("ok\ufffd")
+    assert len(tail.encode()) <= 8192
+
+
 def test_stop_entry_with_an_unusable_signal_still_stops_with_sigterm():
     order = StopOrder.from_json(
         {"key": "41.1.0", "signal": "SIGSTOP", "grace_period_s": -1, "reason": "cancelled"}

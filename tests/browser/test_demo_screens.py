@@ -24,12 +24,11 @@ from playwright.sync_api import expect
 
 from agents.gpu import FAKE_UTILIZATION_ENV, Workload
 from portal.core.actions.workers import WorkerReport
-from portal.core.agents import heartbeat
 from portal.core.models import Allocation, Job, JobEvent, Worker
 from portal.core.scheduling import run_pass
 from portal.whatif.models import WhatIfRun
 from portal.whatif.replay import execute
-from tests.whatif.demo_cluster import gpu_reports, register_demo_nodes
+from tests.whatif.demo_cluster import gpu_reports, heartbeat, register_demo_nodes
 
 pytestmark = [
     pytest.mark.browser,
@@ -79,7 +78,7 @@ def _date_back(delta: timedelta) -> None:
 def demo(settings, tmp_path, monkeypatch):
     settings.VAR_DIR = tmp_path
     # Heartbeats seconds apart: write each one's telemetry, as a later one would.
-    monkeypatch.setattr("portal.core.agents.TELEMETRY_EVERY_S", 0)
+    monkeypatch.setattr("portal.core.actions.heartbeat.TELEMETRY_EVERY_S", 0)
     call_command("seed_demo", stdout=open(tmp_path / "seed.out", "w"))  # noqa: SIM115
     _bring_up_nodes(tmp_path)
     return json.loads((tmp_path / "demo.json").read_text())

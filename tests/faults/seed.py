@@ -127,12 +127,13 @@ def _nodes(flavor, count: int, gpus: int = 8, per_rack: int = 16) -> None:
 
 
 def _bootstrap() -> str:
-    from portal.core.models import NodeBootstrapToken
-    from portal.core.secrets import new_secret
+    from portal.core.actions.nodes import issue_bootstrap_token
 
-    secret = new_secret("bbt")
-    NodeBootstrapToken.objects.create(prefix=secret.prefix, token_hash=secret.digest)
-    return secret.plaintext
+    # The fault suites' simulated clusters (sim-NNNN) and agents (node-x) register with it.
+    _, plaintext = issue_bootstrap_token(
+        acting_user=None, description="fault suite", hostname_pattern="*", max_uses=10_000
+    )
+    return plaintext
 
 
 def _pending(teams: list, count: int, shapes: list, seed: int = 7, chunk: int = 1000) -> int:

@@ -17,11 +17,11 @@ import pytest
 from django.utils import timezone
 
 from portal.core.actions.jobs import submit_job
+from portal.core.actions.node_monitor import monitor_nodes
+from portal.core.actions.nodes import issue_bootstrap_token
 from portal.core.jobspec import clean_job_spec
-from portal.core.models import GpuFlavor, Job, Node, NodeBootstrapToken, Queue, Worker
-from portal.core.nodes import monitor_nodes
+from portal.core.models import GpuFlavor, Job, Node, Queue, Worker
 from portal.core.scheduling import run_pass
-from portal.core.secrets import new_secret
 from tests.factories import make_team, make_user
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,9 +105,8 @@ def portal(live_server, settings, tmp_path):
     team = make_team("alpha", quotas={flavor: 8})
     Queue.objects.create(team=team, name="default")
     user = make_user("lead")
-    secret = new_secret("bbt")
-    NodeBootstrapToken.objects.create(prefix=secret.prefix, token_hash=secret.digest)
-    agents = Agents(live_server.url, secret.plaintext, tmp_path)
+    _, bootstrap = issue_bootstrap_token(acting_user=None, hostname_pattern="node-*", max_uses=3)
+    agents = Agents(live_server.url, bootstrap, tmp_path)
     yield team, user, agents
     agents.close()
 

@@ -8,9 +8,9 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from portal.core.actions.heartbeat import GpuReport, record_heartbeat
 from portal.core.actions.jobs import submit_job
 from portal.core.actions.workers import WorkerReport
-from portal.core.agents import GpuReport, heartbeat
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, SchedulingPass, Worker
 from portal.core.scheduling import run_pass
@@ -46,7 +46,7 @@ def report(job: Job, state: str, exit_code=None) -> None:
         GpuReport(index=g.index, uuid=g.uuid, name=node.flavor.display_name)
         for g in node.gpus.order_by("index")
     ]
-    heartbeat(
+    record_heartbeat(
         node,
         agent_version="test",
         gpus=gpus,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from portal.core.models import AuditEntry, Node, Quota, Team
+from portal.core.models import AuditEntry, Quota, Team
 
 
 @pytest.fixture
@@ -120,25 +120,6 @@ def test_invalid_quota_is_refused_with_a_message_and_nothing_changes(admin_clien
     quota.refresh_from_db()
     assert quota.nominal == 16 and quota.lending_limit is None
     assert not AuditEntry.objects.exists()
-
-
-def test_cordon_drain_uncordon_actions(admin_client, cluster):
-    node = cluster.nodes[0]
-    for action, expected in [("cordon", "cordoned"), ("drain", "draining"), ("uncordon", "none")]:
-        response = admin_client.post(
-            "/admin/core/node/", {"action": action, "_selected_action": [node.pk]}
-        )
-        assert response.status_code == 302
-        node.refresh_from_db()
-        assert node.cordon == expected
-    trail = list(
-        AuditEntry.objects.filter(target_type="node")
-        .order_by("at", "id")
-        .values_list("new_value", flat=True)
-    )
-    assert trail == ["cordoned", "draining", "none"]
-    node.refresh_from_db()
-    assert node.state == Node.Condition.READY
 
 
 def test_every_admin_list_page_renders(admin_client, cluster):

@@ -12,7 +12,7 @@ def unreachable_database(monkeypatch):
             'connection to server at "127.0.0.1", port 5432 failed: Connection refused'
         )
 
-    monkeypatch.setattr("portal.agentapi.views.node_for_token", fail)
+    monkeypatch.setattr("portal.agentapi.views.authenticated_node", fail)
 
 
 def test_database_down_is_a_503_with_retry_after_in_the_one_error_format(
@@ -33,7 +33,7 @@ def test_database_down_is_a_503_with_retry_after_in_the_one_error_format(
 
 def test_other_crashes_stay_500_without_retry_after(db, monkeypatch, settings):
     settings.DEBUG = False
-    monkeypatch.setattr("portal.agentapi.views.node_for_token", lambda token: 1 / 0)
+    monkeypatch.setattr("portal.agentapi.views.authenticated_node", lambda token: 1 / 0)
     response = Client(raise_request_exception=False).post(
         "/api/agent/v1/heartbeat",
         "{}",

@@ -9,6 +9,7 @@ gang, as does the end of a preemption.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from portal.core.models import Allocation, Job, Worker
 State = Job.State
 WState = Worker.State
 ENDED = (WState.EXITED, WState.LOST)
+LIVE = tuple(s for s in WState.values if s not in ENDED)  # a worker that holds its GPUs
 
 # Agent state → portal state. `failed_to_start` is an exit that never ran.
 _REPORTED = {
@@ -35,6 +37,10 @@ _REPORTED = {
 }
 FAILED_TO_START_EXIT = 127
 START_FAILURE_CHARS = 1000
+
+# "<job id>.<attempt>.<rank>" in ASCII digits, each within its column's range (a job id
+# is a bigint, attempt and rank are positive integers).
+WORKER_KEY = re.compile(r"[0-9]{1,18}\.[0-9]{1,9}\.[0-9]{1,9}")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """The hardware: nodes, their GPUs, and the tokens agents register with."""
 
+import fnmatch
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from ._base import non_negative, valid_choice
+from ._base import non_negative, positive, valid_choice
 from .tenancy import GpuFlavor
 
 
@@ -48,7 +50,7 @@ class Node(models.Model):
     token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
     # What the last written heartbeat said of the GPUs (a digest of their identity and
     # health) and when their telemetry was written: a heartbeat that reports the same
-    # before the telemetry is due touches no GPU row (portal.core.agents).
+    # before the telemetry is due touches no GPU row (portal.core.actions.heartbeat).
     inventory_digest = models.CharField(max_length=40, blank=True, editable=False)
     telemetry_at = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -111,11 +113,25 @@ class Gpu(models.Model):
 
 
 class NodeBootstrapToken(models.Model):
-    """An admin-issued secret an agent trades for its own node token at registration."""
+    """An admin-issued secret an agent trades for its own node token at registration.
+
+    Single-use, or bound to a hostname pattern and a number of uses (a rack's worth of
+    nodes): a leaked token cannot register nodes without end, nor under any name
+    (docs/protocol.md, "Threat model").
+    """
 
     description = models.CharField(max_length=120, blank=True)
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    hostname_pattern = models.CharField(
+        max_length=253,
+        blank=True,
+        help_text="Hostnames it may register, as a shell pattern (gpu-r7-*); "
+        "required when it may be used more than once.",
+    )
+    max_uses = models.PositiveIntegerField(
+        default=1, help_text="How many registrations it allows in all."
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -126,7 +142,19 @@ class NodeBootstrapToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        constraints = [non_negative("uses")]
+        constraints = [
+            non_negative("uses"),
+            positive("max_uses"),
+            models.CheckConstraint(
+                condition=Q(max_uses=1) | ~Q(hostname_pattern=""),
+                name="bootstrap_token_reusable_only_with_a_pattern",
+                violation_error_message="A token used more than once must name a hostname pattern.",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.prefix}… {self.description}".strip()
+
+    def allows(self, hostname: str) -> bool:
+        """Whether the pattern admits `hostname` (any hostname when there is none)."""
+        return not self.hostname_pattern or fnmatch.fnmatchcase(hostname, self.hostname_pattern)

@@ -20,10 +20,10 @@ from django.utils import timezone
 
 from portal.core.actions.history import import_finished_jobs
 from portal.core.actions.jobs import submit_job
+from portal.core.actions.nodes import issue_bootstrap_token
 from portal.core.actions.quota import set_quota
 from portal.core.jobspec import clean_job_spec
-from portal.core.models import Cohort, GpuFlavor, Membership, NodeBootstrapToken, Queue, Team
-from portal.core.secrets import new_secret
+from portal.core.models import Cohort, GpuFlavor, Membership, Queue, Team
 from portal.whatif import demo, history
 
 FLAVORS = [
@@ -183,14 +183,16 @@ class Command(BaseCommand):
                 )
 
     def _bootstrap_token(self, admin) -> str:
-        secret = new_secret("bbt")
-        NodeBootstrapToken.objects.create(
+        """One registration for each simulated node (portal.devstack), and only for them."""
+        from portal.devstack import DEMO_NODES
+
+        _, plaintext = issue_bootstrap_token(
+            acting_user=admin,
             description="demo agents",
-            prefix=secret.prefix,
-            token_hash=secret.digest,
-            created_by=admin,
+            hostname_pattern="demo-*",
+            max_uses=len(DEMO_NODES),
         )
-        return secret.plaintext
+        return plaintext
 
     def _history(self, admin) -> None:
         """30 days of finished jobs: a Philly slice replayed on the demo's cluster."""

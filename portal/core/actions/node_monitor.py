@@ -1,5 +1,6 @@
 """Watching nodes and jobs over time: silent nodes become not ready, long-silent
 ones lose their gangs (requeued), and jobs past their max run time are stopped.
+A node's changes are rows in its audit trail; a job's, events on its timeline.
 
 Kubernetes' node lifecycle controller is the model: a node-monitor grace
 period (NODE_NOT_READY_AFTER_S) then an eviction timeout (NODE_EVICT_AFTER_S).
@@ -17,8 +18,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from portal.core.actions.audit import record_event
 from portal.core.actions.jobs import request_scheduling_pass, transition
-from portal.core.actions.workers import lose_workers
+from portal.core.actions.workers import LIVE, lose_workers
 from portal.core.models import Job, Node, Worker
 
 log = logging.getLogger(__name__)
@@ -35,21 +37,37 @@ def monitor_nodes(now: datetime | None = None) -> dict:
 
 
 def mark_not_ready(cutoff: datetime, now: datetime) -> int:
-    """Ready nodes silent since `cutoff` become not ready: no new work lands there."""
+    """Ready nodes silent since `cutoff` become not ready: no new work lands there.
+
+    Each one gets a row in its audit trail. A node whose row a heartbeat holds right
+    now is skipped (it is answering); the next sweep looks at it again.
+    """
     stale = Q(last_heartbeat_at__lt=cutoff) | Q(last_heartbeat_at__isnull=True)
-    count = Node.objects.filter(stale, condition=Node.Condition.READY).update(
-        condition=Node.Condition.NOT_READY, not_ready_since=now
-    )
-    if count:
-        log.warning("nodes not ready: %d silent since %s", count, cutoff.isoformat())
-    return count
+    with transaction.atomic():
+        nodes = list(
+            Node.objects.select_for_update(skip_locked=True)
+            .filter(stale, condition=Node.Condition.READY)
+            .only("pk", "hostname", "last_heartbeat_at")
+        )
+        if not nodes:
+            return 0
+        Node.objects.filter(pk__in=[n.pk for n in nodes]).update(
+            condition=Node.Condition.NOT_READY, not_ready_since=now
+        )
+        for node in nodes:
+            last = node.last_heartbeat_at.isoformat() if node.last_heartbeat_at else "never"
+            record_event(
+                actor=None, instance=node, action="not_ready", note=f"last heartbeat {last}"
+            )
+    log.warning("nodes not ready: %d silent since %s", len(nodes), cutoff.isoformat())
+    return len(nodes)
 
 
 def evict_lost_nodes(cutoff: datetime, now: datetime) -> list[str]:
     """Requeue (or fail) the gangs of nodes not ready since before `cutoff`."""
     nodes = list(
         Node.objects.filter(condition=Node.Condition.NOT_READY, not_ready_since__lt=cutoff)
-        .filter(workers__state__in=_LIVE)
+        .filter(workers__state__in=LIVE)
         .distinct()
     )
     for node in nodes:
@@ -57,17 +75,17 @@ def evict_lost_nodes(cutoff: datetime, now: datetime) -> list[str]:
     return [n.hostname for n in nodes]
 
 
-_LIVE = [Worker.State.ASSIGNED, Worker.State.STARTING, Worker.State.RUNNING, Worker.State.STOPPING]
-
-
 def evict_node(node: Node, *, now: datetime) -> int:
     """The node is gone: its workers are lost, their gangs requeued everywhere."""
     with transaction.atomic():
-        workers = list(Worker.objects.select_for_update().filter(node=node, state__in=_LIVE))
+        workers = list(Worker.objects.select_for_update().filter(node=node, state__in=LIVE))
         if not workers:
             return 0
         message = f"Node {node.hostname} stopped answering; its workers are considered lost."
         lose_workers(workers, now=now, kind="node_lost", message=message)
+        record_event(
+            actor=None, instance=node, action="evict", note=f"{len(workers)} worker(s) lost"
+        )
     log.warning("evicted node", extra={"node": node.hostname, "workers": len(workers)})
     return len(workers)
 

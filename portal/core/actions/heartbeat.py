@@ -1,5 +1,8 @@
-"""The portal's side of the node agent protocol (docs/protocol.md): registration,
-heartbeats, and the desired state each heartbeat reply carries."""
+"""Recording a heartbeat (docs/protocol.md, section 2): the node's GPU inventory and
+telemetry, its workers' reports and what follows for their gangs, its condition.
+
+The reply (the node's desired state) is read by portal.agentapi.desired; the agent
+API's schema has checked every field before these run."""
 
 from __future__ import annotations
 
@@ -7,17 +10,13 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
-from portal.core.actions.workers import WorkerReport, apply_worker_reports, is_desired
+from portal.core.actions.workers import ENDED, WorkerReport, apply_worker_reports
 from portal.core.db import bulk_set, columns, server_binding_cursor, split_row, update_row
-from portal.core.models import Allocation, Gpu, GpuFlavor, Job, Node, NodeBootstrapToken, Worker
-from portal.core.secrets import digest, new_secret
-
-MASTER_PORT = 29500
+from portal.core.models import Allocation, Gpu, Job, Node, Worker
 
 
 class ProtocolError(Exception):
@@ -48,94 +47,29 @@ class GpuReport:
 # spends answering it. Other databases use the ORM.
 
 
-def node_for_token(token: str) -> Node | None:
-    if not token:
-        return None
-    if connection.vendor != "postgresql":
-        return Node.objects.filter(token_hash=digest(token)).first()
-    with server_binding_cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns(Node, 'n')} FROM {Node._meta.db_table} n WHERE n.token_hash = %s",
-            [digest(token)],
-        )
-        row = cursor.fetchone()
-    return split_row(row, Node)[0][0] if row else None
+@dataclass(frozen=True)
+class Recorded:
+    """What a recorded heartbeat tells its reply: the exits to acknowledge, and the
+    node's live workers (with their jobs) when nothing changed, else None (read again)."""
+
+    ack: list[str]
+    live: list[Worker] | None
 
 
-def register_node(
-    *,
-    bootstrap_token: str,
-    hostname: str,
-    rack: str,
-    block: str,
-    agent_version: str,
-    gpus: list[GpuReport],
-) -> tuple[Node, str]:
-    """Trade a valid bootstrap token for a node token (returned once, stored hashed).
-
-    A hostname that is already known keeps its row and history and gets a new token.
-    """
-    now = timezone.now()
-    with transaction.atomic():
-        bootstrap = _usable_bootstrap(bootstrap_token, now)
-        flavor = _flavor_of(gpus)
-        secret = new_secret("bnt")
-        node, _ = Node.objects.select_for_update().get_or_create(
-            hostname=hostname, defaults={"flavor": flavor}
-        )
-        if node.flavor_id != flavor.pk and node.allocations.filter(active=True).exists():
-            raise ProtocolError(f"Node {hostname} changed GPU flavor while it still runs jobs.")
-        node.flavor, node.rack, node.block = flavor, rack, block
-        node.agent_version, node.token_hash = agent_version, secret.digest
-        node.save()
-        if inventory := _sync_inventory(node, gpus, now):
-            Node.objects.filter(pk=node.pk).update(**inventory)
-        NodeBootstrapToken.objects.filter(pk=bootstrap.pk).update(uses=F("uses") + 1)
-    return node, secret.plaintext
-
-
-def _usable_bootstrap(token: str, now: datetime) -> NodeBootstrapToken:
-    found = (
-        NodeBootstrapToken.objects.filter(token_hash=digest(token or ""), revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .first()
-    )
-    if found is None:
-        raise PermissionError("unknown, expired or revoked bootstrap token")
-    return found
-
-
-def _flavor_of(gpus: list[GpuReport]) -> GpuFlavor:
-    if not gpus:
-        raise ProtocolError(
-            "A node must report at least one GPU.", {"gpus": ["This list may not be empty."]}
-        )
-    names = {g.name for g in gpus}
-    if len(names) > 1:
-        raise ProtocolError(f"A node has one GPU flavor; it reported {sorted(names)}.")
-    (name,) = names
-    for flavor in GpuFlavor.objects.all():
-        if name in flavor.product_names or name == flavor.name:
-            return flavor
-    raise ProtocolError(
-        f"No GPU flavor lists the product name {name!r}; an admin must add it to a flavor's product names.",
-        {"gpus": [f"Unknown GPU product {name!r}."]},
-    )
-
-
-def heartbeat(
+def record_heartbeat(
     node: Node, *, agent_version: str, gpus: list[GpuReport], workers: list[WorkerReport]
-) -> dict:
-    """Record one heartbeat and return the node's desired state (the reply body).
+) -> Recorded:
+    """Record one heartbeat: the inventory, the workers' reports, the node ready again.
 
     This runs for every node every few seconds, so the common case (nothing
-    changed) costs a handful of queries: the node's workers, its GPUs, the
-    heartbeat time, the GPUs' UUIDs for the reply.
+    changed) costs a handful of queries: the node's workers with their GPUs'
+    UUIDs for the reply, the heartbeat time; the GPU rows only when they changed
+    or their telemetry is due.
     """
     now = timezone.now()
     with transaction.atomic():
         known = _reportable_workers(node, [w.key for w in workers])
-        inventory = _sync_inventory(node, gpus, now)
+        inventory = sync_inventory(node, gpus, now)
         ack, changed = apply_worker_reports(known, workers, now=now)
         fields = {"last_heartbeat_at": now, **inventory}
         if (
@@ -150,10 +84,7 @@ def heartbeat(
             }
         update_row(Node, node.pk, fields)
         node.condition = Node.Condition.READY
-        live = None if changed else [w for w in known.values() if w.is_live]
-        reply = desired_state(node, live=live)
-    reply["ack"] = ack
-    return reply
+    return Recorded(ack=ack, live=None if changed else [w for w in known.values() if w.is_live])
 
 
 def _reportable_workers(node: Node, keys: list[str]) -> dict[str, Worker]:
@@ -172,7 +103,7 @@ def _reportable_workers(node: Node, keys: list[str]) -> dict[str, Worker]:
 
 def _node_workers(node: Node, job_ids: set[int]) -> list[Worker]:
     """The node's live workers and its workers of `job_ids`, each with its job."""
-    ended = [Worker.State.EXITED, Worker.State.LOST]
+    ended = list(ENDED)
     if connection.vendor != "postgresql":
         live = ~Q(state__in=ended)
         return list(
@@ -201,12 +132,8 @@ def _node_workers(node: Node, job_ids: set[int]) -> list[Worker]:
 
 
 def _parse_key(key: str) -> tuple[int, int, int]:
-    parts = key.split(".") if isinstance(key, str) else []
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        raise ProtocolError(
-            "Malformed worker key.", {"workers": [f"Malformed worker key {key!r}."]}
-        )
-    job_id, attempt, rank = (int(p) for p in parts)
+    """A key the schema checked (WORKER_KEY): three ASCII numbers."""
+    job_id, attempt, rank = (int(p) for p in key.split("."))
     return job_id, attempt, rank
 
 
@@ -220,12 +147,12 @@ _TELEMETRY = ["memory_used_mib", "utilization_pct", "temperature_c", "power_w"]
 def _inventory_digest(gpus: list[GpuReport]) -> str:
     """A digest of the GPUs' identity and health, as reported (order does not matter)."""
     signature = sorted(
-        (r.uuid, r.index, r.name, r.memory_total_mib, r.health, r.health_reason[:200]) for r in gpus
+        (r.uuid, r.index, r.name, r.memory_total_mib, r.health, r.health_reason) for r in gpus
     )
     return hashlib.sha1(repr(signature).encode(), usedforsecurity=False).hexdigest()
 
 
-def _sync_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> dict:
+def sync_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> dict:
     """Update the node's GPU rows from the report; a GPU missing from it is lost.
 
     Returns the Node fields to save with the heartbeat. Most heartbeats report
@@ -302,7 +229,7 @@ def _write_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> dateti
 
 
 def _worth_writing(gpu: Gpu, r: GpuReport, now: datetime) -> bool:
-    identity = (r.index, r.name, r.memory_total_mib, r.health, r.health_reason[:200])
+    identity = (r.index, r.name, r.memory_total_mib, r.health, r.health_reason)
     if identity != tuple(getattr(gpu, f) for f in _IDENTITY):
         return True
     return (now - gpu.updated_at).total_seconds() >= TELEMETRY_EVERY_S
@@ -312,105 +239,6 @@ def _copy_report(gpu: Gpu, r: GpuReport, now: datetime) -> Gpu:
     gpu.index, gpu.product_name, gpu.memory_mib = r.index, r.name, r.memory_total_mib
     gpu.memory_used_mib, gpu.utilization_pct = r.memory_used_mib, r.utilization_pct
     gpu.temperature_c, gpu.power_w = r.temperature_c, r.power_w
-    gpu.health, gpu.health_reason = r.health, r.health_reason[:200]
+    gpu.health, gpu.health_reason = r.health, r.health_reason
     gpu.updated_at = now
     return gpu
-
-
-def desired_state(node: Node, *, live: list[Worker] | None = None) -> dict:
-    """What the node should run and stop now (the heartbeat reply, without `ack`).
-
-    `live` are the node's live workers with their jobs, when the caller has them fresh.
-    """
-    if live is None:
-        live = list(
-            Worker.objects.filter(node=node)
-            .exclude(state__in=[Worker.State.EXITED, Worker.State.LOST])
-            .select_related("job")
-        )
-    wanted = [w for w in live if is_desired(w, w.job)]
-    uuids = _gpu_uuids(wanted)
-    masters = _master_hosts(node, wanted)
-    cfg = settings.BERTH
-    return {
-        "node": {"id": node.pk, "state": node.state, "cordon": node.cordon},
-        "heartbeat_interval_s": cfg["HEARTBEAT_INTERVAL_S"],
-        "disconnect_limit_s": cfg["AGENT_DISCONNECT_LIMIT_S"],
-        "run": [_run_entry(w, uuids.get(w.pk, []), masters) for w in wanted],
-        "stop": [_stop_entry(w) for w in live if not is_desired(w, w.job)],
-    }
-
-
-def _gpu_uuids(workers: list[Worker]) -> dict[int, list[str]]:
-    """The UUIDs of each worker's active allocations (read with the workers when
-    _node_workers read them)."""
-    if all(hasattr(w, "gpu_uuids") for w in workers):
-        return {w.pk: w.gpu_uuids for w in workers if w.gpu_uuids}
-    out: dict[int, list[str]] = {}
-    ids = [w.pk for w in workers]
-    if connection.vendor == "postgresql":
-        with server_binding_cursor() as cursor:
-            cursor.execute(
-                f"SELECT a.worker_id, g.uuid FROM {Allocation._meta.db_table} a "
-                f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.active AND a.worker_id = ANY(%s)",
-                [ids],
-            )
-            rows = cursor.fetchall()
-    else:
-        rows = Allocation.objects.filter(worker__in=ids, active=True).values_list(
-            "worker_id", "gpu__uuid"
-        )
-    for worker_id, uuid in rows:
-        out.setdefault(worker_id, []).append(uuid)
-    return out
-
-
-def _master_hosts(node: Node, workers: list[Worker]) -> dict[int, str]:
-    """Hostname of each job's rank-0 worker in its current attempt; asked of the
-    database only for gangs whose rank 0 runs on another node."""
-    masters = {w.job_id: node.hostname for w in workers if w.rank == 0}
-    elsewhere = {w.job_id for w in workers} - masters.keys()
-    if elsewhere:
-        rows = Worker.objects.filter(job_id__in=elsewhere, rank=0, attempt=F("job__attempt"))
-        masters |= dict(rows.values_list("job_id", "node__hostname"))
-    return masters
-
-
-def _run_entry(worker: Worker, uuids: list[str], masters: dict[int, str]) -> dict:
-    job = worker.job
-    return {
-        "key": worker.key,
-        "job_id": job.pk,
-        "attempt": worker.attempt,
-        "rank": worker.rank,
-        "world_size": job.workers,
-        "image": job.image,
-        "command": job.command,
-        "env": job.env,
-        "gpu_uuids": sorted(uuids),
-        "master_addr": masters.get(job.pk, ""),
-        "master_port": MASTER_PORT,
-        "max_runtime_s": job.max_runtime_seconds,
-    }
-
-
-_STOP_REASONS = {
-    Job.State.PREEMPTING: "preempted",
-    Job.State.CANCELLED: "cancelled",
-    Job.State.FAILED: "gang failed",
-    Job.State.SUCCEEDED: "gang finished",
-    Job.State.PENDING: "requeued",
-}
-
-
-def _stop_entry(worker: Worker) -> dict:
-    job = worker.job
-    reason = _STOP_REASONS.get(job.state, "superseded")
-    if job.state == Job.State.FAILED and job.reason_code == "timeout":
-        reason = "max run time exceeded"
-    return {
-        "key": worker.key,
-        "signal": job.checkpoint_signal,
-        "grace_period_s": job.grace_period_seconds,
-        "reason": reason,
-    }
