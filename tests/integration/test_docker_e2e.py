@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from portal.core.actions.jobs import cancel_job
+from portal.core.actions.nodes import issue_bootstrap_token
 from portal.core.models import Job, Node, Worker
 from portal.core.scheduling import run_pass
 from tests.dockerd import IMAGE
@@ -42,6 +43,8 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 def docker_portal(portal, docker_engine):
     """The live portal; every agent started runs containers, removed at the end by node label."""
     team, user, agents = portal
+    # Bootstrap tokens are bound to a hostname pattern and a use count (issue 18).
+    _, agents.token = issue_bootstrap_token(acting_user=None, hostname_pattern="dock-*", max_uses=4)
     start = agents.start
 
     def start_docker(host, rack="r1", *extra, url="", gpus="none"):
