@@ -281,6 +281,7 @@ def _cohort_busy(
     if extra and extra[0] == "lent":
         _, lent, teams, at = extra
         names = ", ".join(teams)
+        at = -(-at // 60) * 60  # "at the latest": round up to the minute
         return (
             f"{text}; the {lent} GPUs lent from team {job.team}'s quota run non-preemptible jobs "
             f"of team {names}, so reclaim cannot free them; they free up when those end, at the "
