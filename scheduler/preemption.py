@@ -340,15 +340,11 @@ def _complete(p, job, pool, book, search, victims, cands, tx) -> list[Running] |
         _release(p, r, pool, tx)
     if not quota_fits(p, job, book):
         picked = {id(r) for r in chosen}
-        removed: dict = {}
-        for r in chosen:
-            removed[r.book] = removed.get(r.book, 0) + r.job.gpus
-        for r in cands:
-            if id(r) in picked or not search.allowed(r, removed):
+        for r in cands:  # the ledger has the released victims' quota back already
+            if id(r) in picked or not search.allowed(r, {}):
                 continue
             _release(p, r, pool, tx)
             chosen.append(r)
-            removed[r.book] = removed.get(r.book, 0) + r.job.gpus
             if quota_fits(p, job, book):
                 break
     if not fits(p, job, pool, book):

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from scheduler import schedule
 from tests.scheduler.helpers import (
@@ -330,3 +332,90 @@ def test_reason_only_when_reclaim_cannot_help(preemptible):
     plan = schedule(c.snapshot())
     assert bool(plan.preemptions) == preemptible
     assert ("non-preemptible" in verdict(plan, 1).message) == (not preemptible)
+
+
+# -- property: reclaim completes within two passes -------------------------------------
+
+
+@st.composite
+def reclaimable(draw):
+    """A cohort where team a's gang (within its nominal quota) fits once the preemptible
+    jobs of borrower b on some target nodes stop; other nodes hold b's jobs (some not
+    preemptible), lender c's jobs within its nominal quota, or free GPUs."""
+    blocks, per_block = draw(st.integers(1, 2)), draw(st.integers(2, 3))
+    c = Cluster().nodes_(blocks * per_block, per_block=per_block)
+    workers = draw(st.integers(1, 2))
+    per_worker = draw(st.sampled_from([1, 2, 4, 8] if workers == 1 else [4, 8]))
+    block = draw(st.integers(0, blocks - 1))
+    names = [f"n{i}" for i in range(blocks * per_block)]
+    targets = names[block * per_block : block * per_block + workers]
+    ids = iter(range(100, 1000))
+    used = Counter()
+    for name in names:
+        left = 8
+        if name not in targets:
+            left -= draw(st.integers(0, 8))  # free GPUs off the target
+        while left > 0:
+            k = min(left, draw(st.sampled_from([1, 1, 2, 4, 8])))
+            team = "b" if name in targets else draw(st.sampled_from(["b", "c"]))
+            fixed = name not in targets and team == "b" and draw(st.booleans())
+            started = NOW - draw(st.integers(1, 5000))
+            c.run(
+                next(ids),
+                team,
+                on={name: k},
+                started=started,
+                runtime=100 * HOUR,
+                preemptible=not fixed,
+                checkpointed=draw(st.none() | st.just(NOW - 30)),
+            )
+            used[team] += k
+            left -= k
+    on_targets = sum(r.gpus for r in c.running if {w.node for w in r.placement} <= set(targets))
+    gang = workers * per_worker
+    nominal_a = gang + draw(st.integers(0, 8))
+    nominal_c = used["c"] + draw(st.integers(0, 8))
+    nominal_b = draw(st.integers(0, max(0, used["b"] - on_targets)))
+    c.team("a", nominal=nominal_a, cohort="c")
+    c.team("b", nominal=nominal_b, cohort="c")
+    c.team("c", nominal=nominal_c, cohort="c")
+    after = {"a": 0, "b": used["b"] - on_targets, "c": used["c"]}
+    assume(slack(c.teams, after) >= gang)  # quota holds the gang once b's target jobs stop
+    assume(slack(c.teams, used) >= 0)
+    c.job(1, "a", workers=workers, gpus=per_worker, runtime=100 * HOUR)
+    for j in range(draw(st.integers(0, 3))):  # borrowers that would like the freed GPUs
+        c.job(2 + j, "b", gpus=draw(st.sampled_from([1, 2, 4])), runtime=100 * HOUR)
+    return c
+
+
+def slack(teams, usage) -> int:
+    """Lendable idle quota minus borrowing over the cohort (>= 0: not over-committed)."""
+    total = 0
+    for t in teams:
+        q = t.quotas["h100"]
+        u = usage.get(t.name, 0)
+        total += min(max(0, q.nominal - u), q.nominal) - max(0, u - q.nominal)
+    return total
+
+
+def check_not_over_committed(sim):
+    usage = Counter()
+    per_node = Counter()
+    for r in sim.running.values():
+        usage[r.team] += r.gpus
+        for w in r.placement:
+            per_node[w.node] += len(w.gpus)
+    assert all(per_node[n] <= sim.nodes[n]["gpus"] for n in per_node)
+    assert slack(sim.teams, usage) >= 0, usage
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reclaimable())
+def test_reclaim_admits_the_gang_within_two_passes(c):
+    sim = Sim(c)
+    for t in (NOW, NOW + GRACE):
+        plan = sim.step(t)
+        running = {r.id: r for r in sim.running.values()}
+        assert all(running[p.job_id].preemptible for p in plan.preemptions)
+        check_not_over_committed(sim)
+    assert 1 in sim.started
