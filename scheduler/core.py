@@ -337,8 +337,6 @@ class Pass:
             return wait
         took = self.took.get((job.team, job.queue, job.flavor))
         held = sum(pool.held.values()) if pool.holding else 0
-        if pool.stops is not None:
-            held += pool.stops.hidden_total
         if took and pool.index.total + held + took[1] >= job.gpus:
             return Wait(PRIORITY, ("took", took[0], took[1]))
         return wait
