@@ -196,16 +196,22 @@ def test_a_borrower_admitted_in_a_pass_is_never_its_victim():
 # -- 3. freed GPUs belong to the preemptor ---------------------------------------------
 
 
-def test_free_gpus_of_the_target_are_reserved_during_the_grace_period():
-    """Job 1 preempts the 4-GPU job next to 4 free GPUs; job 2, behind it in the queue,
-    may not take those 4 GPUs (it would then be preempted in turn)."""
+def preemptor_beside_free_gpus():
+    """Job 1 (priority 10) needs n0, where job 10 (priority 0) holds 4 GPUs and 4 are free;
+    job 2 (priority 1) of the same queue would fit on those 4."""
     c = Cluster().nodes_(2)
     c.team("a", nominal=24)
     c.run(10, "a", on={"n0": 4}, priority=0)
     c.run(11, "a", on={"n1": 8}, priority=5)
     c.job(1, "a", gpus=8, priority=10)
     c.job(2, "a", gpus=4, priority=1)
-    sim = Sim(c)
+    return c
+
+
+def test_free_gpus_of_the_target_are_reserved_during_the_grace_period():
+    """Job 1 preempts the 4-GPU job next to 4 free GPUs; job 2, behind it in the queue,
+    may not take those 4 GPUs (it would then be preempted in turn)."""
+    sim = Sim(preemptor_beside_free_gpus())
     first = sim.step(NOW)
     assert preempted(first) == [10]
     v = verdict(first, 2)
@@ -245,13 +251,7 @@ def test_a_reclaim_costs_one_victim_even_if_a_lower_share_team_arrives():
 
 
 def test_reservation_lapses_when_the_preemptor_is_cancelled():
-    c = Cluster().nodes_(2)
-    c.team("a", nominal=24)
-    c.run(10, "a", on={"n0": 4}, priority=0)
-    c.run(11, "a", on={"n1": 8}, priority=5)
-    c.job(1, "a", gpus=8, priority=10)
-    c.job(2, "a", gpus=4, priority=1)
-    sim = Sim(c)
+    sim = Sim(preemptor_beside_free_gpus())
     sim.step(NOW)
     del sim.pending[1]  # cancelled while its victim stops
     plan = sim.step(NOW + 10)
