@@ -132,7 +132,9 @@ class Pass:
         self.preempt_fails: dict[tuple, int] = {}
         # (team, flavor) -> GPUs charged for its preemptors waiting for victims
         self.charged: dict[tuple[str, str], int] = {}
-        self.demand = self._demand() if self.preempting else {}
+        # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
+        # built when a job that would borrow first needs it (kept_for_others)
+        self.demand: dict[tuple[str, str], int] | None = None
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
@@ -154,7 +156,7 @@ class Pass:
         self.order.append(job)
         pool = self.pools.get(job.flavor)
         book = self.ledger.book(job.team)
-        if self.demand:
+        if self.demand is not None:
             self._considered(job, book)
         wait = (
             self.static_wait(job, pool, book)
@@ -198,7 +200,9 @@ class Pass:
         room = self.ledger.headroom(book, f)
         kept = 0
         if job.gpus <= room:
-            if not self.demand or not self.ledger.borrowed(book, f, job.gpus):
+            if not self.preempting or book.cohort is None:
+                return None
+            if not self.ledger.borrowed(book, f, job.gpus):
                 return None
             kept = self.kept_for_others(book, f)
             room = self.ledger.headroom(book, f, kept) if kept else room
@@ -210,10 +214,14 @@ class Pass:
         return Wait(code, (used, book.quota(f).nominal, limit, room, extra))
 
     def _demand(self) -> dict[tuple[str, str], int]:
-        """Return the GPUs each cohort team's pending jobs that fit its nominal quota ask for."""
+        """Return the GPUs each cohort team's pending jobs that fit its nominal quota and
+        were not considered yet ask for."""
         demand: dict[tuple[str, str], int] = {}
         book = self.ledger.book
+        seen = {j.id for j in self.order}
         for job in self.pending:
+            if job.id in seen:
+                continue
             b = book(job.team)
             if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
                 key = (job.team, job.flavor)
@@ -232,6 +240,8 @@ class Pass:
         For each other team: its idle lendable quota, at most what its pending
         jobs that fit its nominal quota and were not considered yet ask for.
         """
+        if self.demand is None:
+            self.demand = self._demand()
         kept = 0
         for other in self.ledger.members.get(book.cohort, ()):
             want = self.demand.get((other.name, flavor), 0)
@@ -272,8 +282,6 @@ class Pass:
         ids = {j.id for j in done}
         for job in done:
             self.order.append(job)
-            if self.demand:
-                self._considered(job, self.ledger.book(job.team))
         self.pending = [j for j in self.pending if j.id not in ids]
 
     def stops(self, pool: Pool) -> Stops:
