@@ -169,7 +169,9 @@ class Pass:
                 return
         if self.preempting and wait.code in PREEMPT_ON:
             wait = try_preempt(self, job, pool) or self._unreclaimable(job, wait)
-        self.gate.after_block(self, job, pool, wait)
+        if not (wait.code == COHORT_BUSY and wait.info[4] and wait.info[4][0] == "kept"):
+            # held back only for this pass (kept_for_others): no cohort hold for it
+            self.gate.after_block(self, job, pool, wait)
         self.waits[job.id] = self.ahead_in_queue(job, pool, wait)
 
     def static_wait(self, job: PendingJob, pool: Pool | None, book: TeamBook) -> Wait | None:
