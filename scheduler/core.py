@@ -16,8 +16,8 @@ from .model import Admission, PendingJob, Plan, Snapshot
 from .ordering import queue_key, stopping_key
 from .placement import Where
 from .policies import get_policy
-from .preemption import PREEMPT_ON, try_preempt
-from .quota import Ledger, TeamBook
+from .preemption import PREEMPT_ON, honour_reservations, try_preempt, unreclaimable
+from .quota import Ledger, TeamBook, contribution
 from .reasons import (
     BACKOFF,
     CAPACITY,
@@ -28,7 +28,16 @@ from .reasons import (
     QUOTA,
     Wait,
 )
-from .state import Pool, Running, Started, Transaction, build_pools, build_running, charge_running
+from .state import (
+    Pool,
+    Running,
+    Started,
+    Stops,
+    Transaction,
+    build_pools,
+    build_running,
+    charge_running,
+)
 
 
 def schedule(snapshot: Snapshot) -> Plan:
@@ -36,7 +45,9 @@ def schedule(snapshot: Snapshot) -> Plan:
 
     1. Build the pass state: a pool of free GPUs per flavor, team usage from
        the running jobs, the policy named by snapshot.config.policy. Jobs in
-       their requeue backoff (eligible_at > now) are set aside.
+       their requeue backoff (eligible_at > now) are set aside. Preemptors of
+       earlier passes named by their victims are admitted, or get their
+       reservation back, before any other job (scheduler.preemption).
     2. Order the eligible pending jobs with the policy's order (fair share or
        submit).
     3. Consider each job in that order, up to max_backfill_candidates
@@ -48,6 +59,7 @@ def schedule(snapshot: Snapshot) -> Plan:
        job not admitted.
     """
     p = Pass(snapshot)
+    p.honour_reservations(snapshot)
     order = p.policy.order(p)
     for job in islice(order, p.config.max_backfill_candidates):
         p.consider(job)
@@ -81,7 +93,8 @@ class Pass:
         "order",
         "took",
         "preempt_fails",
-        "claimed",
+        "charged",
+        "demand",
         "_by_flavor",
         "_by_team",
         "_stopping",
@@ -117,7 +130,11 @@ class Pass:
             tuple[str, str, str], list[int]
         ] = {}  # (team, queue, flavor) -> [jobs, GPUs]
         self.preempt_fails: dict[tuple, int] = {}
-        self.claimed: dict[str, list[Running]] = {}  # flavor -> jobs preemptors wait for
+        # (team, flavor) -> GPUs charged for its preemptors waiting for victims
+        self.charged: dict[tuple[str, str], int] = {}
+        # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
+        # built when a job that would borrow first needs it (kept_for_others)
+        self.demand: dict[tuple[str, str], int] | None = None
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
@@ -139,6 +156,8 @@ class Pass:
         self.order.append(job)
         pool = self.pools.get(job.flavor)
         book = self.ledger.book(job.team)
+        if self.demand is not None:
+            self._considered(job, book)
         wait = (
             self.static_wait(job, pool, book)
             or self.gate.blocked(self, job)
@@ -149,8 +168,10 @@ class Pass:
             if wait is None:
                 return
         if self.preempting and wait.code in PREEMPT_ON:
-            wait = try_preempt(self, job, pool) or wait
-        self.gate.after_block(self, job, pool, wait)
+            wait = try_preempt(self, job, pool) or self._unreclaimable(job, wait)
+        if not (wait.code == COHORT_BUSY and wait.info[4] and wait.info[4][0] == "kept"):
+            # held back only for this pass (kept_for_others): no cohort hold for it
+            self.gate.after_block(self, job, pool, wait)
         self.waits[job.id] = self.ahead_in_queue(job, pool, wait)
 
     def static_wait(self, job: PendingJob, pool: Pool | None, book: TeamBook) -> Wait | None:
@@ -171,13 +192,107 @@ class Pass:
         return None
 
     def quota_wait(self, job: PendingJob, book: TeamBook) -> Wait | None:
-        """Return quota or cohort_busy if the team may not take the job's GPUs now."""
-        room = self.ledger.headroom(book, job.flavor)
+        """Return quota or cohort_busy if the team may not take the job's GPUs now.
+
+        A job that would borrow may not take the idle quota that teams of its
+        cohort within their nominal quota still wait for in this pass
+        (`kept_for_others`): lent now, it would be reclaimed in the same pass.
+        """
+        f = job.flavor
+        room = self.ledger.headroom(book, f)
+        kept = 0
         if job.gpus <= room:
-            return None
-        used, limit = book.used(job.flavor), self.ledger.limit(book, job.flavor)
+            if not self.preempting or book.cohort is None:
+                return None
+            if not self.ledger.borrowed(book, f, job.gpus):
+                return None
+            kept = self.kept_for_others(book, f)
+            room = self.ledger.headroom(book, f, kept) if kept else room
+            if job.gpus <= room:
+                return None
+        used, limit = book.used(f), self.ledger.limit(book, f)
         code = QUOTA if used + job.gpus > limit else COHORT_BUSY
-        return Wait(code, (used, book.quota(job.flavor).nominal, limit, room))
+        extra = ("kept", kept) if kept else ()
+        return Wait(code, (used, book.quota(f).nominal, limit, room, extra))
+
+    def _demand(self) -> dict[tuple[str, str], int]:
+        """Return the GPUs each cohort team's pending jobs that fit its nominal quota and
+        were not considered yet ask for."""
+        demand: dict[tuple[str, str], int] = {}
+        book = self.ledger.book
+        seen = {j.id for j in self.order}
+        for job in self.pending:
+            if job.id in seen:
+                continue
+            b = book(job.team)
+            if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
+                key = (job.team, job.flavor)
+                demand[key] = demand.get(key, 0) + job.gpus
+        return demand
+
+    def _considered(self, job: PendingJob, book: TeamBook) -> None:
+        """A job's own demand stops holding back borrowers once it has been considered."""
+        key = (job.team, job.flavor)
+        if key in self.demand and job.gpus <= book.quota(job.flavor).nominal:
+            self.demand[key] -= job.gpus
+
+    def kept_for_others(self, book: TeamBook, flavor: str) -> int:
+        """Return the cohort's idle quota that other teams within nominal wait for in this pass.
+
+        For each other team: its idle lendable quota, at most what its pending
+        jobs that fit its nominal quota and were not considered yet ask for.
+        """
+        if self.demand is None:
+            self.demand = self._demand()
+        kept = 0
+        for other in self.ledger.members.get(book.cohort, ()):
+            want = self.demand.get((other.name, flavor), 0)
+            if other is book or want <= 0:
+                continue
+            q = other.quota(flavor)
+            kept += min(want, max(0, contribution(q, other.used(flavor))))
+        return kept
+
+    def _unreclaimable(self, job: PendingJob, wait: Wait) -> Wait:
+        """Say why reclaim cannot help a within-nominal job whose cohort lent its quota out."""
+        if wait.code != COHORT_BUSY or not self.config.explain or wait.info[4]:
+            return wait
+        why = unreclaimable(self, job, wait.info[3])
+        return wait if why is None else Wait(COHORT_BUSY, (*wait.info[:4], why))
+
+    def charge(self, job: PendingJob) -> None:
+        """Charge a preemptor's GPUs to its team while it waits for its victims."""
+        key = (job.team, job.flavor)
+        self.ledger.add(self.ledger.book(job.team), job.flavor, job.gpus)
+        self.charged[key] = self.charged.get(key, 0) + job.gpus
+
+    def held(self, book: TeamBook, flavor: str) -> int:
+        """Return the GPUs a team holds, without those charged to its waiting preemptors."""
+        return book.used(flavor) - self.charged.get((book.name, flavor), 0)
+
+    def honour_reservations(self, snapshot: Snapshot) -> None:
+        """Deal first with the preemptors that victims of earlier passes name."""
+        if not self.preempting:
+            return
+        if not any(r.preempted_by is not None for r in snapshot.running) and not any(
+            j.preempted_by is not None for j in snapshot.pending
+        ):
+            return
+        done = honour_reservations(self)
+        if not done:
+            return
+        ids = {j.id for j in done}
+        for job in done:
+            self.order.append(job)
+        self.pending = [j for j in self.pending if j.id not in ids]
+
+    def stops(self, pool: Pool) -> Stops:
+        """Return the pool's stopping GPUs and reservations, built when first needed."""
+        if pool.stops is None:
+            pool.stops = Stops(pool)
+            for r in self.stopping_in(pool.flavor):
+                pool.stops.add(r)
+        return pool.stops
 
     def misfit(self, pool: Pool, job: PendingJob, view: int) -> bool:
         """Return whether the job is already known not to fit the pool's `view`."""
@@ -295,10 +410,7 @@ class Pass:
         return self._by_flavor.get(flavor, [])
 
     def stopping_in(self, flavor: str) -> list[Running]:
-        """Return the jobs of a flavor that were stopping before this pass, soonest end first.
-
-        Victims chosen in this pass are claimed by their preemptor and never listed.
-        """
+        """Return the jobs of a flavor that were stopping before this pass, soonest end first."""
         if self._stopping is None:
             self._stopping = {}
             for r in sorted(

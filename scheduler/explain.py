@@ -23,6 +23,7 @@ from .backfill import COHORT_HOLD
 from .model import PendingJob, Verdict
 from .reasons import (
     BACKOFF,
+    CAPACITY,
     COHORT_BUSY,
     FIFO_BLOCKED,
     FRAGMENTED,
@@ -84,6 +85,8 @@ class Shadow:
     def __init__(self, p: Pass, flavor: str) -> None:
         pool = p.pools[flavor]
         self.free = pool.index.total + (sum(pool.held.values()) if pool.holding else 0)
+        if pool.stops is not None:  # free GPUs reserved for preemptors (scheduler.state.Stops)
+            self.free += pool.stops.hidden_total
         rel = [(r.end, sum(k for _, k in r.nodes)) for r in p.running_in(flavor) if r.nodes]
         rel += [(a.end, a.gpus) for a in p.admitted.get(flavor, ())]
         heapify(rel)
@@ -137,7 +140,23 @@ def message(p: Pass, job: PendingJob, wait: Wait, position: int) -> str:
     res = p.gate.reservations.get(job.flavor)
     if res is not None and res.job.id == job.id:
         text += f"; GPUs on {res.nodes} node(s) are reserved for it from {_at(p, res.start)}"
+    if wait.code in CAPACITY:
+        text += _promised(p, job)
     return text
+
+
+def _promised(p: Pass, job: PendingJob) -> str:
+    """Return '; 4 free GPUs are reserved for job 7, which preempted jobs for them', or ''."""
+    pool = p.pools.get(job.flavor)
+    stops = pool.stops if pool is not None else None
+    if stops is None or not stops.hidden_total:
+        return ""
+    holders = sorted({h for n, k in stops.hidden.items() if k for h in stops.holders(n)})
+    listed = ", ".join(str(h) for h in holders[:5]) + (", ..." if len(holders) > 5 else "")
+    return (
+        f"; {stops.hidden_total} free GPUs are reserved for job(s) {listed}, which preempted "
+        f"jobs to free GPUs for them and start when those stop"
+    )
 
 
 def _needs(p: Pass, job: PendingJob) -> str:
@@ -162,6 +181,12 @@ def _at(p: Pass, t: float) -> str:
     """Return 'now' or the absolute instant (scheduler.timewords.instant), never an
     offset such as '+3593 s': the reader's page or CLI renders it for them."""
     return "now" if t <= p.now else instant(t)
+
+
+def _promised_own(p: Pass, job: PendingJob, used: int) -> str:
+    """Return ' (4 of them for its jobs waiting for preemption)' when some are charged so."""
+    charged = p.charged.get((job.team, job.flavor), 0)
+    return f" ({charged} of them for its jobs waiting for preemption)" if charged else ""
 
 
 def _never_fits(p: Pass, job: PendingJob, why: str, *facts) -> str:
@@ -206,24 +231,40 @@ def _waiting(p: Pass, job: PendingJob, ids: tuple, end: float, new: int) -> str:
     return f"{_needs(p, job)}; waits for {what} ({listed}) to free their GPUs by {_at(p, end)}"
 
 
-def _quota(p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float) -> str:
+def _quota(
+    p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float, extra=()
+) -> str:
     limit_text = f"{limit:g}" if limit != float("inf") else "unlimited"
     over = used + job.gpus - limit
     return (
-        f"{_needs(p, job)}; team {job.team} uses {used} of {nominal} nominal and may hold at most "
-        f"{limit_text}; would start when {over:g} of its GPUs are freed"
+        f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of {nominal} "
+        f"nominal and may hold at most {limit_text}; would start when {over:g} of its GPUs are freed"
     )
 
 
 def _cohort_busy(
-    p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float
+    p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float, extra=()
 ) -> str:
     cohort = p.ledger.book(job.team).cohort
-    return (
-        f"{_needs(p, job)}; team {job.team} uses {used} of {nominal} nominal and cohort {cohort} "
-        f"can give it only {max(0, room):g} more now; would start when {job.gpus - max(0, room):g} "
-        f"GPUs of the cohort are freed"
+    text = (
+        f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of {nominal} "
+        f"nominal and cohort {cohort} can give it only {max(0, room):g} more now"
     )
+    if extra and extra[0] == "kept":
+        return (
+            f"{text}: {extra[1]} GPUs of idle quota are kept for teams within their nominal "
+            f"quota whose jobs wait for them in this pass"
+        )
+    if extra and extra[0] == "lent":
+        _, lent, teams, at = extra
+        names = ", ".join(teams)
+        at = -(-at // 60) * 60  # "at the latest": round up to the minute
+        return (
+            f"{text}; the {lent} GPUs lent from team {job.team}'s quota run non-preemptible jobs "
+            f"of team {names}, so reclaim cannot free them; they free up when those end, at the "
+            f"latest {_at(p, at)}"
+        )
+    return f"{text}; would start when {job.gpus - max(0, room):g} GPUs of the cohort are freed"
 
 
 def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -> str:

@@ -69,6 +69,9 @@ class PendingJob:
 
     `eligible_at`: a requeued job may not be admitted before this time (its
     requeue backoff, scheduler.requeue); 0 for a job never requeued.
+    `preempted_by`: the job whose preemption requeued it, until it is admitted
+    again; it keeps that job's reservation alive after the victims stopped
+    (scheduler.preemption, "reservations").
     """
 
     id: JobId
@@ -83,6 +86,7 @@ class PendingJob:
     preemptible: bool = True
     restart_count: int = 0
     eligible_at: float = 0.0
+    preempted_by: JobId | None = None
 
     @property
     def gpus(self) -> int:
@@ -96,6 +100,8 @@ class RunningJob:
     `stopping` jobs still hold their GPUs until their grace period ends; they
     are never chosen as victims again. `started_at` is when it was admitted;
     `checkpointed_at` (if known) bounds the work a preemption would lose.
+    `preempted_by`: for a stopping job, the pending job that preempted it; the
+    GPUs it frees are reserved for that job across passes.
     """
 
     id: JobId
@@ -112,6 +118,7 @@ class RunningJob:
     stopping: bool = False
     checkpointed_at: float | None = None
     grace_period: float = 30.0
+    preempted_by: JobId | None = None
 
 
 @dataclass(frozen=True, slots=True)

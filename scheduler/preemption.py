@@ -8,22 +8,37 @@ Two kinds of victim, both preemptible, running and not yet stopping:
 - priority (Kueue withinClusterQueue: LowerPriority, narrowed to the queue):
   jobs of the preemptor's own team and queue with strictly lower priority.
 
-Rules, as in Kueue's preemption.go:
+Rules:
 
 1. The preemptor must fit within its nominal quota once the victims are gone;
-   it never borrows by preempting.
-2. GPUs already being freed by stopping jobs come first: if they suffice, no
-   new victim is chosen and the job waits for them.
-3. Candidates are tried in victim order (scheduler.ordering.victim_key); one
-   of another team is skipped once that team no longer borrows. Victims are
-   added until the job fits (quota and placement, simulated in a transaction),
-   then each but the last is put back, in reverse, if the job still fits
+   it never borrows by preempting (Kueue without borrowWithinCohort).
+2. Decisions look at the cluster as it will be once every stopping job has
+   stopped (`_future`): their quota is free, and so are their GPUs except
+   those already reserved for a preemptor. If that is enough, no victim is
+   chosen and the job waits for the stopping jobs.
+3. Victims are chosen for a concrete target placement (`_target`): on every
+   node the candidates there are taken in victim order
+   (scheduler.ordering.victim_key) until the node holds what the gang needs
+   from it; for a multi-node gang, inside one topology domain, the node that
+   gains a worker slot at the least cost goes next. The target with the least
+   cost wins: victims of borrowing teams only before own lower-priority jobs,
+   then the lowest highest priority, then the least work lost (GPU-seconds
+   since the last checkpoint), then the fewest jobs. One of another team is
+   skipped once that team no longer borrows (counting the victims already
+   chosen). If quota still does not fit, more candidates are added in victim
+   order; then each victim is put back, costliest first, if the job still fits
    without it (Kueue's minimalPreemptions).
 4. The preemptor is not admitted in this pass: its victims keep their GPUs for
-   their grace period. It waits (waiting_for_preemption) and its GPUs are
-   charged to its team's usage for the rest of the pass, so its team cannot
-   reclaim the same quota twice. Later preemptors of the pass decide as if
-   those victims' quota were already free, so they do not free it again.
+   their grace period. It waits (waiting_for_preemption), the GPUs of its
+   target are reserved for it (scheduler.state.Stops: free ones are hidden
+   from every later job of the pass) and its GPUs are charged to its team, so
+   the quota and GPUs its victims free are counted once, by it.
+
+Reservations survive the pass: a stopping victim carries `preempted_by`, and
+so does the victim once requeued, until it is admitted again. At the start of
+the next pass (`honour_reservations`) its preemptor is admitted first if it
+fits, or else reserves again what its stopping victims will free, before any
+other job is considered.
 
 No cycle: a reclaim only takes from a team above its nominal quota and leaves
 the preemptor at or below its own, so the victim's team cannot reclaim back
@@ -33,13 +48,14 @@ from it; a priority preemption goes strictly down in priority within a queue.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
 from .model import PendingJob, Preemption
-from .ordering import victim_key
+from .ordering import last_progress, stopping_key, victim_key
+from .quota import contribution
 from .reasons import CAPACITY, COHORT_BUSY, QUOTA, WAITING_FOR_PREEMPTION, Wait
-from .state import Running, Transaction
+from .state import Running, Stops, Transaction
 
 if TYPE_CHECKING:
     from .core import Pass
@@ -50,6 +66,13 @@ if TYPE_CHECKING:
 PREEMPT_ON = CAPACITY | {QUOTA, COHORT_BUSY}
 
 
+class Choice(NamedTuple):
+    """What a preemptor needs: new victims and the GPUs per node it will use."""
+
+    victims: list[Running]
+    gpus_on: dict[int, int]
+
+
 def try_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
     """Preempt for the job, or find stopping jobs to wait for; None if neither helps.
 
@@ -57,9 +80,7 @@ def try_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
     remembered: a later job of the same team, flavor and GPUs per worker, with
     as many or more workers and no more candidates, fails too. "No more
     candidates" holds for the same queue and priority, or when the later job
-    has no lower-priority jobs of its own to preempt. (Quota can grow when a
-    preemptor's victims free more than it claims; the remembered failure then
-    waits for the next pass, which only errs towards preempting less.)
+    has no lower-priority jobs of its own to preempt.
     """
     if pool is None:
         return None
@@ -75,50 +96,62 @@ def try_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
     base = (job.team, job.flavor, job.gpus_per_worker)
     if not lower and fails.get(base, math.inf) <= n:
         return None
-    claims = _without_claimed(p, f)
-    chosen = _choose(p, job, pool, book, lower)
-    claims.rollback()
-    if chosen is None:
+    choice = choose(p, job, pool, book, lower)
+    if choice is None:
         fails[exact] = min(n, fails.get(exact, math.inf))
         fails[base] = min(n, fails.get(base, math.inf))
         return None
-    return _commit(p, job, book, chosen)
+    return commit(p, job, book, pool, choice)
 
 
-def _without_claimed(p: Pass, flavor: str) -> Transaction:
-    """Take the jobs earlier preemptors of this pass wait for out of the quota, until rollback.
-
-    A preemptor is charged for its GPUs (rule 4) while its victims stay charged
-    until they stop. Counting both made a later preemptor of the cohort free
-    its predecessors' quota a second time: in trace replays one 4-GPU job
-    preempted 44 one-GPU jobs. So a later preemptor decides as if those victims
-    were gone, as they will be by the time it could start. Only their quota:
-    their GPUs stay taken, since they are promised to their own preemptor.
-    """
-    tx = Transaction()
-    for r in p.claimed.get(flavor, ()):
-        tx.add(p.ledger, r.book, flavor, -r.job.gpus)
-    return tx
-
-
-def _choose(
+def choose(
     p: Pass, job: PendingJob, pool: Pool, book: TeamBook, lower: list[Running]
-) -> list[Running] | None:
-    """Return the stopping jobs and new victims the job needs, or None.
+) -> Choice | None:
+    """Return the victims and target of a preemptor, or None; nothing is changed."""
+    stops = p.stops(pool)
+    tx = Transaction()
+    try:
+        _future(p, pool, stops, tx)
+        f = job.flavor
+        own = sum(r.job.gpus for r in lower)
+        if book.used(f) - own + job.gpus > book.quota(f).nominal:
+            return None  # rule 1: it would have to borrow
+        if fits(p, job, pool, book):
+            return Choice([], _target_gpus(job, pool, tx))
+        cands = victim_order(p, f, lower + _borrowed(p, job, book))
+        if not cands:
+            return None
+        freeable = sum(k for r in cands for _, k in r.nodes)
+        if pool.index.total + freeable < job.gpus:
+            return None
+        victims = _victims(p, job, pool, book, cands, tx)
+        if victims is None:
+            return None
+        return Choice(victims, _target_gpus(job, pool, tx))
+    finally:
+        tx.rollback()
 
-    Cheap checks first: rule 1 with every GPU of its own team that could come
-    free, then whether all candidates together free enough GPUs.
+
+def _future(p: Pass, pool: Pool, stops: Stops, tx: Transaction) -> None:
+    """Make the pass look as it will once every stopping job has stopped (rule 2), until rollback.
+
+    Their quota is released; their GPUs are given back to the free index, but
+    only those no preemptor has reserved yet.
     """
-    f, gpus = job.flavor, job.gpus
-    stopping = [r for r in p.stopping_in(f) if not r.claimed]
-    own = sum(r.job.gpus for r in lower) + sum(r.job.gpus for r in stopping if r.book is book)
-    if book.used(f) - own + gpus > book.quota(f).nominal:
-        return None  # rule 1: it would have to borrow
-    cands = stopping + victim_order(p, f, lower + _borrowed(p, job, book))
-    freeable = sum(k for r in cands for _, k in r.nodes)
-    if not cands or pool.index.total + freeable < gpus:
-        return None
-    return minimal_set(p, job, pool, book, cands)
+    f = pool.flavor
+    for book, gpus in stops.quota.items():
+        tx.add(p.ledger, book, f, -gpus)
+    for node in stops.on:
+        k = stops.surplus(node)
+        if k:
+            tx.give(pool.index, node, k)
+
+
+def _target_gpus(job: PendingJob, pool: Pool, tx: Transaction) -> dict[int, int]:
+    """Return the GPUs per node the job would take where it fits now (taken in tx)."""
+    where = placement.choose(pool.index, job.workers, job.gpus_per_worker)
+    nodes = placement.take(pool.index, where, job.workers, job.gpus_per_worker, tx)
+    return {node: workers * job.gpus_per_worker for node, workers in nodes}
 
 
 def victim_order(p: Pass, flavor: str, victims: list[Running]) -> list[Running]:
@@ -150,51 +183,180 @@ def _borrowed(p: Pass, job: PendingJob, book: TeamBook) -> list[Running]:
 
 
 def _preemptible(r: Running) -> bool:
-    return r.job.preemptible and not r.stopping and not r.claimed
+    return r.job.preemptible and not r.stopping
 
 
-def minimal_set(
-    p: Pass, job: PendingJob, pool: Pool, book: TeamBook, cands: list[Running]
-) -> list[Running] | None:
-    """Add candidates until the job fits, then drop the unneeded ones (rule 3)."""
-    tx = Transaction()
-    chosen = _add_until_fits(p, job, pool, book, cands, tx)
-    if chosen is None:
-        tx.rollback()
+# -- placement-aware victim choice (rule 3) ------------------------------------
+
+
+class _Search:
+    """The candidates of one preemptor by node, with what each would cost."""
+
+    __slots__ = ("p", "job", "book", "index", "by_node", "removed", "order")
+
+    def __init__(self, p: Pass, job: PendingJob, pool: Pool, book: TeamBook, cands) -> None:
+        self.p, self.job, self.book, self.index = p, job, book, pool.index
+        self.by_node: dict[int, list[tuple[Running, int]]] = {}
+        self.order = {id(r): i for i, r in enumerate(cands)}  # victim order
+        for r in cands:
+            for node, k in r.nodes:
+                self.by_node.setdefault(node, []).append((r, k))
+        self.removed: dict[TeamBook, int] = {}  # GPUs of chosen victims per team
+
+    def allowed(self, r: Running, removed: dict) -> bool:
+        """Kueue: a job of another team is a victim only while that team still borrows."""
+        b = r.book
+        if b is self.book:
+            return True
+        return b.used(self.job.flavor) - removed.get(b, 0) > b.quota(self.job.flavor).nominal
+
+    def walk(self, node: int, free: int, goal: int, taken: set) -> list[Running] | None:
+        """Return the victims on a node, in victim order, until `goal` GPUs are free there."""
+        if free >= goal:
+            return []
+        removed = dict(self.removed)
+        picked = []
+        for r, k in self.by_node.get(node, ()):
+            if id(r) in taken or not self.allowed(r, removed):
+                continue
+            picked.append(r)
+            removed[r.book] = removed.get(r.book, 0) + r.job.gpus
+            free += k
+            if free >= goal:
+                return picked
         return None
-    for r in reversed(chosen[:-1]):
+
+    def cost(self, victims) -> tuple:
+        """Return the cost of a set of victims (rule 3), smaller is better."""
+        now, f, ledger = self.p.now, self.job.flavor, self.p.ledger
+        own = any(not ledger.borrowing(r.book, f) for r in victims)
+        prio = max((r.job.priority for r in victims), default=-math.inf)
+        lost = sum(r.job.gpus * max(0.0, now - last_progress(r.job)) for r in victims)
+        return (own, prio, lost, len(victims))
+
+    def rank(self, victims) -> tuple:
+        """Return the victims' places in victim order: the tiebreak between equal costs."""
+        return tuple(sorted(self.order[id(r)] for r in victims))
+
+    def single(self) -> tuple | None:
+        """Return (cost, victims) of the cheapest single node that can hold the whole gang."""
+        need, best = self.job.gpus, None
+        free = self.index.free
+        for node in sorted(self.by_node):
+            victims = self.walk(node, free[node], need, set())
+            if victims is None:
+                continue
+            key = (self.cost(victims), self.rank(victims), node)
+            if best is None or key < best[0]:
+                best = (key, victims)
+        return None if best is None else (best[0][:2], best[1])
+
+    def domain(self, d: int, nodes: list[int]) -> tuple | None:
+        """Return (cost, victims) to make room for the gang inside domain d, greedily.
+
+        Each step takes the node whose next worker slot costs least per slot.
+        """
+        job, index = self.job, self.index
+        q, want = job.gpus_per_worker, job.workers
+        free = {n: index.free[n] for n in nodes}
+        slots = index.dslots[d][q]
+        taken: set[int] = set()
+        chosen: list[Running] = []
+        saved = self.removed
+        self.removed = dict(saved)
+        try:
+            while slots < want:
+                step = self._step(nodes, free, taken, q)
+                if step is None:
+                    return None
+                for r in step:
+                    taken.add(id(r))
+                    chosen.append(r)
+                    self.removed[r.book] = self.removed.get(r.book, 0) + r.job.gpus
+                    for n, k in r.nodes:
+                        if n in free:
+                            slots += (free[n] + k) // q - free[n] // q
+                            free[n] += k
+        finally:
+            self.removed = saved
+        return (self.cost(chosen), self.rank(chosen)), chosen
+
+    def _step(self, nodes, free, taken, q) -> list[Running] | None:
+        best = None
+        cap = self.index.cap
+        for n in nodes:
+            goal = (free[n] // q + 1) * q
+            if n not in self.by_node or goal > cap:
+                continue
+            victims = self.walk(n, free[n], goal, taken)
+            if not victims:
+                continue
+            gained = sum(k for r in victims for m, k in r.nodes if m == n)
+            slots = (free[n] + gained) // q - free[n] // q
+            own, prio, lost, count = self.cost(victims)
+            key = (own, prio, lost / slots, count / slots, self.rank(victims), n)
+            if best is None or key < best[0]:
+                best = (key, victims)
+        return None if best is None else best[1]
+
+
+def _victims(
+    p: Pass, job: PendingJob, pool: Pool, book: TeamBook, cands: list[Running], tx: Transaction
+) -> list[Running] | None:
+    """Return a minimal victim set for the cheapest target placement, or None (rule 3).
+
+    The victims are released in tx (quota and GPUs), so the job fits on return.
+    """
+    search = _Search(p, job, pool, book, cands)
+    index = pool.index
+    if placement.choose(index, job.workers, job.gpus_per_worker) is not None:
+        return _complete(p, job, pool, book, search, [], cands, tx)  # only quota is short
+    options = []
+    if job.gpus <= index.cap:
+        found = search.single()
+        if found is not None:
+            options.append((found[0], 0, found[1]))
+    if job.workers > 1:
+        for d, nodes in enumerate(pool.domain_nodes()):
+            if sum(len(search.by_node.get(n, ())) for n in nodes):
+                found = search.domain(d, nodes)
+                if found is not None:
+                    options.append((found[0], 1 + d, found[1]))
+    options.sort(key=lambda o: (o[0], o[1]))
+    for _, _, victims in options[:2]:
+        mark = tx.mark()
+        chosen = _complete(p, job, pool, book, search, victims, cands, tx)
+        if chosen is not None:
+            return chosen
+        tx.rollback(mark)
+    return None
+
+
+def _complete(p, job, pool, book, search, victims, cands, tx) -> list[Running] | None:
+    """Release the target's victims, add more in victim order while quota does not fit,
+    then put back each one the job does not need, costliest first."""
+    chosen = list(victims)
+    for r in chosen:
+        _release(p, r, pool, tx)
+    if not quota_fits(p, job, book):
+        picked = {id(r) for r in chosen}
+        for r in cands:  # the ledger has the released victims' quota back already
+            if id(r) in picked or not search.allowed(r, {}):
+                continue
+            _release(p, r, pool, tx)
+            chosen.append(r)
+            if quota_fits(p, job, book):
+                break
+    if not fits(p, job, pool, book):
+        return None
+    chosen.sort(key=lambda r: search.order[id(r)])
+    for r in reversed(list(chosen)):
         _reacquire(p, r, pool, tx)
         if fits(p, job, pool, book):
             chosen.remove(r)
         else:
             _release(p, r, pool, tx)
-    tx.rollback()
     return chosen
-
-
-def _add_until_fits(
-    p: Pass, job: PendingJob, pool: Pool, book: TeamBook, cands: list[Running], tx: Transaction
-) -> list[Running] | None:
-    """Release candidates in order until the job fits; None if it never does.
-
-    A candidate's quota is released first and its GPUs only once the quota
-    fits, since giving GPUs back to the index costs more than the ledger.
-    """
-    chosen: list[Running] = []
-    freed = 0  # how many of `chosen` have their GPUs back in the index
-    for r in cands:
-        if not r.stopping and r.book is not book and not p.ledger.borrowing(r.book, job.flavor):
-            continue  # Kueue: reclaim only while the other team still borrows
-        tx.add(p.ledger, r.book, r.job.flavor, -r.job.gpus)
-        chosen.append(r)
-        if not quota_fits(p, job, book):
-            continue
-        for q in chosen[freed:]:
-            _give_gpus(q, pool, tx)
-        freed = len(chosen)
-        if placement.choose(pool.index, job.workers, job.gpus_per_worker) is not None:
-            return chosen
-    return None
 
 
 def quota_fits(p: Pass, job: PendingJob, book: TeamBook) -> bool:
@@ -212,13 +374,9 @@ def fits(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> bool:
     return placement.choose(pool.index, job.workers, job.gpus_per_worker) is not None
 
 
-def _give_gpus(r: Running, pool: Pool, tx: Transaction) -> None:
+def _release(p: Pass, r: Running, pool: Pool, tx: Transaction) -> None:
     for node, k in r.nodes:
         tx.give(pool.index, node, k)
-
-
-def _release(p: Pass, r: Running, pool: Pool, tx: Transaction) -> None:
-    _give_gpus(r, pool, tx)
     tx.add(p.ledger, r.book, r.job.flavor, -r.job.gpus)
 
 
@@ -228,23 +386,34 @@ def _reacquire(p: Pass, r: Running, pool: Pool, tx: Transaction) -> None:
     tx.add(p.ledger, r.book, r.job.flavor, r.job.gpus)
 
 
-def _commit(p: Pass, job: PendingJob, book: TeamBook, chosen: list[Running]) -> Wait:
-    """Claim the chosen jobs, stop the new victims and charge the preemptor (rule 4)."""
-    new = 0
-    p.claimed.setdefault(job.flavor, []).extend(chosen)
-    for r in chosen:
-        r.claimed = True
-        if not r.stopping:
-            p.preemptions.append(_preemption(p, job, book, r))
-            r.stop(p.now)
-            new += 1
-    p.ledger.add(book, job.flavor, job.gpus)
-    ids = tuple(r.job.id for r in chosen)
-    return Wait(WAITING_FOR_PREEMPTION, (ids, max(r.end for r in chosen), new))
+# -- commit (rule 4) -----------------------------------------------------------
+
+
+def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice) -> Wait:
+    """Stop the new victims, reserve the target's GPUs and charge the preemptor (rule 4)."""
+    stops = p.stops(pool)
+    for r in choice.victims:
+        p.preemptions.append(_preemption(p, job, book, r))
+        r.stop(p.now)
+        stops.add(r)
+    stops.reserve(job.id, choice.gpus_on)
+    p.charge(job)
+    waited = {id(r): r for n in choice.gpus_on for r in stops.jobs_on.get(n, ())}
+    if not waited:  # it fits on free GPUs once stopping jobs free their quota
+        waited = {id(r): r for rs in stops.jobs_on.values() for r in rs}
+    ordered = sorted(waited.values(), key=lambda r: stopping_key(r.end, r.job))
+    ids = tuple(r.job.id for r in ordered)
+    end = max((r.end for r in ordered), default=p.now)
+    return Wait(WAITING_FOR_PREEMPTION, (ids, end, len(choice.victims)))
 
 
 def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running) -> Preemption:
-    """Return the preemption record, with a message naming the preemptor and why."""
+    """Return the preemption record, with a message naming the preemptor and why.
+
+    Usage figures are what the teams hold now, without the GPUs charged to
+    preemptors waiting for victims, and for the victim's team without its
+    jobs that are already stopping: each GPU counted once.
+    """
     f, victim = job.flavor, r.job
     if r.book is book:
         message = (
@@ -253,9 +422,93 @@ def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running) -> Preempt
         )
         return Preemption(victim.id, "priority", message, job.id)
     q, vq = book.quota(f), r.book.quota(f)
+    stopping = p.stops(r.pool).quota.get(r.book, 0) if r.pool is not None else 0
     message = (
         f"preempted by job {job.id} of team {job.team}, which reclaims its nominal quota: "
-        f"it needs {job.gpus} {f} GPUs and uses {book.used(f)} of {q.nominal} nominal, "
-        f"while team {r.book.name} borrows ({r.book.used(f)} used of {vq.nominal} nominal)"
+        f"it needs {job.gpus} {f} GPUs and uses {p.held(book, f)} of {q.nominal} nominal, "
+        f"while team {r.book.name} borrows ({r.book.used(f) - stopping} used of {vq.nominal} "
+        f"nominal)"
     )
     return Preemption(victim.id, "reclaim", message, job.id)
+
+
+# -- reservations across passes ------------------------------------------------
+
+
+def honour_reservations(p: Pass) -> list[PendingJob]:
+    """Admit or re-reserve the preemptors named by stopping or requeued victims, first.
+
+    Return the preemptors dealt with (admitted, or waiting again for their
+    victims); the others are considered in the pass as usual. A preemptor keeps
+    its reservation while it is pending, fits its nominal quota and either fits
+    now or its stopping victims will make it fit.
+    """
+    links: dict[int, list[Running]] = {}
+    for r in p.running:
+        if r.stopping and r.job.preempted_by is not None:
+            links.setdefault(r.job.preempted_by, []).append(r)
+    for j in (*p.pending, *p.backing_off):
+        if j.preempted_by is not None:
+            links.setdefault(j.preempted_by, [])
+    done = []
+    for job in p.pending:
+        if job.id in links and _honour(p, job, bool(links[job.id])):
+            done.append(job)
+    return done
+
+
+def _honour(p: Pass, job: PendingJob, stopping: bool) -> bool:
+    pool = p.pools.get(job.flavor)
+    book = p.ledger.book(job.team)
+    if pool is None or p.static_wait(job, pool, book) is not None:
+        return False
+    if book.used(job.flavor) + job.gpus > book.quota(job.flavor).nominal:
+        return False  # no longer within its nominal quota: no claim
+    if p.quota_wait(job, book) is None:
+        where = p.choose(pool, job)
+        if where is not None and p.admit(job, pool, where) is not None:
+            return True
+    if not stopping:
+        return False
+    choice = choose(p, job, pool, book, [])
+    if choice is None or choice.victims:
+        return False
+    p.waits[job.id] = commit(p, job, book, pool, choice)
+    return True
+
+
+# -- why reclaim cannot help (explain) -------------------------------------------
+
+
+def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
+    """Return why reclaim cannot give a within-nominal job the quota its cohort lent out.
+
+    ("lent", GPUs of its team's idle quota that borrowers run non-preemptible
+    jobs on, those teams, when enough of them will have ended), or None if the
+    job would borrow or no such jobs hold its quota.
+    """
+    book, f = p.ledger.book(job.team), job.flavor
+    q = book.quota(f)
+    if book.cohort is None or book.used(f) + job.gpus > q.nominal:
+        return None
+    lent, teams, ends = 0, [], []
+    for other in p.ledger.members.get(book.cohort, ()):
+        over = other.used(f) - other.quota(f).nominal
+        if other is book or over <= 0:
+            continue
+        fixed = [r for r in p.running_of(other.name, f) if not r.job.preemptible and not r.stopping]
+        k = min(over, sum(r.job.gpus for r in fixed))
+        if k > 0:
+            lent += k
+            teams.append(other.name)
+            ends += [(r.end, r.job.gpus) for r in fixed]
+    lent = min(lent, max(0, contribution(q, book.used(f))))
+    if not lent:
+        return None
+    short = job.gpus - max(0, room)
+    at = p.now
+    for end, gpus in sorted(ends):
+        at, short = end, short - gpus
+        if short <= 0:
+            break
+    return ("lent", lent, tuple(teams), at)

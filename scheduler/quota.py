@@ -141,14 +141,18 @@ class Ledger:
             return q.nominal
         return math.inf if q.borrowing_limit is None else q.nominal + q.borrowing_limit
 
-    def headroom(self, book: TeamBook, flavor: str) -> float:
-        """Return how many more GPUs of a flavor the team may take right now."""
+    def headroom(self, book: TeamBook, flavor: str, kept: int = 0) -> float:
+        """Return how many more GPUs of a flavor the team may take right now.
+
+        `kept`: idle quota of the cohort that is not lent to this team (held for
+        other teams' waiting jobs within their nominal quota).
+        """
         q = book.quotas.get(flavor, NO_QUOTA)
         used = book.usage.get(flavor, 0)
         if book.cohort is None:
             return q.nominal - used
         own = max(0, q.nominal - lendable(q) - used)  # the part of its quota it never lends
-        slack = self.slack.get((book.cohort, flavor), 0)
+        slack = self.slack.get((book.cohort, flavor), 0) - kept
         return min(self.limit(book, flavor) - used, own + max(0, slack))
 
     def borrowed(self, book: TeamBook, flavor: str, gpus: int) -> int:

@@ -56,7 +56,10 @@ class Wait(NamedTuple):
       backoff: (when it becomes eligible, how many times it was requeued)
       fifo_blocked: (id of the blocked job ahead, its reason code)
       waiting_for_preemption: (ids waited for, their latest end, how many preempted now)
-      quota, cohort_busy: (team usage, nominal, usage limit, GPUs it may still take)
+      quota, cohort_busy: (team usage, nominal, usage limit, GPUs it may still take,
+                           why: () | ("kept", idle quota kept for teams within nominal) |
+                           ("lent", GPUs of its quota lent to non-preemptible jobs,
+                            their teams, when enough of them will have ended))
       reserved: (reserved job id, reserved start, its number of nodes; 0 for a
                 team's quota hold)
       priority: ("took", jobs admitted ahead, their GPUs) | ("limit", jobs considered)

@@ -70,7 +70,9 @@ class Pool:
         "held",
         "holding",
         "fails",
+        "stops",
         "_static",
+        "_domain_nodes",
     )
 
     def __init__(
@@ -102,7 +104,9 @@ class Pool:
         self.holding = False  # whether `held` is currently taken from the index
         # (view, GPUs per worker) -> the fewest workers that failed to fit
         self.fails: dict[tuple[int, int], int] = {}
+        self.stops: Stops | None = None  # built when a preemption step first needs it
         self._static: dict[int, int] = {}
+        self._domain_nodes: list[list[int]] | None = None
 
     def view(self) -> int:
         return HELD if self.holding else FREE
@@ -120,6 +124,15 @@ class Pool:
                 per_domain[self.index.dom[i]] += total // per_worker
             self._static[per_worker] = max(per_domain)
         return self._static[per_worker]
+
+    def domain_nodes(self) -> list[list[int]]:
+        """Return the node indexes of each domain, in index order."""
+        if self._domain_nodes is None:
+            out: list[list[int]] = [[] for _ in self.domains]
+            for i, d in enumerate(self.index.dom):
+                out[d].append(i)
+            self._domain_nodes = out
+        return self._domain_nodes
 
     def assign(self, nodes: list[tuple[int, int]], per_worker: int) -> tuple[WorkerPlacement, ...]:
         """Hand out GPU ids for (node, workers) pairs, in the order given to the pool."""
@@ -142,7 +155,7 @@ def _unique(gpus: tuple[GpuId, ...], stale: set) -> list[GpuId]:
 class Running:
     """A running or stopping job during the pass, with where its GPUs are."""
 
-    __slots__ = ("job", "book", "pool", "_nodes", "end", "stopping", "claimed")
+    __slots__ = ("job", "book", "pool", "_nodes", "end", "stopping")
 
     def __init__(self, job: RunningJob, book: TeamBook, pool: Pool | None, now: float) -> None:
         self.job = job
@@ -150,7 +163,6 @@ class Running:
         self.pool = pool  # its flavor's pool, None if the flavor has no nodes
         self._nodes: list[tuple[int, int]] | None = None
         self.stopping = job.stopping
-        self.claimed = False  # a preemptor of this pass waits for it
         if job.stopping:
             self.end = now + job.grace_period
         else:
@@ -167,6 +179,69 @@ class Running:
         """Mark it preempted in this pass: it ends after its grace period."""
         self.stopping = True
         self.end = now + self.job.grace_period
+
+
+class Stops:
+    """GPUs of one pool that stopping jobs will free, and the preemptors they are promised to.
+
+    `on[n]`: GPUs on node n held by stopping jobs (those stopping when the pass
+    began and the victims of this pass); `resv[n]`: GPUs on n reserved for
+    preemptors waiting for them. A reservation draws on the stopping GPUs of its
+    node first; the rest of it is GPUs free now, which are taken out of the free
+    index (`hidden`) so that no other job of the pass takes them. Stopping GPUs
+    beyond the reservations of their node (`surplus`) are free for the next
+    preemptor: what an earlier victim frees beyond its preemptor's need is
+    counted once, by whoever uses it (scheduler.preemption).
+    """
+
+    __slots__ = ("pool", "on", "jobs_on", "quota", "resv", "hidden", "by_job", "hidden_total")
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.on: dict[int, int] = {}
+        self.jobs_on: dict[int, list[Running]] = {}
+        self.quota: dict[TeamBook, int] = {}  # team -> GPUs its stopping jobs hold
+        self.resv: dict[int, int] = {}
+        self.hidden: dict[int, int] = {}
+        self.by_job: dict[int, dict[int, int]] = {}  # preemptor -> node -> GPUs
+        self.hidden_total = 0
+
+    def add(self, r: Running) -> None:
+        """Count a stopping job's GPUs and quota as coming free."""
+        self.quota[r.book] = self.quota.get(r.book, 0) + r.job.gpus
+        for node, k in r.nodes:
+            self.on[node] = self.on.get(node, 0) + k
+            self.jobs_on.setdefault(node, []).append(r)
+            self._rehide(node)
+
+    def surplus(self, node: int) -> int:
+        """Return the stopping GPUs of a node that no preemptor has reserved."""
+        return max(0, self.on.get(node, 0) - self.resv.get(node, 0))
+
+    def reserve(self, job_id: int, gpus_on: dict[int, int]) -> None:
+        """Reserve GPUs per node for a preemptor; hide the part that is free now."""
+        self.by_job[job_id] = gpus_on
+        for node, k in gpus_on.items():
+            self.resv[node] = self.resv.get(node, 0) + k
+            self._rehide(node)
+
+    def holders(self, node: int) -> list[int]:
+        """Return the preemptors with GPUs reserved on a node."""
+        return [j for j, on in self.by_job.items() if node in on]
+
+    def _rehide(self, node: int) -> None:
+        want = max(0, self.resv.get(node, 0) - self.on.get(node, 0))
+        delta = want - self.hidden.get(node, 0)
+        if not delta:
+            return
+        index = self.pool.index
+        if delta > 0:
+            index.take(node, delta)
+        else:
+            index.give(node, -delta)
+        self.hidden[node] = want
+        self.hidden_total += delta
+        self.pool.invalidate()
 
 
 class Started:

@@ -300,13 +300,16 @@ class Simulator:
             if self.specs[self.node_at[w.node]].flavor != job.flavor:
                 raise SimError(f"job {job.id} placed on node {w.node} of another flavor")
 
-    def _preempt(self, r: JobRec) -> None:
-        """Mark the job stopping; it stops when its grace period ends (or completes first)."""
+    def _preempt(self, r: JobRec, by: int) -> None:
+        """Mark the job stopping; it stops when its grace period ends (or completes first).
+
+        `by`, its preemptor, keeps the GPUs it frees reserved (scheduler.preemption).
+        """
         if r.running is None or r.running.stopping:
             raise SimError(f"job {r.job.id} preempted while not running")
         self.preemptions += 1
         r.preempted += 1
-        r.running = replace(r.running, stopping=True)
+        r.running = replace(r.running, stopping=True, preempted_by=by)
         self.running[r.job.id] = r.running
         r.stopping_at = self.now + self.config.grace_period_s
         heapq.heappush(self.events, (r.stopping_at, STOP, r.job.id, r.attempt))
@@ -328,11 +331,17 @@ class Simulator:
     def _stop(self, r: JobRec) -> None:
         """The grace period of a preempted job ended: free it and requeue it after its backoff."""
         r.lost_s += (self.now - r.started) * r.job.gpus
+        by = r.running.preempted_by
         self._release(r)
         r.attempt += 1
         cfg = self.config
         delay = requeue_backoff(r.attempt, cfg.requeue_backoff_s, cfg.requeue_backoff_max_s)
-        r.pending = replace(r.pending, restart_count=r.attempt, eligible_at=self.now + delay)
+        r.pending = replace(
+            r.pending,
+            restart_count=r.attempt,
+            eligible_at=self.now + delay,
+            preempted_by=by,
+        )
         r.pending_since = self.now
         self.pending[r.job.id] = r.pending
         if delay > 0:
@@ -426,7 +435,7 @@ class Simulator:
         plan = schedule(snap)
         self.passes += 1
         for p in plan.preemptions:
-            self._preempt(self.recs[p.job_id])
+            self._preempt(self.recs[p.job_id], p.preemptor_id)
         for a in plan.admissions:
             self._start(self.recs[a.job_id], a)
         self._fragmentation(plan)

@@ -193,3 +193,35 @@ def test_unique_index_is_the_backstop_when_the_lock_is_bypassed(cluster, persona
         run_pass()
     assert Allocation.objects.filter(active=True).count() == 8
     assert SchedulingPass.objects.count() == 1
+
+
+def test_victims_name_their_preemptor_so_its_reservation_outlives_the_pass(cluster, personas):
+    """A reclaim's victims carry their preemptor into the next snapshots, stopping and then
+    requeued, and the preemptor is admitted on what they freed (scheduler.preemption)."""
+    from portal.core.actions.jobs import requeue_or_fail
+    from portal.core.scheduling.snapshot import build_snapshot
+    from scheduler import PolicyConfig
+
+    for _ in range(4):  # beta borrows alpha's 16 idle h100 GPUs
+        submit(cluster, personas.lead_b, team=cluster.team_b, workers=1, gpus_per_worker=8)
+    run_pass()
+    gang = submit(cluster, personas.lead_a, workers=2, gpus_per_worker=8)
+    run_pass()
+    victims = list(Job.objects.filter(state=State.PREEMPTING).values_list("pk", flat=True))
+    assert len(victims) == 2
+    assert set(Job.objects.filter(pk__in=victims).values_list("preempted_by", flat=True)) == {
+        gang.pk
+    }
+    snap, _ = build_snapshot(timezone.now(), PolicyConfig())
+    assert {r.preempted_by for r in snap.running if r.stopping} == {gang.pk}
+    assert {r.preempted_by for r in snap.running if not r.stopping} == {None}
+
+    Allocation.objects.filter(job_id__in=victims).update(active=False)  # their workers exited
+    Worker.objects.filter(job_id__in=victims).update(state=Worker.State.EXITED)
+    requeue_or_fail(victims, kind="requeued", message="Stopped.", from_states=[State.PREEMPTING])
+    snap, _ = build_snapshot(timezone.now(), PolicyConfig())
+    assert {j.preempted_by for j in snap.pending if j.id in victims} == {gang.pk}
+    result = run_pass()
+    assert result.admitted == [gang.pk]
+    gang.refresh_from_db()
+    assert gang.state == State.ADMITTED and gang.preempted_by is None

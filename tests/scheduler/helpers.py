@@ -249,7 +249,9 @@ class Sim:
         )
         plan = schedule(snapshot)
         for p in plan.preemptions:
-            self.running[p.job_id] = replace(self.running[p.job_id], stopping=True)
+            self.running[p.job_id] = replace(
+                self.running[p.job_id], stopping=True, preempted_by=p.preemptor_id
+            )
             self.stop_at[p.job_id] = now + self.running[p.job_id].grace_period
             self.preempted.append(p.job_id)
         for a in plan.admissions:
@@ -279,6 +281,7 @@ class Sim:
                     r.preemptible,
                     n,
                     now + requeue_backoff(n, *self.backoff),
+                    r.preempted_by,
                 )
 
     def _start(self, job: PendingJob, adm, now: float) -> None:

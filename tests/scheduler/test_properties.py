@@ -102,6 +102,8 @@ def running(draw, node_specs, team_names):
                 draw(st.sampled_from([False, False, False, True])),
                 checkpointed,
                 draw(st.sampled_from([0.0, 30.0])),
+                # a stopping victim names its preemptor (pending ids are 0..11)
+                draw(st.none() | st.integers(0, 11)),
             )
         )
     return out
@@ -125,6 +127,7 @@ def pending(draw, team_names):
                 draw(st.booleans()),
                 draw(st.integers(0, 3)),
                 draw(ELIGIBLE_AT),
+                draw(st.sampled_from([None, None, None, 0, 1, 2])),  # a requeued victim's preemptor
             )
         )
     return out

@@ -74,6 +74,13 @@ class Job(models.Model):
         help_text="A requeued job is not admitted before this time (its requeue backoff).",
     )
     exit_code = models.IntegerField(null=True, blank=True)
+    # A job id, not a foreign key: a reservation names its job only while both are live.
+    preempted_by = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Id of the job whose preemption stopped this one, until it is admitted again: "
+        "the GPUs it frees stay reserved for that job (docs/scheduling.md).",
+    )
 
     submitted_at = models.DateTimeField(default=timezone.now)
     admitted_at = models.DateTimeField(null=True, blank=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.db import connection
+from django.db.models import BigIntegerField, Case, Value, When
 
 from portal.core.actions.jobs import transition
 from portal.core.actions.unfittable import note_or_fail_unfittable
@@ -61,6 +62,7 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
         reason="",
         queue_position=None,
         estimated_start_at=None,
+        preempted_by=None,
     )
     if not moved:
         return []
@@ -105,13 +107,26 @@ def _preempt(preemptions: tuple[m.Preemption, ...], ctx: PassContext) -> list[in
         p.job_id: (p.message, {"reason": p.reason_code, "preemptor": p.preemptor_id})
         for p in preemptions
     }
-    return transition(
+    moved = transition(
         list(events),
         from_states=[State.ADMITTED, State.RUNNING],
         to_state=State.PREEMPTING,
         kind="preempted",
         per_job=events,
         stop_requested_at=ctx.now,
+    )
+    _name_preemptors(moved, {p.job_id: p.preemptor_id for p in preemptions})
+    return moved
+
+
+def _name_preemptors(moved: list[int], preemptor: dict[int, int]) -> None:
+    """Record each victim's preemptor (one UPDATE): the next passes keep the GPUs the
+    victim frees reserved for it until it is admitted (scheduler.preemption)."""
+    if not moved:
+        return
+    whens = [When(pk=pk, then=Value(preemptor[pk])) for pk in moved]
+    Job.objects.filter(pk__in=moved).update(
+        preempted_by=Case(*whens, output_field=BigIntegerField())
     )
 
 

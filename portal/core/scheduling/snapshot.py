@@ -111,6 +111,7 @@ def _running(ctx: PassContext, now: datetime) -> list[m.RunningJob]:
         "last_checkpoint_at",
         "grace_period_seconds",
         "stop_requested_at",
+        "preempted_by",
     )
     running = []
     for row in jobs:
@@ -144,6 +145,7 @@ def _running_job(row: dict, placement: tuple, now: datetime) -> m.RunningJob:
         if row["last_checkpoint_at"]
         else None,
         grace_period=float(row["grace_period_seconds"]),
+        preempted_by=row["preempted_by"] if stopping else None,
     )
 
 
@@ -200,6 +202,7 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
             "preemptible",
             "restart_count",
             "eligible_at",
+            "preempted_by",
             "draining",
             "reason_code",
             "reason",
@@ -228,6 +231,7 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
                 preemptible=row["preemptible"],
                 restart_count=row["restart_count"],
                 eligible_at=row["eligible_at"].timestamp() if row["eligible_at"] else 0.0,
+                preempted_by=row["preempted_by"],
             )
         )
     return pending
