@@ -77,6 +77,8 @@ def summarize(sim: Simulator, wall_s: float) -> SimResult:
         "preemptions": sim.preemptions,
         "lost_gpu_hours": _round(sum(r.lost_s for r in recs) / HOUR),
         "fragmentation": round(rec.fragmentation(), 4),
+        "reclaim_jobs": len(sim.reclaim_latency),
+        "reclaim_latency_p99_s": _round(percentile(sorted(sim.reclaim_latency), 99)),
         "makespan_s": _round(makespan),
         "sim_wall_s": round(wall_s, 2),
         "passes": sim.passes,
