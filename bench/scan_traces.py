@@ -19,8 +19,8 @@ share against FIFO and FIFO + backfill:
 
 then the windows where fair share is worst on tail and fairness. `--reuse`
 takes the runs of an earlier JSON (same window, GPUs and policy) instead of
-replaying them: FIFO and FIFO + backfill need not be replayed to check a
-fair-share change. `--worst N` prints fair share's N longest waits per run
+replaying them, except those of the policies named with --policy: FIFO and
+FIFO + backfill need not be replayed to check a fair-share change. `--worst N` prints fair share's N longest waits per run
 (team, gang, run time, preemptions, the team's nominal quota) to find causes.
 `--jobs N` replays in N processes (default 1: the machine is shared).
 """
@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduler import PolicyConfig  # noqa: E402
+from scheduler.model import AGE_WEIGHT, MAX_AGE_S  # noqa: E402
 from scheduler.sim import POLICY_NAMES, SimConfig, Simulator  # noqa: E402
 from scheduler.sim.cluster import homogeneous, quota_teams  # noqa: E402
 from scheduler.sim.results import duration, summarize  # noqa: E402
@@ -104,12 +105,12 @@ def sizes(jobs, lo: float, hi: float, loads: list[float], gpus: list[int]) -> li
 
 def replay(task: tuple) -> tuple[tuple, dict, list]:
     """Replay one (window, GPUs, policy); return its key, summary figures and worst waits."""
-    lo, hi, gpus, policy, worst = task
+    lo, hi, gpus, policy, worst, extra = task
     jobs = [j for j in _JOBS if lo <= j.submitted_at < hi]
     nodes = homogeneous(gpus // GPUS_PER_NODE, GPUS_PER_NODE)
     jobs = [replace(j, flavor=nodes[0].flavor) for j in jobs]
     teams = quota_teams(jobs, nodes)
-    config = SimConfig(policy=PolicyConfig(policy=policy, explain=False))
+    config = SimConfig(policy=PolicyConfig(policy=policy, explain=False, **extra))
     started = time.perf_counter()
     sim = Simulator(jobs, nodes, teams, config).run()
     s = summarize(sim, time.perf_counter() - started).summary
@@ -215,6 +216,8 @@ def main() -> int:
     p.add_argument("--windows", default="", help="window numbers to replay (0-based), e.g. 2,5")
     p.add_argument("--min-jobs", type=int, default=1000, help="skip windows with fewer jobs")
     p.add_argument("--policy", action="append", choices=POLICY_NAMES)
+    p.add_argument("--age-weight", type=float, default=AGE_WEIGHT, help="PolicyConfig.age_weight")
+    p.add_argument("--max-age", type=float, default=MAX_AGE_S, help="PolicyConfig.max_age, s")
     p.add_argument("--reuse", help="take runs from this earlier --json output")
     p.add_argument("--json", dest="json_out", help="write every run's figures here")
     p.add_argument("--worst", type=int, default=0, help="print fair share's N longest waits")
@@ -230,6 +233,7 @@ def main() -> int:
     if args.reuse:
         for rec in json.loads(Path(args.reuse).read_text())["runs"]:
             old[(rec["window"], rec["gpus"], rec["policy"])] = rec["figures"]
+    extra = {"age_weight": args.age_weight, "max_age": args.max_age}
     tasks, load_of, results = [], {}, {}
     for i, (lo, hi) in enumerate(windows(_JOBS, args.weeks)):
         if chosen and i not in chosen:
@@ -243,10 +247,10 @@ def main() -> int:
             load_of[(day(lo), gpus)] = demand / gpus
             for policy in POLICY_NAMES:
                 key = (day(lo), gpus, policy)
-                if key in old:
+                if key in old and not (args.policy and policy in args.policy):
                     results[key] = old[key]
                 elif policy in policies:
-                    tasks.append((lo, hi, gpus, policy, args.worst))
+                    tasks.append((lo, hi, gpus, policy, args.worst, extra))
     print(f"{len(tasks)} replays, {len(results)} reused", file=sys.stderr)
     started = time.perf_counter()
     if args.jobs > 1:

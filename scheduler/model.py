@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 JobId = int
 GpuId = object
 
+# Defaults of PolicyConfig.age_weight and .max_age (docs/scheduling.md, "Fair share").
+AGE_WEIGHT = 0.0
+MAX_AGE_S = 7 * 24 * 3600.0  # Slurm's PriorityMaxAge default
+
 
 @dataclass(frozen=True, slots=True)
 class Quota:
@@ -130,6 +134,11 @@ class PolicyConfig:
     topology_key: str = "block"
     # Bound the work of one pass, as Slurm's bf_max_job_test does.
     max_backfill_candidates: int = 100_000
+    # Fair-share order (scheduler.fairshare.priority): the age factor's weight relative
+    # to the fair-share factor (Slurm's PriorityWeightAge / PriorityWeightFairshare) and
+    # the wait at which it is full (PriorityMaxAge). age_weight 0 turns it off.
+    age_weight: float = AGE_WEIGHT
+    max_age: float = MAX_AGE_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,20 +30,22 @@ def submit_key(job: PendingJob) -> tuple:
     return (job.submitted_at, job.id)
 
 
-def team_key(borrows: bool, share: float, head: PendingJob, team_index: int) -> tuple:
+def team_key(borrows: bool, priority: float, head: PendingJob, team_index: int) -> tuple:
     """Order teams in the fair-share heap by their next job.
 
     1. a next job that fits in the team's nominal quota before one that would
        borrow (Kueue: workloads that do not borrow are admitted first; nominal
        quota is guaranteed, so a borrower admitted first would only be
        reclaimed later)
-    2. weighted dominant share, lowest first (scheduler.fairshare; Kueue
-       admission fair sharing, Slurm's fair-share factor)
+    2. the next job's priority, highest first: the team's fair-share factor
+       (2^-share of its weighted dominant share; Kueue admission fair sharing,
+       Slurm's fair-share factor) plus the job's weighted age factor (Slurm's
+       PriorityWeightAge, PriorityMaxAge); scheduler.fairshare.priority
     3. submitted_at of the team's next job, oldest first
     4. id of that job
     5. the team's index (only reached if job ids repeat)
     """
-    return (borrows, share, head.submitted_at, head.id, team_index)
+    return (borrows, -priority, head.submitted_at, head.id, team_index)
 
 
 def last_progress(job: RunningJob) -> float:
