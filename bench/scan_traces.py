@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduler import PolicyConfig  # noqa: E402
-from scheduler.model import AGE_WEIGHT, MAX_AGE_S  # noqa: E402
+from scheduler.model import AGE_WEIGHT, BACKFILL_RESERVATIONS, MAX_AGE_S  # noqa: E402
 from scheduler.sim import POLICY_NAMES, SimConfig, Simulator  # noqa: E402
 from scheduler.sim.cluster import homogeneous, quota_teams  # noqa: E402
 from scheduler.sim.results import duration, summarize  # noqa: E402
@@ -218,6 +218,9 @@ def main() -> int:
     p.add_argument("--policy", action="append", choices=POLICY_NAMES)
     p.add_argument("--age-weight", type=float, default=AGE_WEIGHT, help="PolicyConfig.age_weight")
     p.add_argument("--max-age", type=float, default=MAX_AGE_S, help="PolicyConfig.max_age, s")
+    p.add_argument(
+        "--backfill-reservations", type=int, default=BACKFILL_RESERVATIONS, help="per flavor"
+    )
     p.add_argument("--reuse", help="take runs from this earlier --json output")
     p.add_argument("--json", dest="json_out", help="write every run's figures here")
     p.add_argument("--worst", type=int, default=0, help="print fair share's N longest waits")
@@ -233,7 +236,11 @@ def main() -> int:
     if args.reuse:
         for rec in json.loads(Path(args.reuse).read_text())["runs"]:
             old[(rec["window"], rec["gpus"], rec["policy"])] = rec["figures"]
-    extra = {"age_weight": args.age_weight, "max_age": args.max_age}
+    extra = {
+        "age_weight": args.age_weight,
+        "max_age": args.max_age,
+        "backfill_reservations": args.backfill_reservations,
+    }
     tasks, load_of, results = [], {}, {}
     for i, (lo, hi) in enumerate(windows(_JOBS, args.weeks)):
         if chosen and i not in chosen:

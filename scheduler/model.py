@@ -18,6 +18,7 @@ GpuId = object
 # Defaults of PolicyConfig.age_weight and .max_age (docs/scheduling.md, "Fair share").
 AGE_WEIGHT = 0.0
 MAX_AGE_S = 7 * 24 * 3600.0  # Slurm's PriorityMaxAge default
+BACKFILL_RESERVATIONS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +140,9 @@ class PolicyConfig:
     # the wait at which it is full (PriorityMaxAge). age_weight 0 turns it off.
     age_weight: float = AGE_WEIGHT
     max_age: float = MAX_AGE_S
+    # Backfill: how many blocked jobs per flavor get a reservation, each planned after
+    # the ones before it (scheduler.backfill; Slurm plans every job it tests).
+    backfill_reservations: int = BACKFILL_RESERVATIONS
 
 
 @dataclass(frozen=True, slots=True)

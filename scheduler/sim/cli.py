@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from scheduler.model import AGE_WEIGHT, MAX_AGE_S, PolicyConfig
+from scheduler.model import AGE_WEIGHT, BACKFILL_RESERVATIONS, MAX_AGE_S, PolicyConfig
 from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S
 
 from . import POLICY_NAMES, simulate
@@ -89,6 +89,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=MAX_AGE_S,
         help=f"fair share: wait in s at which the age factor is full (default {MAX_AGE_S:g})",
+    )
+    p.add_argument(
+        "--backfill-reservations",
+        type=int,
+        default=BACKFILL_RESERVATIONS,
+        help="blocked jobs per flavor that get a backfill reservation "
+        f"(default {BACKFILL_RESERVATIONS})",
     )
     p.add_argument(
         "--node-file", help="openb: the nodes CSV (default: openb_gpu_nodes.csv beside the trace)"
@@ -189,6 +196,7 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
                 explain=False,
                 age_weight=args.age_weight,
                 max_age=args.max_age,
+                backfill_reservations=args.backfill_reservations,
             ),
             runtime_estimate=args.runtime_estimate,
             queue_max_s=args.queue_max,
@@ -220,6 +228,7 @@ def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
         "requeue_backoff_s": list(args.requeue_backoff),
         "age_weight": args.age_weight,
         "max_age_s": args.max_age,
+        "backfill_reservations": args.backfill_reservations,
         "trace_jobs": len(jobs),
         "notes": notes,
     }
