@@ -8,6 +8,8 @@ same way.)
 
 from __future__ import annotations
 
+import math
+
 from .model import PendingJob, RunningJob
 
 
@@ -55,18 +57,24 @@ def last_progress(job: RunningJob) -> float:
     return max(job.started_at, job.checkpointed_at)
 
 
-def victim_key(job: RunningJob, team_borrowing: bool) -> tuple:
+def victim_key(job: RunningJob, team_borrowing: bool, max_age: float = math.inf) -> tuple:
     """Order preemption candidates, first victim first (Kueue's candidate ordering).
 
     1. jobs of teams borrowing above their nominal quota first
     2. lowest priority first
-    3. least work lost first: the latest max(started_at, checkpointed_at)
-    4. newest first: (submitted_at, id) reversed, so the job that has waited
+    3. jobs that waited less than `max_age` before they started first: a job
+       whose age factor was full when it started has the higher multifactor
+       priority (Slurm preempts lower-priority jobs first, and a job's age
+       factor stops growing when it starts); PolicyConfig.max_age when the
+       age factor is on
+    4. least work lost first: the latest max(started_at, checkpointed_at)
+    5. newest first: (submitted_at, id) reversed, so the job that has waited
        least is the one sent back to the queue
     """
     return (
         0 if team_borrowing else 1,
         job.priority,
+        job.started_at - job.submitted_at >= max_age,
         -last_progress(job),
         -job.submitted_at,
         -job.id,
