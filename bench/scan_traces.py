@@ -23,6 +23,8 @@ replaying them, except those of the policies named with --policy: FIFO and
 FIFO + backfill need not be replayed to check a fair-share change. `--worst N` prints fair share's N longest waits per run
 (team, gang, run time, preemptions, the team's nominal quota) to find causes.
 `--jobs N` replays in N processes (default 1: the machine is shared).
+`--compare BEFORE AFTER` prints fair share of two --json outputs side by side
+with FIFO and FIFO + backfill (from AFTER), without replaying.
 """
 
 from __future__ import annotations
@@ -207,6 +209,37 @@ def report(results: dict[tuple, dict], loads: dict[tuple, float]) -> str:
     return "\n".join(lines)
 
 
+def compare(before: dict[tuple, dict], after: dict[tuple, dict]) -> str:
+    """Return fair share before and after a change beside FIFO and FIFO + backfill, per run."""
+    heads = ["window", "GPUs", "run", "mean", "p99", "max", "util", "Jain", "preempt"]
+    heads += ["lost GPU-h", "reclaim p99", "failed"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for w, g in sorted({(w, g) for w, g, p in after if p == "fairshare"}):
+        fifo, fb = after.get((w, g, "fifo")), after.get((w, g, "fifo-backfill"))
+        runs = [("fifo", fifo), ("fifo-backfill", fb)]
+        runs += [("fairshare before", before.get((w, g, "fairshare")))]
+        runs.append(("fairshare after", after[(w, g, "fairshare")]))
+        for label, r in runs:
+            if r is None:
+                continue
+            failed = "-"
+            if label.startswith("fairshare") and fifo and fb:
+                failed = ", ".join(k for k, ok in check(r, fifo, fb).items() if not ok) or "none"
+            rl = r.get("reclaim_latency_p99_s")
+            cells = [w, str(g), label, *(duration(r[k]) for k in ("avg_wait_s", "p99_wait_s"))]
+            cells += [duration(r["max_wait_s"]), f"{r['utilization_arrivals']:.1%}"]
+            cells += [f"{r['jain_fairness']:.3f}", f"{r['preemptions']:,}"]
+            cells += [f"{r['lost_gpu_hours']:,.0f}", "-" if rl is None else duration(rl), failed]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def read_runs(path: str) -> dict[tuple, dict]:
+    """Return (window, GPUs, policy) -> figures from a --json output."""
+    runs = json.loads(Path(path).read_text())["runs"]
+    return {(r["window"], r["gpus"], r["policy"]): r["figures"] for r in runs}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", default=str(TRACE))
@@ -222,6 +255,9 @@ def main() -> int:
         "--backfill-reservations", type=int, default=BACKFILL_RESERVATIONS, help="per flavor"
     )
     p.add_argument("--reuse", help="take runs from this earlier --json output")
+    p.add_argument(
+        "--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print fair share before/after"
+    )
     p.add_argument("--json", dest="json_out", help="write every run's figures here")
     p.add_argument("--worst", type=int, default=0, help="print fair share's N longest waits")
     p.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
@@ -232,10 +268,10 @@ def main() -> int:
     fixed = [int(x) for x in args.gpus.split(",") if x]
     chosen = {int(x) for x in args.windows.split(",") if x}
     policies = args.policy or list(POLICY_NAMES)
-    old = {}
-    if args.reuse:
-        for rec in json.loads(Path(args.reuse).read_text())["runs"]:
-            old[(rec["window"], rec["gpus"], rec["policy"])] = rec["figures"]
+    if args.compare:
+        print(compare(read_runs(args.compare[0]), read_runs(args.compare[1])))
+        return 0
+    old = read_runs(args.reuse) if args.reuse else {}
     extra = {
         "age_weight": args.age_weight,
         "max_age": args.max_age,
