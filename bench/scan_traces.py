@@ -254,6 +254,7 @@ def main() -> int:
     p.add_argument(
         "--backfill-reservations", type=int, default=BACKFILL_RESERVATIONS, help="per flavor"
     )
+    p.add_argument("--reclaim-backoff", action="store_true", help="PolicyConfig.reclaim_backoff")
     p.add_argument("--reuse", help="take runs from this earlier --json output")
     p.add_argument(
         "--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print fair share before/after"
@@ -276,6 +277,7 @@ def main() -> int:
         "age_weight": args.age_weight,
         "max_age": args.max_age,
         "backfill_reservations": args.backfill_reservations,
+        "reclaim_backoff": args.reclaim_backoff,
     }
     tasks, load_of, results = [], {}, {}
     for i, (lo, hi) in enumerate(windows(_JOBS, args.weeks)):

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from . import placement
 from .gates import FOR_GPUS, Gate
 from .model import PendingJob
-from .reasons import COHORT_BUSY, QUOTA, RESERVED, Wait
+from .reasons import BACKOFF, COHORT_BUSY, QUOTA, RESERVED, Wait
 from .state import FREE, Transaction
 
 if TYPE_CHECKING:
@@ -84,11 +84,13 @@ class Backfill(Gate):
     `reservations` keeps the first of each flavor, `later` the others.
     """
 
-    def __init__(self, limit: int = 1) -> None:
+    def __init__(self, limit: int = 1, reclaim_backoff: bool = False) -> None:
         super().__init__()
         self.tries: dict[str, int] = {}
         self.limit = limit
         self.later: dict[str, list[Reservation]] = {}
+        self.reclaim_backoff = reclaim_backoff
+        self._cooldowns: dict[tuple[str, str], float] | None = None
 
     def held_for(self, flavor: str) -> list[Reservation]:
         """Return the flavor's GPU reservations, first first."""
@@ -99,20 +101,37 @@ class Backfill(Gate):
         """Return `reserved` if the job would use quota held for an earlier job.
 
         That is its team's quota (a quota hold), or, if it would borrow, its
-        cohort's lendable quota (a cohort hold).
+        cohort's lendable quota (a cohort hold). With the reclaim backoff on,
+        return `backoff` if it would borrow while a job of its team and flavor
+        backs off after a requeue.
         """
         held = self.quota_holds.get((job.team, job.flavor))
         if held is not None and p.now + job.max_runtime > held.start:
             return Wait(RESERVED, (held.job.id, held.start, held.nodes))
-        if not self.cohort_holds:
+        if not self.cohort_holds and not self.reclaim_backoff:
             return None
         book = p.ledger.book(job.team)
-        held = self.cohort_holds.get((book.cohort, job.flavor))
-        if held is None or p.now + job.max_runtime <= held.start:
-            return None
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
             return None  # within its nominal quota, which is guaranteed
-        return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+        held = self.cohort_holds.get((book.cohort, job.flavor))
+        if held is not None and p.now + job.max_runtime > held.start:
+            return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+        until = self.cooldowns(p).get((job.team, job.flavor)) if self.reclaim_backoff else None
+        return None if until is None else Wait(BACKOFF, (until, 0))
+
+    def cooldowns(self, p: Pass) -> dict[tuple[str, str], float]:
+        """Return (team, flavor) -> when the last of its requeued jobs' backoffs ends.
+
+        The team's borrowing of that flavor waits until then (Kueue KEP-14468's
+        reclaim backoff, with the length of the requeue backoff: scheduler.requeue).
+        """
+        if self._cooldowns is None:
+            self._cooldowns = {}
+            for j in p.backing_off:
+                if j.restart_count > 0:
+                    key = (j.team, j.flavor)
+                    self._cooldowns[key] = max(j.eligible_at, self._cooldowns.get(key, 0.0))
+        return self._cooldowns
 
     def try_admit(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
         res = self.reservations.get(job.flavor)

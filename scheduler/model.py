@@ -19,6 +19,7 @@ GpuId = object
 AGE_WEIGHT = 0.0
 MAX_AGE_S = 7 * 24 * 3600.0  # Slurm's PriorityMaxAge default
 BACKFILL_RESERVATIONS = 1
+RECLAIM_BACKOFF = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,9 @@ class PolicyConfig:
     # Backfill: how many blocked jobs per flavor get a reservation, each planned after
     # the ones before it (scheduler.backfill; Slurm plans every job it tests).
     backfill_reservations: int = BACKFILL_RESERVATIONS
+    # Reclaim backoff per team and flavor (Kueue KEP-14468): while a job of a team and
+    # flavor backs off after a requeue, the team's other jobs of that flavor may not borrow.
+    reclaim_backoff: bool = RECLAIM_BACKOFF
 
 
 @dataclass(frozen=True, slots=True)

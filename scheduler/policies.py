@@ -107,7 +107,9 @@ def head_of_line(config: PolicyConfig) -> Gate:
 
 def backfill_or_wait(config: PolicyConfig) -> Gate:
     """Backfill when the config allows it, else a job waiting for GPUs stops its flavor."""
-    return Backfill(config.backfill_reservations) if config.backfill else HeadOfLine(FOR_GPUS)
+    if not config.backfill:
+        return HeadOfLine(FOR_GPUS)
+    return Backfill(config.backfill_reservations, config.reclaim_backoff)
 
 
 register_policy(Policy("fifo", submit_order, head_of_line))

@@ -20,7 +20,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from scheduler.model import AGE_WEIGHT, BACKFILL_RESERVATIONS, MAX_AGE_S, PolicyConfig
+from scheduler.model import (
+    AGE_WEIGHT,
+    BACKFILL_RESERVATIONS,
+    MAX_AGE_S,
+    RECLAIM_BACKOFF,
+    PolicyConfig,
+)
 from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S
 
 from . import POLICY_NAMES, simulate
@@ -96,6 +102,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=BACKFILL_RESERVATIONS,
         help="blocked jobs per flavor that get a backfill reservation "
         f"(default {BACKFILL_RESERVATIONS})",
+    )
+    p.add_argument(
+        "--reclaim-backoff",
+        action="store_true",
+        default=RECLAIM_BACKOFF,
+        help="fair share: a team may not borrow a flavor while one of its jobs of it backs off",
     )
     p.add_argument(
         "--node-file", help="openb: the nodes CSV (default: openb_gpu_nodes.csv beside the trace)"
@@ -197,6 +209,7 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
                 age_weight=args.age_weight,
                 max_age=args.max_age,
                 backfill_reservations=args.backfill_reservations,
+                reclaim_backoff=args.reclaim_backoff,
             ),
             runtime_estimate=args.runtime_estimate,
             queue_max_s=args.queue_max,
@@ -229,6 +242,7 @@ def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
         "age_weight": args.age_weight,
         "max_age_s": args.max_age,
         "backfill_reservations": args.backfill_reservations,
+        "reclaim_backoff": args.reclaim_backoff,
         "trace_jobs": len(jobs),
         "notes": notes,
     }
