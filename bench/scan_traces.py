@@ -44,7 +44,7 @@ from scheduler import PolicyConfig  # noqa: E402
 from scheduler.model import AGE_WEIGHT, BACKFILL_RESERVATIONS, MAX_AGE_S  # noqa: E402
 from scheduler.sim import POLICY_NAMES, SimConfig, Simulator  # noqa: E402
 from scheduler.sim.cluster import homogeneous, quota_teams  # noqa: E402
-from scheduler.sim.results import duration, summarize  # noqa: E402
+from scheduler.sim.results import HEADLINE_KEYS, duration, summarize  # noqa: E402
 from scheduler.sim.trace import load  # noqa: E402
 
 HERE = Path(__file__).resolve()
@@ -58,18 +58,7 @@ TRACE = next(
     HERE.parents[2] / "shared" / "traces" / "philly.csv",
 )
 DAY = 86400.0
-KEYS = (
-    "jobs",
-    "avg_wait_s",
-    "p99_wait_s",
-    "max_wait_s",
-    "utilization_arrivals",
-    "jain_fairness",
-    "preemptions",
-    "lost_gpu_hours",
-    "reclaim_latency_p99_s",
-    "sim_wall_s",
-)
+KEYS = ("jobs", *HEADLINE_KEYS, "reclaim_latency_p99_s", "sim_wall_s")
 GPUS_PER_NODE = 8
 
 _JOBS: tuple = ()  # the whole trace, set once per process

@@ -24,6 +24,16 @@ from .engine import Simulator
 from .metrics import jain, percentile
 
 HOUR = 3600.0
+# The figures that comparisons of policies and rules quote (docs/simulation.md).
+HEADLINE_KEYS = (
+    "avg_wait_s",
+    "p99_wait_s",
+    "max_wait_s",
+    "utilization_arrivals",
+    "jain_fairness",
+    "preemptions",
+    "lost_gpu_hours",
+)
 
 
 @dataclass
