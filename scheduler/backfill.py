@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from . import placement
 from .gates import FOR_GPUS, Gate
 from .model import PendingJob
-from .reasons import COHORT_BUSY, QUOTA, RESERVED, Wait
+from .reasons import BACKOFF, COHORT_BUSY, QUOTA, RESERVED, Wait
 from .state import FREE, Transaction
 
 if TYPE_CHECKING:
@@ -59,47 +59,87 @@ MAX_TRIES = 4
 class Reservation:
     """GPUs promised to a blocked job from time `start` on."""
 
-    __slots__ = ("job", "start", "need", "nodes")
+    __slots__ = ("job", "start", "need", "nodes", "place")
 
-    def __init__(self, job: PendingJob, start: float, need: dict[int, int], nodes: int) -> None:
+    def __init__(
+        self,
+        job: PendingJob,
+        start: float,
+        need: dict[int, int],
+        nodes: int,
+        place: tuple[tuple[int, int], ...] = (),
+    ) -> None:
         self.job = job
         self.start = start
         self.need = need  # node -> GPUs free now that must still be free at `start`
         self.nodes = nodes  # how many nodes it will use
+        self.place = place  # (node, GPUs) it will take at `start`
 
 
 class Backfill(Gate):
-    """Jobs pass a blocked one only if they do not delay its reservation."""
+    """Jobs pass a blocked one only if they do not delay its reservation.
 
-    def __init__(self) -> None:
+    Up to `limit` blocked jobs per flavor get a reservation, each planned after
+    the ones before it (Slurm plans every job it tests, up to bf_max_job_test).
+    `reservations` keeps the first of each flavor, `later` the others.
+    """
+
+    def __init__(self, limit: int = 1, reclaim_backoff: bool = False) -> None:
         super().__init__()
         self.tries: dict[str, int] = {}
+        self.limit = limit
+        self.later: dict[str, list[Reservation]] = {}
+        self.reclaim_backoff = reclaim_backoff
+        self._cooldowns: dict[tuple[str, str], float] | None = None
+
+    def held_for(self, flavor: str) -> list[Reservation]:
+        """Return the flavor's GPU reservations, first first."""
+        first = self.reservations.get(flavor)
+        return [] if first is None else [first, *self.later.get(flavor, ())]
 
     def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
         """Return `reserved` if the job would use quota held for an earlier job.
 
         That is its team's quota (a quota hold), or, if it would borrow, its
-        cohort's lendable quota (a cohort hold).
+        cohort's lendable quota (a cohort hold). With the reclaim backoff on,
+        return `backoff` if it would borrow while a job of its team and flavor
+        backs off after a requeue.
         """
         held = self.quota_holds.get((job.team, job.flavor))
         if held is not None and p.now + job.max_runtime > held.start:
             return Wait(RESERVED, (held.job.id, held.start, held.nodes))
-        if not self.cohort_holds:
+        if not self.cohort_holds and not self.reclaim_backoff:
             return None
         book = p.ledger.book(job.team)
-        held = self.cohort_holds.get((book.cohort, job.flavor))
-        if held is None or p.now + job.max_runtime <= held.start:
-            return None
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
             return None  # within its nominal quota, which is guaranteed
-        return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+        held = self.cohort_holds.get((book.cohort, job.flavor))
+        if held is not None and p.now + job.max_runtime > held.start:
+            return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+        until = self.cooldowns(p).get((job.team, job.flavor)) if self.reclaim_backoff else None
+        return None if until is None else Wait(BACKOFF, (until, 0))
+
+    def cooldowns(self, p: Pass) -> dict[tuple[str, str], float]:
+        """Return (team, flavor) -> when the last of its requeued jobs' backoffs ends.
+
+        The team's borrowing of that flavor waits until then (Kueue KEP-14468's
+        reclaim backoff, with the length of the requeue backoff: scheduler.requeue).
+        """
+        if self._cooldowns is None:
+            self._cooldowns = {}
+            for j in p.backing_off:
+                if j.restart_count > 0:
+                    key = (j.team, j.flavor)
+                    self._cooldowns[key] = max(j.eligible_at, self._cooldowns.get(key, 0.0))
+        return self._cooldowns
 
     def try_admit(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
         res = self.reservations.get(job.flavor)
         if res is None:
             return super().try_admit(p, job, pool)
-        if p.now + job.max_runtime <= res.start:
-            return self._admit_short(p, job, pool, res)
+        held = self.held_for(job.flavor)
+        if p.now + job.max_runtime <= min(r.start for r in held):
+            return self._admit_short(p, job, pool, held)
         return self._admit_long(p, job, pool, res)
 
     def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> None:
@@ -111,16 +151,20 @@ class Backfill(Gate):
         if wait.code == COHORT_BUSY:
             self._hold_cohort(p, job)
             return
-        if pool is None or wait.code not in FOR_GPUS or f in self.reservations:
+        if pool is None or not waits_for_gpus(wait):
             return
-        tries = self.tries.get(f, 0)
-        if tries >= MAX_TRIES:
+        held = self.held_for(f)
+        if len(held) >= self.limit or self.tries.get(f, 0) >= MAX_TRIES:
             return
-        self.tries[f] = tries + 1
-        res = reserve(p, job, pool)
-        if res is not None:
+        res = reserve(p, job, pool, held)
+        if res is None:
+            self.tries[f] = self.tries.get(f, 0) + 1
+            return
+        if held:
+            self.later.setdefault(f, []).append(res)
+        else:
             self.reservations[f] = res
-            hold(pool, res)
+        hold(pool, [*held, res])
 
     def _hold_quota(self, p: Pass, job: PendingJob) -> None:
         """Hold the team's quota for its first quota-blocked job of the flavor."""
@@ -137,8 +181,10 @@ class Backfill(Gate):
         if start != math.inf:
             self.cohort_holds[key] = Reservation(job, start, {}, COHORT_HOLD)
 
-    def _admit_short(self, p: Pass, job: PendingJob, pool: Pool, res: Reservation) -> Wait | None:
-        """Admit a job that ends before the reservation, held GPUs included."""
+    def _admit_short(
+        self, p: Pass, job: PendingJob, pool: Pool, held_for: list[Reservation]
+    ) -> Wait | None:
+        """Admit a job that ends before every reservation, held GPUs included."""
         held = sum(pool.held.values())
         if held and p.misfit(pool, job, FREE):
             return p.shortfall(job, pool, extra=held)
@@ -149,10 +195,14 @@ class Backfill(Gate):
             wait = p.shortfall(job, pool)
             restore(pool)
             return wait
-        for node, workers in nodes:
-            if node in res.need:  # these GPUs come back before the reservation starts
-                res.need[node] -= workers * job.gpus_per_worker
-        hold(pool, res)
+        for node, workers in nodes:  # these GPUs come back before the reservations start
+            k = workers * job.gpus_per_worker
+            for res in held_for:
+                if node in res.need and k > 0:
+                    d = min(k, max(0, res.need[node]))
+                    res.need[node] -= d
+                    k -= d
+        hold(pool, held_for)
         return None
 
     def _admit_long(self, p: Pass, job: PendingJob, pool: Pool, res: Reservation) -> Wait | None:
@@ -225,39 +275,79 @@ def cohort_free_at(p: Pass, job: PendingJob) -> float:
         tx.rollback()
 
 
-def reserve(p: Pass, job: PendingJob, pool: Pool) -> Reservation | None:
-    """Return the job's reservation at the earliest time it fits, or None if it never does."""
-    events = release_events(p, pool)
+def waits_for_gpus(wait: Wait) -> bool:
+    """Return whether a blocked job waits for GPUs: a capacity reason, or GPUs reserved
+    for a job ahead (not its team's or cohort's quota, which a quota or cohort hold keeps)."""
+    if wait.code in FOR_GPUS:
+        return True
+    return wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] > 0
+
+
+def reserve(
+    p: Pass, job: PendingJob, pool: Pool, earlier: list[Reservation] = ()
+) -> Reservation | None:
+    """Return the job's reservation at the earliest time it fits, or None if it never does.
+
+    The projection replays the end estimates on the free GPUs (held ones
+    included) and the earlier reservations of the flavor: each takes its GPUs
+    at its start and gives them back after its max runtime.
+    """
+    real = release_events(p, pool)
+    events = [(t, 1, node, k) for t, node, k in real]
+    for res in earlier:
+        end = res.start + res.job.max_runtime
+        for node, k in res.place:
+            events += [(res.start, 0, node, k), (end, 1, node, k)]
+    events.sort(key=lambda e: (e[0], -e[1]))  # at one time, releases first
     proj = pool.index.copy()
+    if pool.holding:
+        for node, k in pool.held.items():
+            proj.give(node, k)
     i, n = 0, len(events)
     while i < n:
         t = events[i][0]
         while i < n and events[i][0] == t:
-            proj.give(events[i][1], events[i][2])
+            _, gives, node, k = events[i]
+            if gives:
+                proj.give(node, k)
+            else:
+                proj.take(node, min(k, proj.free[node]))
             i += 1
         where = placement.choose(proj, job.workers, job.gpus_per_worker)
         if where is not None:
             nodes = placement.take(proj, where, job.workers, job.gpus_per_worker, Transaction())
-            return _reservation(job, t, nodes or [], events[:i])
+            return _reservation(job, t, nodes or [], [e for e in real if e[0] <= t])
     return None
 
 
 def _reservation(
     job: PendingJob, start: float, nodes: list[tuple[int, int]], released
 ) -> Reservation:
-    """Turn the projected placement into the GPUs each node must keep free."""
-    need = {node: workers * job.gpus_per_worker for node, workers in nodes}
+    """Turn the projected placement into the GPUs each node must keep free.
+
+    Only the running jobs' releases count against the need: GPUs an earlier
+    reservation gives back are counted for both (conservative: never too few held).
+    """
+    place = tuple((node, workers * job.gpus_per_worker) for node, workers in nodes)
+    need = dict(place)
     for _, node, k in released:
         if node in need:
             need[node] -= k
-    return Reservation(job, start, need, len(nodes))
+    return Reservation(job, start, need, len(nodes), place)
 
 
-def hold(pool: Pool, res: Reservation) -> None:
-    """Hide from long jobs the free GPUs the reservation still needs."""
+def hold(pool: Pool, held_for: list[Reservation]) -> None:
+    """Hide from long jobs the free GPUs the reservations still need (their sum)."""
     index, held = pool.index, {}
-    for node, need in res.need.items():
-        k = min(need, index.free[node])
+    if pool.holding:
+        for node, k in pool.held.items():
+            index.give(node, k)
+    need: dict[int, int] = {}
+    for res in held_for:
+        for node, k in res.need.items():
+            need[node] = need.get(node, 0) + k
+    for node, k in need.items():
+        k = min(k, index.free[node])
         if k > 0:
             index.take(node, k)
             held[node] = k

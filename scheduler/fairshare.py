@@ -15,6 +15,16 @@ that has used exactly its nominal quota forever has decayed usage
 nominal * half_life / ln 2, so its historical term is 1.0, on the same scale as
 its current term. Slurm decays usage the same way (PriorityDecayHalfLife) and
 Kueue's admission fair sharing does too (usageHalfLifeTime).
+
+The fair-share order ranks teams by the priority of their next job, Slurm's
+multifactor priority with two factors (`priority` below):
+
+    priority = 2^(-share) + age_weight * min(1, age / max_age)
+
+2^(-share) is Slurm's classic fair-share factor 2^(-U/S): 1 for a team that
+used nothing, 1/2 at exactly its share. The age factor (PriorityWeightAge,
+PriorityMaxAge) grows with the time the job has waited, so a job of a team
+above its share is not passed forever by younger jobs of teams below it.
 """
 
 from __future__ import annotations
@@ -55,6 +65,22 @@ def historical_term(decayed_gpu_s: float, denom: float, half_life: float) -> flo
     if half_life <= 0 or denom <= 0:
         return 0.0
     return decayed_gpu_s * LN2 / (denom * half_life)
+
+
+def priority(share: float, age_s: float, age_weight: float, max_age_s: float) -> float:
+    """Return a job's fair-share priority: fair-share factor + weighted age factor (Slurm).
+
+    The fair-share factor is 2^(-share); the age factor is min(1, age/max_age),
+    times `age_weight` (Slurm's PriorityWeightAge over PriorityWeightFairshare).
+    A weight or max age of 0 or less turns the age factor off. A team whose
+    share is infinite (weight <= 0) stays behind every other team.
+    """
+    if share == math.inf:
+        return -math.inf
+    fs = 2.0 ** (-share)
+    if age_weight <= 0 or max_age_s <= 0 or age_s <= 0:
+        return fs
+    return fs + age_weight * min(1.0, age_s / max_age_s)
 
 
 def weighted_share(terms: list[float], weight: float) -> float:

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 JobId = int
 GpuId = object
 
+# Defaults of PolicyConfig.age_weight and .max_age (docs/scheduling.md, "Fair share").
+AGE_WEIGHT = 0.0
+MAX_AGE_S = 7 * 24 * 3600.0  # Slurm's PriorityMaxAge default
+BACKFILL_RESERVATIONS = 1
+RECLAIM_BACKOFF = False
+
 
 @dataclass(frozen=True, slots=True)
 class Quota:
@@ -137,6 +143,17 @@ class PolicyConfig:
     topology_key: str = "block"
     # Bound the work of one pass, as Slurm's bf_max_job_test does.
     max_backfill_candidates: int = 100_000
+    # Fair-share order (scheduler.fairshare.priority): the age factor's weight relative
+    # to the fair-share factor (Slurm's PriorityWeightAge / PriorityWeightFairshare) and
+    # the wait at which it is full (PriorityMaxAge). age_weight 0 turns it off.
+    age_weight: float = AGE_WEIGHT
+    max_age: float = MAX_AGE_S
+    # Backfill: how many blocked jobs per flavor get a reservation, each planned after
+    # the ones before it (scheduler.backfill; Slurm plans every job it tests).
+    backfill_reservations: int = BACKFILL_RESERVATIONS
+    # Reclaim backoff per team and flavor (Kueue KEP-14468): while a job of a team and
+    # flavor backs off after a requeue, the team's other jobs of that flavor may not borrow.
+    reclaim_backoff: bool = RECLAIM_BACKOFF
 
 
 @dataclass(frozen=True, slots=True)

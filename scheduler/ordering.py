@@ -8,6 +8,8 @@ same way.)
 
 from __future__ import annotations
 
+import math
+
 from .model import PendingJob, RunningJob
 
 
@@ -30,20 +32,22 @@ def submit_key(job: PendingJob) -> tuple:
     return (job.submitted_at, job.id)
 
 
-def team_key(borrows: bool, share: float, head: PendingJob, team_index: int) -> tuple:
+def team_key(borrows: bool, priority: float, head: PendingJob, team_index: int) -> tuple:
     """Order teams in the fair-share heap by their next job.
 
     1. a next job that fits in the team's nominal quota before one that would
        borrow (Kueue: workloads that do not borrow are admitted first; nominal
        quota is guaranteed, so a borrower admitted first would only be
        reclaimed later)
-    2. weighted dominant share, lowest first (scheduler.fairshare; Kueue
-       admission fair sharing, Slurm's fair-share factor)
+    2. the next job's priority, highest first: the team's fair-share factor
+       (2^-share of its weighted dominant share; Kueue admission fair sharing,
+       Slurm's fair-share factor) plus the job's weighted age factor (Slurm's
+       PriorityWeightAge, PriorityMaxAge); scheduler.fairshare.priority
     3. submitted_at of the team's next job, oldest first
     4. id of that job
     5. the team's index (only reached if job ids repeat)
     """
-    return (borrows, share, head.submitted_at, head.id, team_index)
+    return (borrows, -priority, head.submitted_at, head.id, team_index)
 
 
 def last_progress(job: RunningJob) -> float:
@@ -53,18 +57,24 @@ def last_progress(job: RunningJob) -> float:
     return max(job.started_at, job.checkpointed_at)
 
 
-def victim_key(job: RunningJob, team_borrowing: bool) -> tuple:
+def victim_key(job: RunningJob, team_borrowing: bool, max_age: float = math.inf) -> tuple:
     """Order preemption candidates, first victim first (Kueue's candidate ordering).
 
     1. jobs of teams borrowing above their nominal quota first
     2. lowest priority first
-    3. least work lost first: the latest max(started_at, checkpointed_at)
-    4. newest first: (submitted_at, id) reversed, so the job that has waited
+    3. jobs that waited less than `max_age` before they started first: a job
+       whose age factor was full when it started has the higher multifactor
+       priority (Slurm preempts lower-priority jobs first, and a job's age
+       factor stops growing when it starts); PolicyConfig.max_age when the
+       age factor is on
+    4. least work lost first: the latest max(started_at, checkpointed_at)
+    5. newest first: (submitted_at, id) reversed, so the job that has waited
        least is the one sent back to the queue
     """
     return (
         0 if team_borrowing else 1,
         job.priority,
+        job.started_at - job.submitted_at >= max_age,
         -last_progress(job),
         -job.submitted_at,
         -job.id,

@@ -25,6 +25,7 @@ from heapq import heapify, heappop, heapreplace
 from typing import TYPE_CHECKING
 
 from .backfill import Backfill
+from .fairshare import priority
 from .gates import FOR_GPUS, STRICT, Gate, HeadOfLine
 from .model import PendingJob, PolicyConfig
 from .ordering import submit_key, team_key
@@ -69,8 +70,9 @@ def submit_order(p: Pass) -> Iterator[PendingJob]:
 def fair_share_order(p: Pass) -> Iterator[PendingJob]:
     """Yield the next job of the team first in ordering.team_key.
 
-    That is the team with the lowest weighted dominant share, among teams whose
-    next job fits their nominal quota first. Keys are recomputed after every
+    That is the team whose next job has the highest priority (its team's
+    fair-share factor plus the job's age factor: scheduler.fairshare.priority),
+    among teams whose next job fits their nominal quota first. Keys are recomputed after every
     job, so an admission (or a preemptor's claim) moves its team back in line
     at once (Kueue admission fair sharing). Within a team, jobs come in queue
     order (ordering.queue_key).
@@ -94,7 +96,9 @@ def fair_share_order(p: Pass) -> Iterator[PendingJob]:
 
 def _key(p: Pass, book: TeamBook, head: PendingJob, t: int) -> tuple:
     borrows = book.used(head.flavor) + head.gpus > book.quota(head.flavor).nominal
-    return team_key(borrows, p.ledger.share(book), head, t)
+    cfg = p.config
+    rank = priority(p.ledger.share(book), p.now - head.submitted_at, cfg.age_weight, cfg.max_age)
+    return team_key(borrows, rank, head, t)
 
 
 def head_of_line(config: PolicyConfig) -> Gate:
@@ -103,7 +107,9 @@ def head_of_line(config: PolicyConfig) -> Gate:
 
 def backfill_or_wait(config: PolicyConfig) -> Gate:
     """Backfill when the config allows it, else a job waiting for GPUs stops its flavor."""
-    return Backfill() if config.backfill else HeadOfLine(FOR_GPUS)
+    if not config.backfill:
+        return HeadOfLine(FOR_GPUS)
+    return Backfill(config.backfill_reservations, config.reclaim_backoff)
 
 
 register_policy(Policy("fifo", submit_order, head_of_line))

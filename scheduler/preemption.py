@@ -156,7 +156,9 @@ def _target_gpus(job: PendingJob, pool: Pool, tx: Transaction) -> dict[int, int]
 
 def victim_order(p: Pass, flavor: str, victims: list[Running]) -> list[Running]:
     """Return the victims sorted by ordering.victim_key."""
-    keyed = [(victim_key(r.job, p.ledger.borrowing(r.book, flavor)), r) for r in victims]
+    cfg = p.config
+    aged = cfg.max_age if cfg.age_weight > 0 and cfg.max_age > 0 else math.inf
+    keyed = [(victim_key(r.job, p.ledger.borrowing(r.book, flavor), aged), r) for r in victims]
     keyed.sort(key=lambda kv: kv[0])
     return [r for _, r in keyed]
 

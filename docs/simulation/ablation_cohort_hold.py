@@ -17,16 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from scheduler.backfill import Backfill  # noqa: E402
 from scheduler.sim.cli import main as sim_main  # noqa: E402
+from scheduler.sim.results import HEADLINE_KEYS  # noqa: E402
 
-KEYS = (
-    "avg_wait_s",
-    "p99_wait_s",
-    "max_wait_s",
-    "utilization_arrivals",
-    "jain_fairness",
-    "preemptions",
-    "lost_gpu_hours",
-)
+KEYS = HEADLINE_KEYS
 
 
 def main() -> int:

@@ -66,3 +66,13 @@ done
 # The cohort hold (scheduler/backfill.py) switched off, on the main window and the overloaded one.
 .venv/bin/python $OUT/ablation_cohort_hold.py --nodes 80 --out $OUT/ablation-cohort-hold-80n.json
 .venv/bin/python $OUT/ablation_cohort_hold.py --nodes 64 --out $OUT/ablation-cohort-hold-64n.json
+
+# Bounded waits: the whole Philly trace in two-week windows, clusters sized to 70% and 80%
+# of each window's mean demand, the three policies (docs/simulation.md, "Bounded waits").
+.venv/bin/python bench/scan_traces.py --load 0.7,0.8 --worst 4 --json $OUT/scan-before.json
+.venv/bin/python bench/scan_traces.py --load 0.7,0.8 --policy fairshare --age-weight 1 --max-age 86400 \
+    --reuse $OUT/scan-before.json --json $OUT/scan-age-1d.json
+.venv/bin/python bench/scan_traces.py --load 0.7,0.8 --policy fairshare --age-weight 1 --max-age 86400 \
+    --reclaim-backoff --reuse $OUT/scan-before.json --json $OUT/scan-age-1d-reclaim-backoff.json
+.venv/bin/python bench/scan_traces.py --load 0.8 --windows 1,2,4,5,6,7 --policy fairshare --age-weight 1 \
+    --max-age 604800 --reuse $OUT/scan-before.json --json $OUT/scan-age-7d.json

@@ -20,7 +20,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from scheduler.model import PolicyConfig
+from scheduler.model import (
+    AGE_WEIGHT,
+    BACKFILL_RESERVATIONS,
+    MAX_AGE_S,
+    RECLAIM_BACKOFF,
+    PolicyConfig,
+)
 from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S
 
 from . import POLICY_NAMES, simulate
@@ -77,6 +83,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--half-life", type=float, default=7 * 24 * 3600.0, help="fair-share half-life, s"
+    )
+    p.add_argument(
+        "--age-weight",
+        type=float,
+        default=AGE_WEIGHT,
+        help=f"fair share: weight of the age factor (default {AGE_WEIGHT:g}; 0 turns it off)",
+    )
+    p.add_argument(
+        "--max-age",
+        type=float,
+        default=MAX_AGE_S,
+        help=f"fair share: wait in s at which the age factor is full (default {MAX_AGE_S:g})",
+    )
+    p.add_argument(
+        "--backfill-reservations",
+        type=int,
+        default=BACKFILL_RESERVATIONS,
+        help="blocked jobs per flavor that get a backfill reservation "
+        f"(default {BACKFILL_RESERVATIONS})",
+    )
+    p.add_argument(
+        "--reclaim-backoff",
+        action="store_true",
+        default=RECLAIM_BACKOFF,
+        help="fair share: a team may not borrow a flavor while one of its jobs of it backs off",
     )
     p.add_argument(
         "--node-file", help="openb: the nodes CSV (default: openb_gpu_nodes.csv beside the trace)"
@@ -171,7 +202,15 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
     results = {}
     for name in policies(args.policy):
         config = SimConfig(
-            policy=PolicyConfig(policy=name, half_life=args.half_life, explain=False),
+            policy=PolicyConfig(
+                policy=name,
+                half_life=args.half_life,
+                explain=False,
+                age_weight=args.age_weight,
+                max_age=args.max_age,
+                backfill_reservations=args.backfill_reservations,
+                reclaim_backoff=args.reclaim_backoff,
+            ),
             runtime_estimate=args.runtime_estimate,
             queue_max_s=args.queue_max,
             grace_period_s=args.grace,
@@ -257,6 +296,10 @@ def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
         "runtime_estimate": args.runtime_estimate,
         "grace_s": args.grace,
         "requeue_backoff_s": list(args.requeue_backoff),
+        "age_weight": args.age_weight,
+        "max_age_s": args.max_age,
+        "backfill_reservations": args.backfill_reservations,
+        "reclaim_backoff": args.reclaim_backoff,
         "trace_jobs": len(jobs),
         "notes": notes,
     }

@@ -119,6 +119,7 @@ class JobRec:
         "preempted",
         "lost_s",
         "stopping_at",
+        "reclaimable_at",
     )
 
     def __init__(self, job: TraceJob, pending: PendingJob) -> None:
@@ -134,6 +135,8 @@ class JobRec:
         self.preempted = 0
         self.lost_s = 0.0  # GPU-seconds of work lost to preemption
         self.stopping_at: float | None = None
+        # When enough preemptible borrowed GPUs first existed to place it (reclaim latency).
+        self.reclaimable_at: float | None = None
 
 
 class Simulator:
@@ -170,6 +173,11 @@ class Simulator:
         self.preemptions = 0
         self.now = 0.0
         self.rec = Recorder(self.capacity, entitlement_weights(self.teams), self.config.bin_s)
+        self.nominal = {(t.name, f): q.nominal for t in self.teams for f, q in t.quotas.items()}
+        # Jobs within their team's nominal quota at submission, not started yet, whose
+        # reclaim moment has not come: checked before each pass (_watch_reclaim).
+        self.watch: dict[int, JobRec] = {}
+        self.reclaim_latency: list[float] = []
 
     # -- the cluster ----------------------------------------------------------
 
@@ -257,6 +265,12 @@ class Simulator:
     def _arrive(self, r: JobRec) -> None:
         self.pending[r.job.id] = r.pending
         self.rec.demand_change(r.job.flavor, r.job.team, r.job.gpus)
+        if self._within_nominal(r):
+            self.watch[r.job.id] = r
+
+    def _within_nominal(self, r: JobRec) -> bool:
+        key = (r.job.team, r.pending.flavor)
+        return self.usage.get(key, 0) + r.job.gpus <= self.nominal.get(key, 0)
 
     def _start(self, r: JobRec, admission) -> None:
         job, now = r.job, self.now
@@ -271,6 +285,9 @@ class Simulator:
         r.started = now
         if r.first_start is None:
             r.first_start = now
+            self.watch.pop(job.id, None)
+            if r.reclaimable_at is not None:
+                self.reclaim_latency.append(now - r.reclaimable_at)
         r.running = RunningJob(
             id=job.id,
             team=job.team,
@@ -423,7 +440,46 @@ class Simulator:
             return True
         return False
 
+    def _watch_reclaim(self) -> None:
+        """Note the first moment each watched job could start if borrowed GPUs were reclaimed.
+
+        That is: its team still fits the job within its nominal quota, the free
+        GPUs of its flavor cannot hold the gang, but the free GPUs plus those
+        of running, preemptible, not stopping jobs of teams above their nominal
+        quota can (whole workers per node; topology is not considered).
+        """
+        short = []
+        for r in self.watch.values():
+            per_worker = r.job.gpus_per_worker
+            hist = self.hist[r.pending.flavor]
+            free = sum(k * (c // per_worker) for c, k in enumerate(hist) if k)
+            if free < r.job.workers and self._within_nominal(r):
+                short.append(r)
+        if not short:
+            return
+        borrowing = {k for k, used in self.usage.items() if used > self.nominal.get(k, 0)}
+        extra: dict[int, int] = {}
+        for run in self.running.values():
+            if run.preemptible and not run.stopping and (run.team, run.flavor) in borrowing:
+                for w in run.placement:
+                    i = self.node_at[w.node]
+                    extra[i] = extra.get(i, 0) + len(w.gpus)
+        for r in short:
+            if self._slots(r.pending.flavor, r.job.gpus_per_worker, extra) >= r.job.workers:
+                r.reclaimable_at = self.now
+                del self.watch[r.job.id]
+
+    def _slots(self, flavor: str, per_worker: int, extra: dict[int, int]) -> int:
+        """Return how many workers of `per_worker` GPUs fit on free GPUs plus `extra` per node."""
+        return sum(
+            (len(self.free[i]) + extra.get(i, 0)) // per_worker
+            for i, spec in enumerate(self.specs)
+            if spec.flavor == flavor
+        )
+
     def _pass(self) -> None:
+        if self.watch:
+            self._watch_reclaim()
         snap = Snapshot(
             self.now,
             self._snapshot_nodes(),

@@ -24,6 +24,16 @@ from .engine import Simulator
 from .metrics import jain, percentile
 
 HOUR = 3600.0
+# The figures that comparisons of policies and rules quote (docs/simulation.md).
+HEADLINE_KEYS = (
+    "avg_wait_s",
+    "p99_wait_s",
+    "max_wait_s",
+    "utilization_arrivals",
+    "jain_fairness",
+    "preemptions",
+    "lost_gpu_hours",
+)
 
 
 @dataclass
@@ -77,6 +87,8 @@ def summarize(sim: Simulator, wall_s: float) -> SimResult:
         "preemptions": sim.preemptions,
         "lost_gpu_hours": _round(sum(r.lost_s for r in recs) / HOUR),
         "fragmentation": round(rec.fragmentation(), 4),
+        "reclaim_jobs": len(sim.reclaim_latency),
+        "reclaim_latency_p99_s": _round(percentile(sorted(sim.reclaim_latency), 99)),
         "makespan_s": _round(makespan),
         "sim_wall_s": round(wall_s, 2),
         "passes": sim.passes,

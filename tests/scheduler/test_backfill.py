@@ -145,3 +145,26 @@ def test_the_starvation_check_fails_without_reservations(greedy):
     c, longest = busy_cluster("s")
     sim = Sim(c, policy=greedy)
     assert run_stream(sim, "s", steps=int(2 * longest // 60)) is None
+
+
+@pytest.mark.parametrize("policy", ["fairshare", "fifo-backfill"])
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_second_reservation_keeps_a_long_job_off_the_next_gangs_gpus(policy, limit):
+    # n0 frees at +1000 and is reserved for job 1. Job 2 fits next on n1 at +2000 (4 GPUs
+    # free now, 4 at +2000), after job 1 has taken n0. A long 4-GPU job would take n1's
+    # free GPUs; only a second reservation keeps them for job 2 (Slurm plans every job).
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=64)
+    c.run(10, on={"n0": 8}, started=NOW - 1000, runtime=2000)
+    c.run(11, on={"n1": 4}, started=NOW - 1000, runtime=3000)
+    c.job(1, gpus=8, runtime=3000)
+    c.job(2, gpus=8, runtime=3000)
+    c.job(3, gpus=4, runtime=10_000)
+    c.job(4, gpus=4, runtime=900)  # ends before both reservations: may use anything
+    plan = schedule(c.snapshot(policy=policy, backfill_reservations=limit))
+    if limit == 1:
+        assert admitted(plan) == [3]
+        assert reasons(plan)[2] == "no_capacity"  # and job 3 took what job 4 needed
+    else:
+        assert admitted(plan) == [4]
+        assert reasons(plan) == {1: "no_capacity", 2: "no_capacity", 3: "reserved"}

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from scheduler import Quota, accrue, decay, schedule
-from scheduler.fairshare import LN2, historical_term, weighted_share
+from scheduler.fairshare import LN2, historical_term, priority, weighted_share
 from tests.scheduler.helpers import NOW, Cluster, admitted
 
 HALF_LIFE = 7 * 24 * 3600.0
@@ -160,3 +160,31 @@ def test_fifo_ignores_shares():
     fill_busy(c)
     assert admitted(schedule(c.snapshot(policy="fifo-backfill"))) == [1]
     assert NOW  # the scenarios use the fixed clock
+
+
+DAY = 24 * 3600.0
+
+
+def test_priority_adds_the_weighted_age_factor_to_the_fair_share_factor():
+    assert priority(0.0, 0.0, 1.0, DAY) == 1.0  # an idle team's fresh job
+    assert priority(1.0, 0.0, 1.0, DAY) == pytest.approx(0.5)  # at its share: 2^-1
+    assert priority(1.0, DAY / 2, 1.0, DAY) == pytest.approx(1.0)
+    assert priority(1.0, 10 * DAY, 1.0, DAY) == pytest.approx(1.5)  # full at max age
+    assert priority(1.0, DAY, 0.0, DAY) == pytest.approx(0.5)  # weight 0: off
+    assert priority(math.inf, 10 * DAY, 1.0, DAY) == -math.inf  # weight 0 team: last
+
+
+def test_age_factor_lets_a_long_waiting_job_pass_a_team_below_its_share():
+    # a uses 4 of 8 (fair-share factor 2^-0.5 = 0.71), b nothing (1.0): b's fresh job goes
+    # first unless a's has waited long enough to make up the 0.29 difference.
+    def pick(waited, **age):
+        c = contest(("a", {"nominal": 8}), ("b", {"nominal": 8}))
+        c.run(10, "a", on={"busy": 4})
+        c.job(1, "a", gpus=4, submitted=NOW - waited)
+        c.job(2, "b", gpus=4, submitted=NOW - 60)
+        fill_busy(c)
+        return admitted(schedule(c.snapshot(half_life=HALF_LIFE, **age)))
+
+    assert pick(DAY, age_weight=0.0) == [2]
+    assert pick(DAY, age_weight=1.0, max_age=2 * DAY) == [1]  # 0.71 + 0.5 > 1.0 + 0.0003
+    assert pick(DAY / 4, age_weight=1.0, max_age=2 * DAY) == [2]  # 0.71 + 0.125 < 1.0

@@ -146,6 +146,9 @@ def snapshots(draw):
         explain=draw(st.booleans()),
         topology_key=draw(st.sampled_from(["block", "rack"])),
         max_backfill_candidates=draw(st.sampled_from([100_000, 100_000, 4])),
+        age_weight=draw(st.sampled_from([0.0, 0.0, 1.0])),
+        max_age=draw(st.sampled_from([600.0, 86400.0])),
+        backfill_reservations=draw(st.sampled_from([1, 1, 3])),
     )
     built = tuple(
         Node(n["name"], n["flavor"], tuple(n["free"]), n["total"], n["rack"], n["block"])

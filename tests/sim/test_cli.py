@@ -28,6 +28,8 @@ KEYS = {
     "fragmentation",
     "makespan_s",
     "sim_wall_s",
+    "reclaim_latency_p99_s",
+    "reclaim_jobs",
     "per_team",
 }
 
@@ -90,6 +92,16 @@ def test_one_policy_writes_its_object_at_the_top_and_the_window_filters(philly, 
     # only day two; its five 16-GPU gangs never fit a rack of one 8-GPU node
     assert data["jobs"] == 35 and data["unfinished"] == 5
     assert data["setup"]["quota"] == "equal" and data["setup"]["runtime_estimate"] == "double"
+
+
+def test_the_fair_share_rules_are_flags_and_recorded_in_the_setup(philly, tmp_path):
+    out = tmp_path / "rules.json"
+    args = ["--trace", str(philly), "--nodes", "2", "--gpus-per-node", "8", "--json", str(out)]
+    rules = ["--age-weight", "1", "--max-age", "3600", "--backfill-reservations", "3"]
+    assert main([*args, *rules, "--reclaim-backoff"]) == 0
+    setup = json.loads(out.read_text())["setup"]
+    assert (setup["age_weight"], setup["max_age_s"]) == (1.0, 3600.0)
+    assert setup["backfill_reservations"] == 3 and setup["reclaim_backoff"] is True
 
 
 def test_nodes_are_required_for_a_philly_trace(philly):

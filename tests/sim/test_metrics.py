@@ -91,3 +91,31 @@ def test_a_team_without_quota_of_its_own_is_left_out_of_jain():
     _, s = run(jobs, nodes=2, teams=[team("a", 16), team("b", 0)])
     assert s["per_team"]["b"]["share_ratio"] is None
     assert s["per_team"]["a"]["share_ratio"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("policy", "grace", "latency"),
+    [("fairshare", 30.0, 30.0), ("fairshare", 50.0, 50.0), ("fifo", 30.0, 900.0)],
+)
+def test_reclaim_latency_runs_from_when_borrowed_gpus_could_host_the_job(policy, grace, latency):
+    # b borrows a's idle quota with a second 8-GPU job; at t=100 a submits 8 GPUs within
+    # its nominal quota. Fair share reclaims them after one grace period; FIFO never
+    # preempts, so a waits for b's job to end at t=1000.
+    jobs = [job(1, "b", duration=1000, gpus=8), job(2, "b", duration=1000, gpus=8)]
+    jobs += [job(3, "a", at=100, duration=100, gpus=8)]
+    # c fits its nominal quota on free GPUs: it never needed a reclaim, so it is not counted.
+    jobs += [job(4, "c", at=5000, duration=10, gpus=8)]
+    teams = [team("a", 8), team("b", 8), team("c", 8)]
+    sim, s = run(jobs, nodes=2, policy=policy, teams=teams, grace_period_s=grace)
+    assert sim.recs[3].first_start == T0 + 100 + latency
+    assert s["reclaim_jobs"] == 1
+    assert s["reclaim_latency_p99_s"] == latency
+
+
+def test_reclaim_latency_ignores_jobs_above_nominal_and_reports_zero_without_any():
+    # a's second job would take it above its nominal quota when submitted: not a reclaim.
+    jobs = [job(1, "b", duration=1000, gpus=8), job(2, "a", duration=1000, gpus=8)]
+    jobs += [job(3, "a", at=100, duration=100, gpus=8)]
+    _, s = run(jobs, nodes=2, teams=[team("a", 8), team("b", 8)])
+    assert s["reclaim_jobs"] == 0
+    assert s["reclaim_latency_p99_s"] == 0.0
