@@ -150,3 +150,19 @@ def page_not_found(request, exception=None, template_name="404.html"):
     from django.views.defaults import page_not_found as django_page_not_found
 
     return django_page_not_found(request, exception, template_name)
+
+
+def error_response(exc: Exception):
+    """The error response for `exc` outside DRF's dispatch (the plain submit handler,
+    portal/api/views/submit.py), rendered as DRF renders; None for a bug (500)."""
+    from django.http import HttpResponse
+    from rest_framework.renderers import JSONRenderer
+
+    error = _as_api_error(exc)
+    if error is None:
+        return None
+    body = JSONRenderer().render(error_body(error.code, error.message, error.fields))
+    response = HttpResponse(body, content_type="application/json", status=error.status_code)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response

@@ -82,10 +82,10 @@ class SubmitGrant:
 
 
 def authenticate_for_submit(
-    plaintext: str, slug: str | None, queue_name: str
+    token_digest: str, slug: str | None, queue_name: str
 ) -> SubmitGrant | None:
     """authenticate_token and access.get_submit_target in one query, for the common
-    single submission (api/views/fastsubmit.py): the token, the team and the queue
+    single submission (portal/core/grants.py): the token, the team and the queue
     when the token is usable, its user a member (not a viewer, not staff) of exactly
     one team that fits, with that queue. None in every other case, for the full
     path to tell which error it is. PostgreSQL only (None elsewhere)."""
@@ -97,7 +97,7 @@ def authenticate_for_submit(
         join=f" LEFT JOIN LATERAL ({target}) x ON true",
     )
     with server_binding_cursor() as cursor:
-        cursor.execute(sql, {"digest": digest(plaintext), "queue": queue_name, "slug": slug})
+        cursor.execute(sql, {"digest": token_digest, "queue": queue_name, "slug": slug})
         rows = cursor.fetchall()
     if not rows:
         return None

@@ -38,7 +38,9 @@ def _remembered(key: tuple, compute):
     return value
 
 
-class ApiLookups(SpecLookups):
+class RememberedLookups(SpecLookups):
+    """SpecLookups whose cluster facts are remembered FACT_TTL_S in this process."""
+
     def flavors(self) -> dict[str, GpuFlavor]:
         if self._flavors is None:
             self._flavors = _remembered(
@@ -48,11 +50,11 @@ class ApiLookups(SpecLookups):
 
     def largest_node(self, flavor: GpuFlavor) -> int | None:
         return _remembered(
-            ("largest", flavor.pk), lambda: super(ApiLookups, self).largest_node(flavor)
+            ("largest", flavor.pk), lambda: super(RememberedLookups, self).largest_node(flavor)
         )
 
     def max_gpus_ever(self, flavor: GpuFlavor) -> int:
         return _remembered(
             ("ceiling", self.team.pk, flavor.pk),
-            lambda: super(ApiLookups, self).max_gpus_ever(flavor),
+            lambda: super(RememberedLookups, self).max_gpus_ever(flavor),
         )
