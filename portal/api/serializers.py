@@ -142,9 +142,7 @@ class JobSpecSerializer(StrictSerializer):
         required=False,
         help_text="Within the queue; default: the queue's default priority.",
     )
-    preemptible = BooleanField(
-        required=False, help_text="Default: the queue's default."
-    )
+    preemptible = BooleanField(required=False, help_text="Default: the queue's default.")
     max_runtime_seconds = IntegerField(
         min_value=1,
         max_value=INT32_MAX,

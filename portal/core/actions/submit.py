@@ -121,8 +121,27 @@ def submit_many(
     if errors:
         bad = len({name.partition(".")[0] for name in errors})
         raise BulkSpecError(errors, f"{bad} of {len(items)} jobs are invalid; none was submitted.")
+    _check_can_ever_fit(specs)
     result = submit_jobs(team=team, specs=specs, user=caller.user, idempotency_key=idempotency_key)
     return team, result  # 3., 4.
+
+
+def _check_can_ever_fit(specs: list[JobSpec]) -> None:
+    """SpecError (400, not 429 queue_full) for more jobs to one queue than it may ever
+    hold pending: retrying later cannot help, splitting the request does."""
+    counts: dict[int, int] = {}
+    for spec in specs:
+        counts[spec.queue.pk] = counts.get(spec.queue.pk, 0) + 1
+    for queue in {spec.queue.pk: spec.queue for spec in specs}.values():
+        if counts[queue.pk] > queue.max_pending_jobs:
+            raise SpecError(
+                {
+                    "jobs": [
+                        f"{counts[queue.pk]} jobs for queue {queue.name}, which holds at most "
+                        f"{queue.max_pending_jobs} pending jobs: split the request."
+                    ]
+                }
+            )
 
 
 def validated_spec(
