@@ -12,13 +12,14 @@ from rest_framework.fields import SkipField
 
 from portal.api.fastparse import fast_parse
 from portal.core.jobspec import MAX_WORKERS, PRIORITY_RANGE
+from portal.core.models.jobs import JobState
 
 # Bounds that only keep numbers inside the database's integer columns; the
 # rules that depend on the cluster (largest node, quota, queue limits) are jobspec's.
 INT32_MAX = 2**31 - 1
 MAX_BULK_JOBS = 5000
 _SLUG = re.compile(r"\A[-a-zA-Z0-9_]+\Z")
-STATES = ["pending", "admitted", "running", "preempting", "succeeded", "failed", "cancelled"]
+STATES = list(JobState.values)  # every state, in the order of their life
 
 
 class SlugField(serializers.SlugField):

@@ -49,6 +49,18 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
 )
 
 
+# `state` is a comma-separated list of states (`?state=pending,running`): said so in the
+# schema, with the states as an enum, instead of the serializer's plain string.
+STATE_PARAMETER = OpenApiParameter(
+    "state",
+    {"type": "array", "items": {"type": "string", "enum": s.STATES}, "minItems": 1},
+    OpenApiParameter.QUERY,
+    style="form",
+    explode=False,
+    description="One or more states, comma-separated.",
+)
+
+
 class JobFilterSerializer(serializers.Serializer):
     state = serializers.CharField(
         required=False, help_text=f"One or more of {', '.join(s.STATES)}, comma-separated."
@@ -132,7 +144,7 @@ class JobsView(APIView):
 
     @extend_schema(
         operation_id="jobs_list",
-        parameters=[JobFilterSerializer],
+        parameters=[JobFilterSerializer, STATE_PARAMETER],
         responses={200: s.JobPageSerializer},
         description="Jobs of the caller's teams (narrowed by a scoped token), newest first.",
     )

@@ -16,7 +16,7 @@ from portal.api.views.tokens import token_data
 from portal.core import access, reports
 from portal.core.models import Allocation, Gpu, Job, Membership, Node, Queue
 
-ACTIVE = [Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING]
+ACTIVE = list(Job.ACTIVE_STATES)
 
 
 def roles_of(user) -> dict[int, str]:
