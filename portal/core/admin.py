@@ -3,6 +3,7 @@ node cordon / drain, job cancel, and list filters and search on every model."""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -11,6 +12,7 @@ from django.utils.html import format_html, format_html_join
 from portal.core.actions.audit import record_changes, record_event
 from portal.core.actions.jobs import InvalidTransition, cancel_job
 from portal.core.actions.nodes import cordon_node, drain_node, uncordon_node
+from portal.core.actions.tokens import check_token_scope, revoke_api_token
 from portal.core.models import (
     Allocation,
     ApiToken,
@@ -536,9 +538,28 @@ class NodeBootstrapTokenAdmin(ShownOnceTokenAdmin):
         obj.created_by = request.user
 
 
+class ApiTokenAdminForm(forms.ModelForm):
+    """A token's scope is checked as everywhere else (actions.tokens.check_token_scope)."""
+
+    class Meta:
+        model = ApiToken
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        user = data.get("user") or getattr(self.instance, "user", None)
+        if user is not None:
+            try:
+                check_token_scope(user, list(data.get("teams") or []))
+            except PermissionError as exc:
+                raise forms.ValidationError({"teams": str(exc)}) from None
+        return data
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(ShownOnceTokenAdmin):
     secret_kind = "bat"
+    form = ApiTokenAdminForm
     list_display = (
         "prefix",
         "name",
@@ -555,3 +576,8 @@ class ApiTokenAdmin(ShownOnceTokenAdmin):
     filter_horizontal = ("teams",)
     list_select_related = ("user",)
     actions = ("revoke",)
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request, queryset):
+        n = sum(revoke_api_token(token, acting_user=request.user) for token in queryset)
+        self.message_user(request, f"Revoked {n} token(s).", messages.SUCCESS)

@@ -25,7 +25,7 @@ def roles_of(user) -> dict[int, str]:
 
 
 def role(user, roles: dict[int, str], team_id: int) -> str | None:
-    return roles.get(team_id) or (Membership.Role.LEAD if user.is_staff else None)
+    return access.effective_role(user, roles.get(team_id))
 
 
 class QueueListView(APIView):

@@ -11,7 +11,14 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.utils import timezone
 
-from portal.core.access import row_version, submit_target_from, submit_target_sql, visible_teams
+from portal.core.access import (
+    SUBMIT_ROLES,
+    row_version,
+    submit_target_from,
+    submit_target_sql,
+    token_usable,
+    visible_teams,
+)
 from portal.core.actions.audit import record_event
 from portal.core.db import columns, server_binding_cursor, split_row
 from portal.core.models import ApiToken, Membership, Queue, Team
@@ -25,9 +32,7 @@ def create_api_token(
 
     `teams` narrows the token to some of the user's teams; None means all of them.
     """
-    allowed = set(visible_teams(user).values_list("pk", flat=True))
-    if teams and any(t.pk not in allowed for t in teams):
-        raise PermissionError("A token can only be scoped to teams the user belongs to.")
+    check_token_scope(user, teams)
     if expires_at is not None and expires_at <= timezone.now():
         raise ValueError("The expiry must be in the future.")
     secret = new_secret("bat")
@@ -43,6 +48,14 @@ def create_api_token(
             token.teams.set(teams)
         record_event(actor=user, instance=token, action="create")
     return token, secret.plaintext
+
+
+def check_token_scope(user, teams) -> None:
+    """PermissionError unless every team (of a token's scope) is one the user belongs to
+    (the dashboard, the API and the admin create tokens under this rule)."""
+    allowed = set(visible_teams(user).values_list("pk", flat=True))
+    if teams and any(t.pk not in allowed for t in teams):
+        raise PermissionError("A token can only be scoped to teams the user belongs to.")
 
 
 def revoke_api_token(token: ApiToken, *, acting_user) -> bool:
@@ -141,11 +154,11 @@ def _submit_guard(token: ApiToken, team: Team, queue: Queue, slug: bool) -> tupl
         f"JOIN {Queue._meta.db_table} q ON q.team_id = t.id AND q.id = %s "
         "WHERE tk.id = %s AND tk.revoked_at IS NULL "
         "AND (tk.expires_at IS NULL OR tk.expires_at > statement_timestamp()) "
-        f"AND u.is_active AND NOT u.is_staff AND m.role <> %s AND {in_scope('m.team_id')} "
+        f"AND u.is_active AND NOT u.is_staff AND m.role IN (%s, %s) AND {in_scope('m.team_id')} "
         f"AND {row_version('u')} = %s AND {row_version('q')} = %s AND {row_version('t')} = %s"
         f"{only_team}"
     )
-    params = [team.pk, queue.pk, token.pk, Membership.Role.VIEWER]
+    params = [team.pk, queue.pk, token.pk, *SUBMIT_ROLES]
     return sql, params + [token.user.row_version, queue.row_version, team.row_version]
 
 
@@ -176,7 +189,7 @@ def _usable(row) -> tuple[ApiToken | None, Sequence]:
     (token, user), (teams, *rest) = split_row(row, ApiToken, get_user_model())
     token.user, token.scoped = user, teams is not None
     token.scope_ids = set(teams) if isinstance(teams, list) else None
-    if not token.is_usable or not user.is_active:
+    if not token_usable(token, user):
         return None, rest
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
