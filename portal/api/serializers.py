@@ -242,7 +242,7 @@ class JobReceiptSerializer(serializers.Serializer):
     def to_representation(self, job) -> dict:
         """The fields above, read directly: DRF's field-by-field representation cost
         as much as the query that found the submission's queue. Every field is a
-        plain value of the job (or of a relation it holds); tests/api/test_fastsubmit.py
+        plain value of the job (or of a relation it holds); tests/api/test_submit_route.py
         checks this against DRF's own representation."""
         return {
             "id": job.pk,

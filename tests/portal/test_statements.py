@@ -53,9 +53,9 @@ def test_token_statement_answers_as_the_orm(cluster, personas):
     assert _by_orm(made["plain"]) is not None and _by_orm(made["revoked"]) is None
 
 
-def _answer(call):
+def _answer(find, *args):
     try:
-        team, queue = call()
+        team, queue = find(*args) or (None, None)
     except access.NotFound as exc:
         return ("not found", exc.what)
     except access.MultipleTeams as exc:
@@ -82,8 +82,8 @@ def test_submit_target_statement_answers_as_the_orm(cluster, personas):
     ]
     compared = 0
     for user, slug, queue, scope in itertools.product(users, slugs, queues, scopes):
-        fast = _answer(lambda: access._member_queue(user, slug, queue, scope) or (None, None))
-        slow = _answer(lambda: access._slow_submit_target(user, slug, queue, scope))
+        fast = _answer(access._member_queue, user, slug, queue, scope)
+        slow = _answer(access._slow_submit_target, user, slug, queue, scope)
         if fast[0] is None:  # the statement leaves this one to the ORM path
             continue
         assert fast == slow, (user.username, slug, queue, scope)

@@ -154,11 +154,13 @@ def _submit_guard(token: ApiToken, team: Team, queue: Queue, slug: bool) -> tupl
         f"JOIN {Queue._meta.db_table} q ON q.team_id = t.id AND q.id = %s "
         "WHERE tk.id = %s AND tk.revoked_at IS NULL "
         "AND (tk.expires_at IS NULL OR tk.expires_at > statement_timestamp()) "
-        f"AND u.is_active AND NOT u.is_staff AND m.role IN (%s, %s) AND {in_scope('m.team_id')} "
+        f"AND u.is_active AND NOT u.is_staff AND m.role = ANY(%s) AND {in_scope('m.team_id')} "
         f"AND {row_version('u')} = %s AND {row_version('q')} = %s AND {row_version('t')} = %s"
         f"{only_team}"
     )
-    params = [team.pk, queue.pk, token.pk, *SUBMIT_ROLES]
+    # One parameter for the roles: the whole statement must stay within psycopg's 50
+    # parameters, or it is parsed again on every submission (_submit_statement).
+    params = [team.pk, queue.pk, token.pk, list(SUBMIT_ROLES)]
     return sql, params + [token.user.row_version, queue.row_version, team.row_version]
 
 
