@@ -2,8 +2,9 @@
 
 The largest node of a flavor and the most GPUs a team could ever get change only
 when an admin edits quotas or nodes come and go, yet computing them costs two
-aggregate queries (one over every GPU of the flavor) per submission. The API
-remembers them for FACT_TTL_S seconds per process. For that long after such an
+aggregate queries (one over every GPU of the flavor) per submission. Submissions
+(actions.submit: the API and the dashboard) remember them for FACT_TTL_S seconds
+per process. For that long after such an
 edit, a submission is judged against the old limits: a gang that no longer fits
 is still accepted and the scheduler reports it as `never_fits` (visible in the
 job's reason, never silent); one that newly fits is refused until the facts
