@@ -10,7 +10,7 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast lint format services browser docker promtool bench-core bench-pass \
+.PHONY: install run test test-sqlite test-fast lint format services browser docker promtool bench-core bench-pass \
         bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults fuzz clean
 
 $(STAMP):
@@ -27,10 +27,21 @@ install: $(STAMP)
 run: install
 	$(BIN)/python -m portal.devstack
 
-## make test: every test against PostgreSQL and Redis (started here if installed but stopped)
+## make test: every test against PostgreSQL and Redis (started here if installed but stopped),
+## then the API, dashboard, CLI and agent end-to-end tests again on SQLite with no Redis,
+## the zero-setup default of `make run` (PYTEST_ARGS narrows the first run only).
+SQLITE_TESTS ?= tests/api tests/dashboard tests/cli tests/integration/test_agent_e2e.py \
+  tests/portal/test_statements.py
+
 test: install services browser docker promtool
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/python -m pytest $(PYTEST_ARGS)
+	test -n "$(PYTEST_ARGS)" || $(MAKE) --no-print-directory test-sqlite
+
+## the make-run default: SQLite, the local-memory cache, no Redis
+test-sqlite: install
+	env -u REDIS_URL DATABASE_URL=sqlite:///$(CURDIR)/.venv/test-sqlite.sqlite3 \
+	  $(BIN)/python -m pytest -m "not browser and not faults" $(SQLITE_TESTS)
 
 ## the suite without the browser and live-process tests, for a quick loop
 test-fast: install services promtool

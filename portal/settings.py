@@ -276,9 +276,6 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- REST framework --------------------------------------------------------------
-# Plain single submissions skip DRF's machinery (portal/api/views/fastsubmit.py);
-# 0 sends every request through the full view (same answers, more CPU).
-BERTH_FAST_SUBMIT = env_bool("BERTH_FAST_SUBMIT", True)
 REST_FRAMEWORK = {
     # Bearer first: an anonymous request then gets 401 + WWW-Authenticate, not 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -17,6 +17,7 @@ from typing import NamedTuple
 NEVER_FITS = "never_fits"
 NO_NODES = "no_nodes"
 BACKOFF = "backoff"
+PREVIOUS_ATTEMPT = "previous_attempt"
 FIFO_BLOCKED = "fifo_blocked"
 WAITING_FOR_PREEMPTION = "waiting_for_preemption"
 QUOTA = "quota"
@@ -32,6 +33,8 @@ REASONS: dict[str, str] = {
     NEVER_FITS: "It can never run: bigger than any node, topology domain or its quota allows.",
     NO_NODES: "No schedulable node of its GPU flavor is Ready and uncordoned.",
     BACKOFF: "Requeued after a preemption or a lost node, it backs off before it may start again.",
+    PREVIOUS_ATTEMPT: "Waiting for the workers of its previous attempt to stop before it can "
+    "be admitted again.",
     FIFO_BLOCKED: "A job submitted before it is blocked, and strict FIFO lets nothing pass it.",
     WAITING_FOR_PREEMPTION: "It waits for preempted or stopping jobs to free their GPUs.",
     QUOTA: "It would exceed its team's nominal quota plus borrowing limit.",

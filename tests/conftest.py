@@ -15,8 +15,13 @@ import pytest
 
 @pytest.fixture
 def cluster(db):
+    """A fresh cluster; what web processes remember of the last one (cluster facts,
+    submit grants) is forgotten, as it would be FACT_TTL_S / GRANT_TTL_S later."""
+    from portal.core import grants, lookups
     from tests.factories import make_cluster
 
+    lookups.forget()
+    grants.forget()
     return make_cluster()
 
 

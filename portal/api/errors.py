@@ -138,3 +138,19 @@ def flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
 def not_found(request, *args, **kwargs) -> JsonResponse:
     """Unknown paths under the API answer 404 in the API's format, whatever the method."""
     return page_not_found(request)
+
+
+def exception_response(exc: Exception):
+    """The error response for `exc` outside DRF's dispatch (the plain submit handler,
+    portal/api/views/submit.py), rendered as DRF renders; None for a bug (500)."""
+    from django.http import HttpResponse
+    from rest_framework.renderers import JSONRenderer
+
+    error = _as_api_error(exc)
+    if error is None:
+        return None
+    body = JSONRenderer().render(error_body(error.code, error.message, error.fields))
+    response = HttpResponse(body, content_type="application/json", status=error.status_code)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response

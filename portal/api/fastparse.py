@@ -78,12 +78,12 @@ def _plan(serializer) -> tuple[list, set] | None:
 def _check_for(field) -> Check | None:
     """A check that parses as `field` does, or None for a kind of field this does not
     know, including a subclass that parses its own way (but a text field marked
-    `strict_text`, which only refuses what is not a string, is known)."""
+    `strict` (serializers.Strict), which only refuses a value of another JSON type, is known)."""
     kind = type(field)
     if kind.run_validation is not _BASE.get(_family(field), {}).get("run_validation"):
         return None
     if kind.to_internal_value is not _BASE[_family(field)]["to_internal_value"] and not (
-        getattr(field, "strict_text", False)
+        getattr(field, "strict", False)
     ):
         return None
     if isinstance(field, serializers.BooleanField):

@@ -3,7 +3,8 @@ responses every operation can give, all in the one error format."""
 
 from __future__ import annotations
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
+from rest_framework import serializers
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -37,6 +38,8 @@ DESCRIPTIONS = {
     "404": "No such object, or it belongs to another team.",
     "409": "Conflict: the Idempotency-Key was used with another body, or the job already ended.",
     "413": "The request body is too large.",
+    "414": "The request line (the URL with its query) is longer than the server reads "
+    "(gunicorn: 4094 bytes).",
     "415": "Send `Content-Type: application/json`.",
     "429": "Too many requests for this token, or the queue is full; retry after `Retry-After` seconds.",
 }
@@ -46,6 +49,25 @@ RETRY_AFTER = {
         "description": "Seconds to wait before retrying.",
     }
 }
+
+
+class StrictSerializerSchema(OpenApiSerializerExtension):
+    """What serializers.StrictSerializer enforces, said in the schema: no unknown
+    fields in a request (additionalProperties: false) and no empty list where the
+    field refuses one (minItems: 1)."""
+
+    target_class = "portal.api.serializers.StrictSerializer"
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        if direction != "request":
+            return schema
+        schema["additionalProperties"] = False
+        for name, field in self.target.fields.items():
+            if isinstance(field, serializers.ListField) and not field.allow_empty:
+                schema["properties"][name]["minItems"] = max(1, field.min_length or 1)
+        return schema
 
 
 class BearerScheme(OpenApiAuthenticationExtension):
@@ -89,7 +111,7 @@ EXTRA_ERRORS = {
 
 
 def _error_codes(path: str, method: str, operation: dict) -> list[str]:
-    codes = ["401", "403", "429"]
+    codes = ["401", "403", "414", "429"]
     if "{" in path:
         codes.append("404")
     if operation.get("parameters") or "requestBody" in operation or method in ("post", "delete"):
@@ -100,6 +122,8 @@ def _error_codes(path: str, method: str, operation: dict) -> list[str]:
 
 
 def _response(code: str) -> dict:
+    if code == "414":  # gunicorn (or nginx) answers before Berth runs: no JSON body
+        return {"description": DESCRIPTIONS[code]}
     response = {
         "description": DESCRIPTIONS[code],
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},

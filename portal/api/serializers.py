@@ -12,6 +12,7 @@ from rest_framework.fields import SkipField
 
 from portal.api.fastparse import fast_parse
 from portal.core.jobspec import MAX_WORKERS, PRIORITY_RANGE
+from portal.core.models.jobs import JobState
 from portal.core.validators import reject_bidi_controls
 
 # Bounds that only keep numbers inside the database's integer columns; the
@@ -19,7 +20,7 @@ from portal.core.validators import reject_bidi_controls
 INT32_MAX = 2**31 - 1
 MAX_BULK_JOBS = 5000
 _SLUG = re.compile(r"\A[-a-zA-Z0-9_]+\Z")
-STATES = ["pending", "admitted", "running", "preempting", "succeeded", "failed", "cancelled"]
+STATES = list(JobState.values)  # every state, in the order of their life
 
 
 class SlugField(serializers.SlugField):
@@ -33,15 +34,39 @@ class SlugField(serializers.SlugField):
         self.validators.append(RegexValidator(_SLUG, message=self.error_messages["invalid"]))
 
 
-class TextField(serializers.CharField):
-    """A string, and only a string: 1 or 1.5 is not quietly turned into "1"."""
+class Strict:
+    """The API's strict-type rule: a value must have the JSON type of its field. DRF
+    turns `"2"` into 2, `1.0` into 1, `"yes"` or 1 into True, and 0 into "0"; a
+    client that sends those has a bug the server must not hide. Mixed into the
+    fields below; fastparse knows a strict field parses as its base field does."""
 
-    strict_text = True  # parses a string as CharField does (fastparse relies on it)
+    strict = True
+    json_types: tuple[type, ...] = ()
 
     def to_internal_value(self, data):
-        if not isinstance(data, str):
+        if type(data) not in self.json_types:
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class TextField(Strict, serializers.CharField):
+    """A string, and only a string: 1 or 1.5 is not quietly turned into "1"."""
+
+    json_types = (str,)
+
+
+class IntegerField(Strict, serializers.IntegerField):
+    """An integer, and only one: not `"2"`, `2.0` or `true`."""
+
+    json_types = (int,)
+    default_error_messages = {"invalid": "A whole number is required (not text or a fraction)."}
+
+
+class BooleanField(Strict, serializers.BooleanField):
+    """`true` or `false`, nothing else (DRF also takes "yes", "on", 1, …)."""
+
+    json_types = (bool,)
+    default_error_messages = {"invalid": "Must be true or false."}
 
 
 class ParsedJson(serializers.JSONField):
@@ -106,23 +131,21 @@ class JobSpecSerializer(StrictSerializer):
         required=False,
         help_text="Environment variables (names like `[A-Za-z_][A-Za-z0-9_]*`).",
     )
-    workers = serializers.IntegerField(
+    workers = IntegerField(
         min_value=1, max_value=MAX_WORKERS, required=False, help_text="Gang size; default 1."
     )
-    gpus_per_worker = serializers.IntegerField(
+    gpus_per_worker = IntegerField(
         min_value=1, max_value=INT32_MAX, required=False, help_text="Default 1."
     )
     flavor = SlugField(max_length=64, help_text="GPU flavor, e.g. `h100-80gb`.")
-    priority = serializers.IntegerField(
+    priority = IntegerField(
         min_value=PRIORITY_RANGE[0],
         max_value=PRIORITY_RANGE[1],
         required=False,
         help_text="Within the queue; default: the queue's default priority.",
     )
-    preemptible = serializers.BooleanField(
-        required=False, help_text="Default: the queue's default."
-    )
-    max_runtime_seconds = serializers.IntegerField(
+    preemptible = BooleanField(required=False, help_text="Default: the queue's default.")
+    max_runtime_seconds = IntegerField(
         min_value=1,
         max_value=INT32_MAX,
         required=False,
@@ -131,7 +154,7 @@ class JobSpecSerializer(StrictSerializer):
     checkpoint_signal = TextField(
         max_length=16, required=False, help_text="Sent before preemption; default SIGTERM."
     )
-    grace_period_seconds = serializers.IntegerField(
+    grace_period_seconds = IntegerField(
         min_value=0,
         max_value=3600,
         required=False,
@@ -220,7 +243,7 @@ class JobReceiptSerializer(serializers.Serializer):
     def to_representation(self, job) -> dict:
         """The fields above, read directly: DRF's field-by-field representation cost
         as much as the query that found the submission's queue. Every field is a
-        plain value of the job (or of a relation it holds); tests/api/test_fastsubmit.py
+        plain value of the job (or of a relation it holds); tests/api/test_submit_route.py
         checks this against DRF's own representation."""
         return {
             "id": job.pk,

@@ -25,20 +25,8 @@ class TokenRateThrottle(BaseThrottle):
     scope = "token"
 
     def allow_request(self, request, view) -> bool:
-        counted = getattr(request, "berth_throttle", None)
-        if counted is not None:  # the fast submit path counted this request already
-            allowed, self._wait = counted
-            return allowed
         allowed, self._wait = self._count(self._ident(request))
         return allowed
-
-    @classmethod
-    def count_for(cls, request, token) -> bool:
-        """Count a request that api/views/fastsubmit.py answers, as allow_request would,
-        and leave the outcome on it: if the full view takes the request over, it does
-        not count it again."""
-        request.berth_throttle = cls()._count(f"token-{token.prefix}")
-        return request.berth_throttle[0]
 
     def _count(self, ident: str) -> tuple[bool, float]:
         """Count one request of `ident`: (allowed, seconds until the window ends)."""

@@ -5,7 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from portal.api import schema  # noqa: F401 — registers the OpenAPI auth extensions
 from portal.api.errors import not_found
-from portal.api.views import docs, fastsubmit, jobs, tenancy, tokens
+from portal.api.views import docs, jobs, tenancy, tokens
 
 
 class IdConverter:
@@ -23,7 +23,7 @@ class IdConverter:
 register_converter(IdConverter, "berth_id")
 
 urlpatterns = [
-    path("v1/jobs/", fastsubmit.JobsView.as_view(), name="api-jobs"),
+    path("v1/jobs/", jobs.JobsView.as_view(), name="api-jobs"),
     path("v1/jobs/bulk/", jobs.BulkSubmitView.as_view(), name="api-jobs-bulk"),
     path("v1/jobs/<berth_id:job_id>/", jobs.JobDetailView.as_view(), name="api-job"),
     path("v1/jobs/<berth_id:job_id>/cancel/", jobs.JobCancelView.as_view(), name="api-job-cancel"),

@@ -6,6 +6,11 @@ can see an object but may not change it gets PermissionDenied.
 
 `scope` narrows what a caller sees to some team ids: an API token scoped to
 teams passes them; None means every team the user belongs to.
+
+The rules themselves are the small functions of the first section (who may read,
+submit, act on a job; staff act as leads; a token is usable): the helpers below,
+the dashboard, the admin and the hand-written statements (portal/core/statements.py,
+which take their parameters from here) all ask them, so a new rule goes in one place.
 """
 
 from __future__ import annotations
@@ -20,6 +25,40 @@ from portal.core.db import columns, server_binding_cursor, split_row
 from portal.core.models import ApiToken, Job, Membership, Queue, Team
 
 Role = Membership.Role
+
+
+# --- the rules ------------------------------------------------------------------------
+
+# Roles whose members may submit jobs to their team (viewers may not).
+SUBMIT_ROLES = (Role.LEAD, Role.MEMBER)
+
+
+def effective_role(user, membership_role: str | None) -> str | None:
+    """The role a user acts with in a team, given their membership's role there (None:
+    not a member): staff act as leads in every team."""
+    if getattr(user, "is_staff", False):
+        return Role.LEAD
+    return membership_role
+
+
+def may_submit(role: str | None) -> bool:
+    """Whether a user with this (effective) role may submit jobs to the team."""
+    return role in SUBMIT_ROLES
+
+
+def may_act_on_job(user, role: str | None, job: Job) -> bool:
+    """Whether a user with this (effective) role in the job's team may cancel it:
+    leads every job of their team, members their own, viewers none."""
+    return role == Role.LEAD or (role == Role.MEMBER and job.submitted_by_id == user.pk)
+
+
+def token_usable(token, user) -> bool:
+    """Whether an API token may be used now: not revoked, not expired (the token's own
+    ApiToken.is_usable), and its user active. statements.submit_guard says the same in SQL."""
+    return token.is_usable and user.is_active
+
+
+# --- the helpers ----------------------------------------------------------------------
 
 
 class NotFound(Exception):
@@ -41,11 +80,11 @@ def visible_teams(user, *, scope: Collection[int] | None = None) -> QuerySet[Tea
 
 
 def role_in(user, team: Team) -> str | None:
-    """The user's role in the team; staff count as leads everywhere."""
+    """The user's effective role in the team (staff act as leads everywhere)."""
     if user.is_staff:
-        return Role.LEAD
+        return effective_role(user, None)
     membership = Membership.objects.filter(user=user, team=team).only("role").first()
-    return membership.role if membership else None
+    return effective_role(user, membership.role if membership else None)
 
 
 def get_team_for_user(user, slug: str, *, scope: Collection[int] | None = None) -> Team:
@@ -90,12 +129,8 @@ def get_job_for_user(
 
 
 def check_can_act_on_job(user, job: Job) -> None:
-    role = role_in(user, job.team)
-    if role == Role.LEAD:
-        return
-    if role == Role.MEMBER and job.submitted_by_id == user.pk:
-        return
-    raise PermissionDenied("Only the team's leads and the job's submitter may change this job.")
+    if not may_act_on_job(user, role_in(user, job.team), job):
+        raise PermissionDenied("Only the team's leads and the job's submitter may change this job.")
 
 
 def get_queue_for_submit(
@@ -107,7 +142,7 @@ def get_queue_for_submit(
     role = role_in(user, team)
     if role is None:
         raise NotFound("team")
-    if role == Role.VIEWER:
+    if not may_submit(role):
         raise PermissionDenied("Viewers may not submit jobs.")
     queue = Queue.objects.filter(team=team, name=queue_name).first()
     if queue is None:
@@ -186,7 +221,7 @@ def submit_target_from(rows: list, slug: str | None) -> tuple[Team, Queue] | Non
         queue.row_version, team.row_version = versions
     if not slug and teams_of_user != 1:
         return None
-    if role == Role.VIEWER:
+    if not may_submit(role):
         raise PermissionDenied("Viewers may not submit jobs.")
     queue.team = team
     return team, queue

@@ -24,6 +24,7 @@ from portal.core.actions.nodes import (
     revoke_bootstrap_tokens,
     uncordon_node,
 )
+from portal.core.actions.tokens import check_token_scope, revoke_api_token
 from portal.core.models import (
     Allocation,
     ApiToken,
@@ -652,9 +653,28 @@ class NodeBootstrapTokenAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {n} token(s).", messages.SUCCESS)
 
 
+class ApiTokenAdminForm(forms.ModelForm):
+    """A token's scope is checked as everywhere else (actions.tokens.check_token_scope)."""
+
+    class Meta:
+        model = ApiToken
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        user = data.get("user") or getattr(self.instance, "user", None)
+        if user is not None:
+            try:
+                check_token_scope(user, list(data.get("teams") or []))
+            except PermissionError as exc:
+                raise forms.ValidationError({"teams": str(exc)}) from None
+        return data
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(ShownOnceTokenAdmin):
     secret_kind = "bat"
+    form = ApiTokenAdminForm
     list_display = (
         "prefix",
         "name",
@@ -671,3 +691,8 @@ class ApiTokenAdmin(ShownOnceTokenAdmin):
     filter_horizontal = ("teams",)
     list_select_related = ("user",)
     actions = ("revoke",)
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request, queryset):
+        n = sum(revoke_api_token(token, acting_user=request.user) for token in queryset)
+        self.message_user(request, f"Revoked {n} token(s).", messages.SUCCESS)

@@ -18,7 +18,6 @@ from django.utils import timezone
 
 from portal.core.models import (
     Allocation,
-    DecayedUsage,
     Gpu,
     GpuFlavor,
     Job,
@@ -26,7 +25,8 @@ from portal.core.models import (
     Team,
     Usage,
 )
-from scheduler.fairshare import decay, historical_term, weighted_share
+from portal.core.scheduling.teams import scheduler_teams
+from scheduler.standing import Standing, standings
 
 
 @dataclass
@@ -45,15 +45,6 @@ class FlavorUsage:
     @property
     def idle(self) -> int:
         return max(0, self.nominal - self.used)
-
-
-@dataclass
-class Standing:
-    team: str
-    weight: float
-    current: float  # dominant share of current usage over nominal
-    historical: float  # decayed usage on the same scale
-    share: float  # (current + historical) / weight, the scheduler's ordering key
 
 
 def quota_usage(team: Team) -> list[FlavorUsage]:
@@ -88,58 +79,23 @@ def quota_usage(team: Team) -> list[FlavorUsage]:
 
 
 def cohort_standing(team: Team, now: datetime | None = None) -> list[Standing]:
-    """Fair-share standing of the team and its cohort peers, lowest share (served first) first.
-
-    Uses the scheduler's own formula (scheduler.fairshare, docs/scheduling.md).
-    """
+    """Fair-share standing of the team and its cohort peers, lowest share (served first)
+    first, computed by the scheduler itself (scheduler.standing, docs/scheduling.md)."""
     now = now or timezone.now()
-    teams = list(Team.objects.filter(cohort=team.cohort)) if team.cohort_id else [team]
-    ids = [t.pk for t in teams]
-    half_life = settings.BERTH["FAIRSHARE_HALF_LIFE_S"]
-    nominal = defaultdict(dict)
-    for team_id, flavor, n in Quota.objects.filter(team__in=ids).values_list(
-        "team_id", "flavor__name", "nominal"
-    ):
-        nominal[team_id][flavor] = n
-    used = defaultdict(dict)
-    for team_id, flavor, n in (
-        Allocation.objects.filter(active=True, job__team__in=ids)
-        .values_list("job__team_id", "job__flavor__name")
-        .annotate(n=Count("pk"))
-        .values_list("job__team_id", "job__flavor__name", "n")
-    ):
-        used[team_id][flavor] = n
-    history = defaultdict(dict)
-    for d in DecayedUsage.objects.filter(team__in=ids).select_related("flavor"):
-        history[d.team_id][d.flavor.name] = decay(
-            d.gpu_seconds, (now - d.updated_at).total_seconds(), half_life
+    ids = list(Team.objects.filter(cohort=team.cohort).values_list("pk", flat=True))
+    ids = ids if team.cohort_id else [team.pk]
+    teams = scheduler_teams(now, settings.BERTH["FAIRSHARE_HALF_LIFE_S"], team_ids=ids)
+    used = {
+        (teams[team_id].name, flavor): n
+        for team_id, flavor, n in (
+            Allocation.objects.filter(active=True, job__team__in=ids)
+            .values_list("job__team_id", "job__flavor__name")
+            .annotate(n=Count("pk"))
+            .values_list("job__team_id", "job__flavor__name", "n")
         )
-    cohort_nominal = defaultdict(int)
-    for per_team in nominal.values():
-        for flavor, n in per_team.items():
-            cohort_nominal[flavor] += n
-    standings = [
-        _standing(t, nominal[t.pk], used[t.pk], history[t.pk], cohort_nominal, half_life)
-        for t in teams
-    ]
-    return sorted(standings, key=lambda s: (s.share, s.team))
-
-
-def _standing(team, nominal, used, history, cohort_nominal, half_life) -> Standing:
-    flavors = nominal.keys() | used.keys() | history.keys()
-    current, hist = [], []
-    for flavor in flavors:
-        denom = nominal.get(flavor) or cohort_nominal.get(flavor) or 1
-        current.append(used.get(flavor, 0) / denom)
-        hist.append(historical_term(history.get(flavor, 0.0), denom, half_life))
-    combined = [c + h for c, h in zip(current, hist, strict=True)]
-    return Standing(
-        team=team.slug,
-        weight=team.weight,
-        current=max(current, default=0.0),
-        historical=max(hist, default=0.0),
-        share=weighted_share(combined, team.weight),
-    )
+    }
+    standing = standings(teams.values(), used, settings.BERTH["FAIRSHARE_HALF_LIFE_S"])
+    return sorted(standing.values(), key=lambda s: (s.share, s.team))
 
 
 def gpu_hours_by_day(team: Team, days: int = 30, today: date | None = None) -> list[dict]:

@@ -10,12 +10,12 @@ error only.
 
 from __future__ import annotations
 
-import json
 import shlex
 import uuid
 
 from django import forms
 
+from portal.core import jsontext
 from portal.core.access import visible_teams
 from portal.core.jobspec import JobSpec, SpecError, clean_job_spec
 from portal.core.models import GpuFlavor, Team
@@ -78,9 +78,9 @@ class SubmitJobForm(forms.Form):
         text = self.cleaned_data["command"].strip()
         if text.startswith("["):
             try:
-                argv = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise forms.ValidationError(f"Not a valid JSON list: {exc.msg}.") from None
+                argv = jsontext.loads(text)
+            except jsontext.JsonError as exc:
+                raise forms.ValidationError(f"Not a valid JSON list: {exc}") from None
             if not isinstance(argv, list):
                 raise forms.ValidationError("Give a JSON list of strings.")
             return argv

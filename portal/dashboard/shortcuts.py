@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render, resolve_url
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.core.access import NotFound, get_team_for_user, role_in, visible_teams
+from portal.core.access import NotFound, get_team_for_user, may_submit, role_in, visible_teams
 from portal.core.models import Membership, Team
 
 Role = Membership.Role
@@ -41,7 +41,7 @@ class TeamContext:
 
     @property
     def can_submit(self) -> bool:
-        return self.role in (Role.LEAD, Role.MEMBER)
+        return may_submit(self.role)
 
     @property
     def is_lead(self) -> bool:

@@ -17,9 +17,8 @@ is the reference.
 from __future__ import annotations
 
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
@@ -37,19 +36,16 @@ from prometheus_client.utils import floatToGoString
 
 from portal.core.models import (
     Allocation,
-    DecayedUsage,
     Gpu,
     Job,
     Node,
     Queue,
-    Quota,
     SchedulingPass,
-    Team,
 )
+from portal.core.scheduling.teams import scheduler_teams
 from portal.ops import tallies as t
 from scheduler import model as m
-from scheduler.fairshare import decay
-from scheduler.quota import Ledger
+from scheduler.standing import standings
 
 State = Job.State
 NODE_STATES = ("ready", "not_ready", "unknown", "cordoned", "draining")
@@ -85,7 +81,7 @@ class ClusterCollector(Collector):
         now = self.now or timezone.now()
         rows = _gpu_rows()
         if "cluster" in self.sections:
-            teams = _teams()
+            teams = scheduler_teams(now, settings.BERTH["FAIRSHARE_HALF_LIFE_S"])
             yield from _job_metrics(teams)
             yield from _quota_metrics(teams, now)
             yield from _node_metrics()
@@ -99,50 +95,25 @@ class ClusterCollector(Collector):
 # --- teams ----------------------------------------------------------------------------------
 
 
-@dataclass
-class TeamInfo:
-    slug: str
-    weight: float
-    cohort: str | None
-    quotas: dict[str, m.Quota] = field(default_factory=dict)
-
-
-def _teams() -> dict[int, TeamInfo]:
-    """Teams with their quotas, in two queries."""
-    teams = {
-        pk: TeamInfo(slug, weight, cohort)
-        for pk, slug, weight, cohort in Team.objects.values_list(
-            "pk", "slug", "weight", "cohort__name"
-        ).order_by("slug")
-    }
-    for team_id, flavor, nominal, borrow, lend in Quota.objects.values_list(
-        "team_id", "flavor__name", "nominal", "borrowing_limit", "lending_limit"
-    ).order_by("flavor__name"):
-        teams[team_id].quotas[flavor] = m.Quota(nominal, borrow, lend)
-    return teams
-
-
-def _slug(teams: dict[int, TeamInfo], team_id: int) -> str:
+def _slug(teams: dict[int, m.Team], team_id: int) -> str:
     info = teams.get(team_id)
-    return info.slug if info else str(team_id)
+    return info.name if info else str(team_id)
 
 
-def _quota_keys(teams: dict[int, TeamInfo]) -> list[tuple[str, str]]:
-    return [(info.slug, flavor) for info in teams.values() for flavor in info.quotas]
+def _quota_keys(teams: dict[int, m.Team]) -> list[tuple[str, str]]:
+    return [(info.name, flavor) for info in teams.values() for flavor in info.quotas]
 
 
 # --- jobs -----------------------------------------------------------------------------------
 
 
-def _job_metrics(teams: dict[int, TeamInfo]) -> Iterator[Metric]:
+def _job_metrics(teams: dict[int, m.Team]) -> Iterator[Metric]:
     """Pending / running / preempting jobs (one grouped query) and queue limits (one)."""
     pending = Counter()
     zeros = dict.fromkeys(_quota_keys(teams), 0)
     demand, running, preempting = Counter(zeros), Counter(zeros), Counter(zeros)
     rows = (
-        Job.objects.filter(
-            state__in=[State.PENDING, State.ADMITTED, State.RUNNING, State.PREEMPTING]
-        )
+        Job.objects.filter(state__in=Job.OPEN_STATES)
         .values_list("team_id", "queue__name", "flavor__name", "state", "reason_code")
         .annotate(n=Count("id"), gpus=Sum(F("workers") * F("gpus_per_worker")))
         .order_by()
@@ -192,7 +163,7 @@ def _job_metrics(teams: dict[int, TeamInfo]) -> Iterator[Metric]:
 # --- quota and fair share -----------------------------------------------------------------
 
 
-def _quota_metrics(teams: dict[int, TeamInfo], now: datetime) -> Iterator[Metric]:
+def _quota_metrics(teams: dict[int, m.Team], now: datetime) -> Iterator[Metric]:
     """Quota nominal / limits / used / borrowed and each team's weighted share."""
     used = Counter({key: 0 for key in _quota_keys(teams)})
     for team_id, flavor, n in (
@@ -202,8 +173,8 @@ def _quota_metrics(teams: dict[int, TeamInfo], now: datetime) -> Iterator[Metric
         .order_by()
     ):
         used[(_slug(teams, team_id), flavor)] += n
-    cohort = {info.slug: info.cohort or "" for info in teams.values()}
-    quota = {(info.slug, f): q for info in teams.values() for f, q in info.quotas.items()}
+    cohort = {info.name: info.cohort or "" for info in teams.values()}
+    quota = {(info.name, f): q for info in teams.values() for f, q in info.quotas.items()}
     labels = ["team", "cohort", "flavor"]
 
     def series(value) -> dict:
@@ -251,25 +222,10 @@ def _quota_metrics(teams: dict[int, TeamInfo], now: datetime) -> Iterator[Metric
     yield from _share_metrics(teams, used, now)
 
 
-def _share_metrics(teams: dict[int, TeamInfo], used: Counter, now: datetime) -> Iterator[Metric]:
-    """Each team's weighted dominant share, computed by the scheduler's own Ledger."""
+def _share_metrics(teams: dict[int, m.Team], used: Counter, now: datetime) -> Iterator[Metric]:
+    """Each team's weighted dominant share, as the scheduler computes it."""
     half_life = settings.BERTH["FAIRSHARE_HALF_LIFE_S"]
-    decayed = defaultdict(dict)
-    for team_id, flavor, value, updated in DecayedUsage.objects.values_list(
-        "team_id", "flavor__name", "gpu_seconds", "updated_at"
-    ).order_by():
-        elapsed = max(0.0, (now - updated).total_seconds())
-        decayed[team_id][flavor] = decay(value, elapsed, half_life)
-    ledger = Ledger(
-        [
-            m.Team(info.slug, info.weight, info.cohort, info.quotas, decayed[pk])
-            for pk, info in teams.items()
-        ],
-        half_life,
-    )
-    for (team, flavor), n in used.items():
-        if n:
-            ledger.add(ledger.book(team), flavor, n)
+    standing = standings(teams.values(), used, half_life)
     share = GaugeMetricFamily(
         "berth_team_fair_share",
         "Weighted dominant share: current plus decayed usage over nominal quota, divided by "
@@ -278,8 +234,8 @@ def _share_metrics(teams: dict[int, TeamInfo], used: Counter, now: datetime) -> 
     )
     weight = GaugeMetricFamily("berth_team_weight", "A team's fair-share weight.", labels=["team"])
     for info in teams.values():
-        share.add_metric([info.slug, info.cohort or ""], ledger.share(ledger.book(info.slug)))
-        weight.add_metric([info.slug], info.weight)
+        share.add_metric([info.name, info.cohort or ""], standing[info.name].share)
+        weight.add_metric([info.name], info.weight)
     yield share
     yield weight
 
@@ -448,9 +404,9 @@ def _pass_metrics() -> Iterator[Metric]:
     yield family
 
 
-def _durable_metrics(teams: dict[int, TeamInfo], c: Counter) -> Iterator[Metric]:
+def _durable_metrics(teams: dict[int, m.Team], c: Counter) -> Iterator[Metric]:
     """Counters and histograms from portal.ops.tallies, with every team's series present."""
-    slugs = {pk: info.slug for pk, info in teams.items()}
+    slugs = {pk: info.name for pk, info in teams.items()}
     team_ids = sorted(slugs, key=slugs.get)
     admitted = CounterMetricFamily(
         "berth_admitted_jobs",

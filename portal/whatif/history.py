@@ -8,12 +8,12 @@ replay the same thing.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from datetime import datetime
 
 from django.db.models import Count, Q
 
-from portal.core.models import Gpu, Job, Node, Quota, Team
+from portal.core.models import Gpu, Job, Node
+from portal.core.scheduling.teams import scheduler_teams
 from scheduler import model as m
 from scheduler.sim.cluster import NodeSpec, node_record, team_record
 
@@ -34,18 +34,9 @@ def cluster_nodes() -> list[NodeSpec]:
 
 
 def cluster_teams() -> tuple[m.Team, ...]:
-    """Every team with its weight, cohort and quotas as they are now."""
-    quotas: dict[int, dict[str, m.Quota]] = defaultdict(dict)
-    for team_id, flavor, nominal, borrow, lend in Quota.objects.values_list(
-        "team_id", "flavor__name", "nominal", "borrowing_limit", "lending_limit"
-    ):
-        quotas[team_id][flavor] = m.Quota(nominal, borrow, lend)
-    return tuple(
-        m.Team(slug, weight, cohort, quotas[pk])
-        for pk, slug, weight, cohort in Team.objects.values_list(
-            "pk", "slug", "weight", "cohort__name"
-        ).order_by("slug")
-    )
+    """Every team with its weight, cohort and quotas as they are now (no usage history:
+    the plan starts from an idle cluster's standing)."""
+    return tuple(scheduler_teams(None, 0.0).values())
 
 
 def job_records(start: datetime, end: datetime) -> list[dict]:

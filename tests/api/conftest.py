@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 import pytest
 from django.test import Client
 
-from portal.api import lookups
-from portal.api.views import fastsubmit
 from portal.core.actions.jobs import submit_job, transition
 from portal.core.actions.tokens import create_api_token
 from portal.core.jobspec import clean_job_spec
@@ -86,13 +84,6 @@ def as_viewer_a(personas):
 @pytest.fixture
 def as_lead_b(personas):
     return bearer(personas.lead_b)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cluster_facts():
-    """Each test builds its own cluster; facts the API remembered from another must not count."""
-    lookups.forget()
-    fastsubmit.forget()
 
 
 def submit(team, user, **overrides) -> Job:

@@ -59,15 +59,34 @@ def test_one_bad_job_refuses_the_whole_sweep_with_indexed_errors(as_member_a):
     assert not Job.objects.exists()
 
 
-def test_a_sweep_that_would_overfill_the_queue_is_refused_whole(as_member_a, cluster):
+def test_a_sweep_that_would_overfill_the_queue_now_is_refused_whole(as_member_a, cluster):
     cluster.queue_a.max_pending_jobs = 10
     cluster.queue_a.save()
+    assert as_member_a.post(BULK, {"jobs": sweep(6)}).status_code == 201
 
-    response = as_member_a.post(BULK, {"jobs": sweep(11)})
+    response = as_member_a.post(BULK, {"jobs": sweep(5)})
 
     error_of(response, 429, "queue_full")
     assert int(response["Retry-After"]) > 0
+    assert Job.objects.count() == 6
+
+
+def test_a_sweep_larger_than_the_queue_could_ever_hold_is_a_400(as_member_a, cluster):
+    cluster.queue_a.max_pending_jobs = 10
+    cluster.queue_a.save()
+
+    error = error_of(as_member_a.post(BULK, {"jobs": sweep(11)}), 400, "invalid")
+
+    assert "at most 10 pending jobs" in error["fields"]["jobs"][0], error
     assert not Job.objects.exists()
+
+
+def test_a_deeply_nested_body_is_a_parse_error(as_member_a):
+    deep = b'{"jobs": ' + b"[" * 950 + b"]" * 950 + b"}"
+    response = as_member_a.client.post(
+        BULK, deep, content_type="application/json", headers=as_member_a.headers
+    )
+    assert "Nested deeper" in error_of(response, 400, "parse_error")["message"]
 
 
 def test_an_empty_sweep_and_unknown_fields_are_refused(as_member_a):

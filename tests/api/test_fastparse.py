@@ -41,7 +41,9 @@ def test_an_ordinary_job_takes_the_fast_path_with_drfs_values():
 
 def test_anything_unusual_goes_the_slow_way_and_keeps_drfs_messages():
     unusual = [
-        job_body(workers="2"),  # DRF accepts a numeric string; the fast path leaves it to DRF
+        job_body(workers="2"),  # refused by the strict fields: a number sent as text
+        job_body(workers=2.0),
+        job_body(preemptible="yes"),
         job_body(workers=True),
         job_body(name=""),
         job_body(name="a\x00b"),
@@ -57,8 +59,8 @@ def test_anything_unusual_goes_the_slow_way_and_keeps_drfs_messages():
     for body in unusual:
         assert fast_parse(SUBMIT, body) is None, body
         assert parse(SUBMIT, body) == parse_fields(SUBMIT, body)
-    values, errors = parse(SUBMIT, job_body(workers="2"))
-    assert values["workers"] == 2 and not errors
+    for strict in ({"workers": "2"}, {"workers": 2.0}, {"preemptible": "yes"}, {"preemptible": 1}):
+        assert set(parse(SUBMIT, job_body(**strict))[1]) == set(strict), strict
     assert "name" in parse(SUBMIT, job_body(name="a\x00b"))[1]
 
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.api.conftest import error_of, job_body
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_api_refuses_bad_names_and_image_references(as_lead_a, settings, fast):
-    settings.BERTH_FAST_SUBMIT = fast
+def test_api_refuses_bad_names_and_image_references(as_lead_a):
     body = job_body(team="alpha", name="my training run", image="not an image ref !!")
     error = error_of(as_lead_a.post("/api/v1/jobs/", body), 400, "invalid")
     assert {"name", "image"} <= set(error["fields"]), error

@@ -11,7 +11,6 @@ import pytest
 from berthcli import client as http
 from berthcli import commands
 from berthcli.main import main
-from portal.api import lookups
 from portal.core.actions.tokens import create_api_token
 
 
@@ -20,12 +19,6 @@ class Result:
     code: int
     out: str
     err: str
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cluster_facts():
-    """Each test builds its own cluster; facts the API remembered from another must not count."""
-    lookups.forget()
 
 
 @pytest.fixture

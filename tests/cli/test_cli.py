@@ -204,7 +204,7 @@ def test_array_submits_indexed_copies(berth, logged_in, personas):
     result = berth("submit", "--array", "4", "-J", "sweep", *JOB, "--", "python", "t.py")
     assert result.code == 0, result.err
     assert "Submitted 4 jobs to alpha" in result.out
-    assert sorted(Job.objects.values_list("name", "env__BERTH_ARRAY_INDEX")) == [
+    assert sorted((j.name, j.env["BERTH_ARRAY_INDEX"]) for j in Job.objects.all()) == [
         (f"sweep-{i}", str(i)) for i in range(4)
     ]
 

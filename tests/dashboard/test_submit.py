@@ -119,3 +119,11 @@ def test_submit_page_offers_only_the_teams_queues(story, login):
     form = login(story.cluster.personas.lead_a).get("/teams/alpha/submit/").context["form"]
     assert [name for name, _ in form.fields["queue"].choices] == ["default"]
     assert [name for name, _ in form.fields["flavor"].choices] == ["a100-40gb", "h100-80gb"]
+
+
+def test_a_deeply_nested_json_command_is_a_field_error(story, login):
+    client = login(story.cluster.personas.member_a)
+    response = client.post("/teams/alpha/submit/", valid_form(command="[" * 5000))
+    assert response.status_code == 200
+    assert "Nested deeper" in " ".join(errors(response)["command"])
+    assert not Job.objects.filter(name="resnet-50").exists()

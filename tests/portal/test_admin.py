@@ -149,3 +149,32 @@ def test_non_staff_cannot_open_the_admin(client, personas):
     client.force_login(personas.lead_a)
     response = client.get("/admin/core/team/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_revoking_tokens_in_the_admin_writes_an_audit_row(admin_client, personas):
+    from portal.core.actions.tokens import create_api_token
+
+    token, _ = create_api_token(personas.member_a, name="ci")
+    response = admin_client.post(
+        "/admin/core/apitoken/",
+        {"action": "revoke", "_selected_action": [token.pk]},
+    )
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    entry = AuditEntry.objects.filter(target_id=str(token.pk), action="revoke").get()
+    assert entry.actor == personas.admin
+
+
+def test_the_admin_cannot_scope_a_token_to_a_team_its_user_is_not_in(
+    admin_client, personas, cluster
+):
+    from portal.core.models import ApiToken
+
+    response = admin_client.post(
+        "/admin/core/apitoken/add/",
+        {"user": personas.member_a.pk, "name": "ci", "teams": [cluster.team_b.pk]},
+    )
+    assert response.status_code == 200  # the form again, with the error
+    assert "teams the user belongs to" in response.content.decode()
+    assert not ApiToken.objects.exists()

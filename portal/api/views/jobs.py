@@ -11,23 +11,23 @@ from rest_framework.views import APIView
 from portal.api import serializers as s
 from portal.api.auth import scope_of
 from portal.api.errors import flatten, invalid
-from portal.api.lookups import ApiLookups
 from portal.api.pagination import Page
+from portal.api.views.submit import (
+    IDEMPOTENCY_HEADER,
+    MAX_KEY_LENGTH,
+    REPLAY_HEADER,
+    idempotency_key,
+    submit_job_view,
+)
 from portal.core import access
-from portal.core.actions.jobs import cancel_job, submit_job, submit_jobs
-from portal.core.jobspec import JobSpec, SpecError, SpecLookups, clean_job_spec
+from portal.core.actions.jobs import cancel_job
+from portal.core.actions.submit import BulkSpecError, Caller, submit_many
 from portal.core.models import Allocation, Job, Worker
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-REPLAY_HEADER = "Idempotent-Replayed"
-MAX_KEY_LENGTH = 200
 BULK_SUFFIX = 6  # bulk jobs are keyed KEY#0 … KEY#9999
-ACTIVE = [Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING]
 # Built once: a serializer's fields are deep-copied per instance, a measurable part of
-# every submission. parse() and to_representation() keep no per-request state on them.
-SUBMIT_FIELDS = s.JobSubmitSerializer()
+# every submission. parse() keeps no per-request state on them.
 SPEC_FIELDS = s.JobSpecSerializer()
-RECEIPT = s.JobReceiptSerializer()
 
 EXAMPLE_JOB = {
     "name": "train-llm",
@@ -49,55 +49,16 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
 )
 
 
-def submit_team(request, slug: str | None):
-    """The team named in the request, or the caller's only team when none is named."""
-    scope = scope_of(request)
-    if slug:
-        return access.get_team_for_user(request.user, slug, scope=scope)
-    teams = list(access.visible_teams(request.user, scope=scope).order_by("slug")[:3])
-    if len(teams) == 1:
-        return teams[0]
-    if not teams:
-        raise invalid({"team": ["You are not in any team (or your token reaches none)."]})
-    names = ", ".join(t.slug for t in teams[:2]) + (", …" if len(teams) > 2 else "")
-    raise invalid({"team": [f"You are in several teams ({names}); say which."]})
-
-
-def submit_target(request, slug: str | None, queue_name: str):
-    """The team and queue of a single submission, in one query (access.get_submit_target)."""
-    try:
-        return access.get_submit_target(request.user, slug, queue_name, scope=scope_of(request))
-    except access.MultipleTeams as exc:
-        if not exc.slugs:
-            raise invalid(
-                {"team": ["You are not in any team (or your token reaches none)."]}
-            ) from None
-        names = ", ".join(exc.slugs[:2]) + (", …" if len(exc.slugs) > 2 else "")
-        raise invalid({"team": [f"You are in several teams ({names}); say which."]}) from None
-
-
-def submit_lookups(request, team, queue_names) -> ApiLookups:
-    """Raise unless the caller may submit to the team; return the lookups for jobspec,
-    holding the queues found (unknown queue names are jobspec's to report)."""
-    found = []
-    for name in queue_names:
-        try:
-            found.append(
-                access.get_queue_for_submit(request.user, team, name, scope=scope_of(request))
-            )
-        except access.NotFound as exc:
-            if exc.what != "queue":
-                raise
-    return ApiLookups(team, queues=found)
-
-
-def idempotency_key(request, limit: int = MAX_KEY_LENGTH) -> str | None:
-    key = request.headers.get(IDEMPOTENCY_HEADER, "").strip()
-    if not key:
-        return None
-    if len(key) > limit or not key.isprintable() or not key.isascii():
-        raise invalid({IDEMPOTENCY_HEADER: [f"At most {limit} printable ASCII characters."]})
-    return key
+# `state` is a comma-separated list of states (`?state=pending,running`): said so in the
+# schema, with the states as an enum, instead of the serializer's plain string.
+STATE_PARAMETER = OpenApiParameter(
+    "state",
+    {"type": "array", "items": {"type": "string", "enum": s.STATES}, "minItems": 1},
+    OpenApiParameter.QUERY,
+    style="form",
+    explode=False,
+    description="One or more states, comma-separated.",
+)
 
 
 class JobFilterSerializer(serializers.Serializer):
@@ -157,7 +118,7 @@ def order_jobs(jobs, ordering: str):
         return jobs.order_by("submitted_at", "id")
     if ordering == "queue":
         rank = Case(
-            When(state__in=ACTIVE, then=Value(0)),
+            When(state__in=Job.ACTIVE_STATES, then=Value(0)),
             When(state=Job.State.PENDING, then=Value(1)),
             default=Value(2),
             output_field=IntegerField(),
@@ -172,10 +133,18 @@ def order_jobs(jobs, ordering: str):
     return jobs.order_by("-submitted_at", "-id")
 
 
-class JobListView(APIView):
+class JobsView(APIView):
+    """/api/v1/jobs/: GET lists jobs (DRF); POST submits one job, answered by the plain
+    handler api/views/submit.py before DRF runs (`post` here only publishes its schema)."""
+
+    def dispatch(self, request, *args, **kwargs):
+        if request.method == "POST":
+            return submit_job_view(request)
+        return super().dispatch(request, *args, **kwargs)
+
     @extend_schema(
         operation_id="jobs_list",
-        parameters=[JobFilterSerializer],
+        parameters=[JobFilterSerializer, STATE_PARAMETER],
         responses={200: s.JobPageSerializer},
         description="Jobs of the caller's teams (narrowed by a scoped token), newest first.",
     )
@@ -200,23 +169,8 @@ class JobListView(APIView):
         },
         description="Submit one job. The job is committed before the 201 is sent.",
     )
-    def post(self, request):
-        values, errors = s.parse(SUBMIT_FIELDS, request.data)
-        if errors.keys() & {"team", "non_field_errors"}:
-            raise invalid(flatten(errors))
-        team, queue = submit_target(
-            request, values.pop("team", None), values.get("queue") or "default"
-        )
-        lookups = ApiLookups(team, queues=[queue] if queue else [])
-        key = idempotency_key(request)
-        spec = validated_spec(team, values, errors, lookups)
-        result = submit_job(team=team, spec=spec, user=request.user, idempotency_key=key)
-        receipt = RECEIPT.to_representation(result.job)
-        if result.created:
-            return Response(
-                receipt, status=201, headers={"Location": f"/api/v1/jobs/{result.job.pk}/"}
-            )
-        return Response(receipt, status=200, headers={REPLAY_HEADER: "true"})
+    def post(self, request):  # pragma: no cover — dispatch answers every POST
+        raise AssertionError("POST /api/v1/jobs/ is answered by api/views/submit.py")
 
 
 class BulkSubmitView(APIView):
@@ -251,43 +205,24 @@ class BulkSubmitView(APIView):
     def post(self, request):
         envelope = s.BulkEnvelopeSerializer(data=request.data)
         envelope.is_valid(raise_exception=True)
-        team = submit_team(request, envelope.validated_data.get("team"))
-        parsed = [s.parse(SPEC_FIELDS, item) for item in envelope.validated_data["jobs"]]
-        lookups = submit_lookups(
-            request, team, sorted({v.get("queue") or "default" for v, _ in parsed})
-        )
-        specs, errors = [], {}
-        for i, (values, problems) in enumerate(parsed):
-            try:
-                specs.append(validated_spec(team, values, problems, lookups))
-            except SpecError as exc:
-                errors.update({f"jobs[{i}].{name}": msgs for name, msgs in exc.fields.items()})
-        if errors:
-            bad = len({name.partition(".")[0] for name in errors})
-            raise invalid(errors, f"{bad} of {len(parsed)} jobs are invalid; none was submitted.")
+        items = [_flat(s.parse(SPEC_FIELDS, item)) for item in envelope.validated_data["jobs"]]
         key = idempotency_key(request, limit=MAX_KEY_LENGTH - BULK_SUFFIX)
-        result = submit_jobs(team=team, specs=specs, user=request.user, idempotency_key=key)
+        caller = Caller(request.user, scope_of(request))
+        try:
+            team, result = submit_many(
+                caller, envelope.validated_data.get("team"), items, idempotency_key=key
+            )
+        except BulkSpecError as exc:
+            raise invalid(exc.fields, exc.summary) from None
         body = {"team": team.slug, "count": len(result.ids), "ids": result.ids}
         if result.created:
             return Response(body, status=201)
         return Response(body, status=200, headers={REPLAY_HEADER: "true"})
 
 
-def validated_spec(team, values: dict, errors: dict, lookups: SpecLookups) -> JobSpec:
-    """The job spec, or SpecError with the parse errors plus jobspec's messages on the
-    fields that did parse, so a user sees every problem at once."""
-    if "non_field_errors" in errors:
-        raise SpecError(flatten(errors))
-    try:
-        clean = {k: v for k, v in values.items() if k not in errors}
-        spec = clean_job_spec(team, clean, lookups)
-    except SpecError as exc:
-        merged = flatten(errors)
-        merged.update({name: msgs for name, msgs in exc.fields.items() if name not in errors})
-        raise SpecError(merged) from None
-    if errors:
-        raise SpecError(flatten(errors))
-    return spec
+def _flat(parsed: tuple[dict, dict]) -> tuple[dict, dict[str, list[str]]]:
+    values, errors = parsed
+    return values, flatten(errors) if errors else {}
 
 
 def job_detail(job: Job) -> dict:

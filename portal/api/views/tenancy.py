@@ -16,7 +16,7 @@ from portal.api.views.tokens import token_data
 from portal.core import access, reports
 from portal.core.models import Allocation, Gpu, Job, Membership, Node, Queue
 
-ACTIVE = [Job.State.ADMITTED, Job.State.RUNNING, Job.State.PREEMPTING]
+ACTIVE = list(Job.ACTIVE_STATES)
 
 
 def roles_of(user) -> dict[int, str]:
@@ -25,7 +25,7 @@ def roles_of(user) -> dict[int, str]:
 
 
 def role(user, roles: dict[int, str], team_id: int) -> str | None:
-    return roles.get(team_id) or (Membership.Role.LEAD if user.is_staff else None)
+    return access.effective_role(user, roles.get(team_id))
 
 
 class QueueListView(APIView):

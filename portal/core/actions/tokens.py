@@ -11,7 +11,14 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection, transaction
 from django.utils import timezone
 
-from portal.core.access import row_version, submit_target_from, submit_target_sql, visible_teams
+from portal.core.access import (
+    SUBMIT_ROLES,
+    row_version,
+    submit_target_from,
+    submit_target_sql,
+    token_usable,
+    visible_teams,
+)
 from portal.core.actions.audit import record_event
 from portal.core.db import columns, server_binding_cursor, split_row
 from portal.core.models import ApiToken, Membership, Queue, Team
@@ -25,9 +32,7 @@ def create_api_token(
 
     `teams` narrows the token to some of the user's teams; None means all of them.
     """
-    allowed = set(visible_teams(user).values_list("pk", flat=True))
-    if teams and any(t.pk not in allowed for t in teams):
-        raise PermissionError("A token can only be scoped to teams the user belongs to.")
+    check_token_scope(user, teams)
     if expires_at is not None and expires_at <= timezone.now():
         raise ValueError("The expiry must be in the future.")
     secret = new_secret("bat")
@@ -43,6 +48,14 @@ def create_api_token(
             token.teams.set(teams)
         record_event(actor=user, instance=token, action="create")
     return token, secret.plaintext
+
+
+def check_token_scope(user, teams) -> None:
+    """PermissionError unless every team (of a token's scope) is one the user belongs to
+    (the dashboard, the API and the admin create tokens under this rule)."""
+    allowed = set(visible_teams(user).values_list("pk", flat=True))
+    if teams and any(t.pk not in allowed for t in teams):
+        raise PermissionError("A token can only be scoped to teams the user belongs to.")
 
 
 def revoke_api_token(token: ApiToken, *, acting_user) -> bool:
@@ -82,10 +95,10 @@ class SubmitGrant:
 
 
 def authenticate_for_submit(
-    plaintext: str, slug: str | None, queue_name: str
+    token_digest: str, slug: str | None, queue_name: str
 ) -> SubmitGrant | None:
     """authenticate_token and access.get_submit_target in one query, for the common
-    single submission (api/views/fastsubmit.py): the token, the team and the queue
+    single submission (portal/core/grants.py): the token, the team and the queue
     when the token is usable, its user a member (not a viewer, not staff) of exactly
     one team that fits, with that queue. None in every other case, for the full
     path to tell which error it is. PostgreSQL only (None elsewhere)."""
@@ -97,7 +110,7 @@ def authenticate_for_submit(
         join=f" LEFT JOIN LATERAL ({target}) x ON true",
     )
     with server_binding_cursor() as cursor:
-        cursor.execute(sql, {"digest": digest(plaintext), "queue": queue_name, "slug": slug})
+        cursor.execute(sql, {"digest": token_digest, "queue": queue_name, "slug": slug})
         rows = cursor.fetchall()
     if not rows:
         return None
@@ -124,6 +137,10 @@ def _submit_guard(token: ApiToken, team: Team, queue: Queue, slug: bool) -> tupl
     and the queue unchanged (row_version)."""
     User = get_user_model()
     mine = Membership._meta.db_table
+    # The roles are constants written into the text, not parameters: the whole insert
+    # must stay within psycopg's 50 parameters, or it is parsed again on every
+    # submission (tests/api/test_submit_route.py), and an array costs a dumper each time.
+    roles = ", ".join(f"'{role}'" for role in SUBMIT_ROLES)
     scope = f"SELECT st.team_id FROM {ApiToken.teams.through._meta.db_table} st WHERE st.apitoken_id = tk.id"
 
     def in_scope(column: str) -> str:
@@ -141,11 +158,11 @@ def _submit_guard(token: ApiToken, team: Team, queue: Queue, slug: bool) -> tupl
         f"JOIN {Queue._meta.db_table} q ON q.team_id = t.id AND q.id = %s "
         "WHERE tk.id = %s AND tk.revoked_at IS NULL "
         "AND (tk.expires_at IS NULL OR tk.expires_at > statement_timestamp()) "
-        f"AND u.is_active AND NOT u.is_staff AND m.role <> %s AND {in_scope('m.team_id')} "
+        f"AND u.is_active AND NOT u.is_staff AND m.role IN ({roles}) AND {in_scope('m.team_id')} "
         f"AND {row_version('u')} = %s AND {row_version('q')} = %s AND {row_version('t')} = %s"
         f"{only_team}"
     )
-    params = [team.pk, queue.pk, token.pk, Membership.Role.VIEWER]
+    params = [team.pk, queue.pk, token.pk]
     return sql, params + [token.user.row_version, queue.row_version, team.row_version]
 
 
@@ -176,7 +193,7 @@ def _usable(row) -> tuple[ApiToken | None, Sequence]:
     (token, user), (teams, *rest) = split_row(row, ApiToken, get_user_model())
     token.user, token.scoped = user, teams is not None
     token.scope_ids = set(teams) if isinstance(teams, list) else None
-    if not token.is_usable or not user.is_active:
+    if not token_usable(token, user):
         return None, rest
     now = timezone.now()
     if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:

@@ -55,7 +55,7 @@ class WorkerReport:
 
 def is_desired(worker: Worker, job: Job) -> bool:
     """A worker should run only while its job is active in the worker's attempt."""
-    return job.state in (State.ADMITTED, State.RUNNING) and worker.attempt == job.attempt
+    return job.state in Job.RUNNING_STATES and worker.attempt == job.attempt
 
 
 def apply_worker_reports(
@@ -196,7 +196,7 @@ def _decide(jobs: dict[int, Job], current: dict[int, list[Worker]]) -> dict[str,
         if job.state == State.PREEMPTING:
             if ended:
                 out["preempted"].append(pk)
-        elif job.state in (State.ADMITTED, State.RUNNING):
+        elif job.state in Job.RUNNING_STATES:
             if failed:
                 out["failed"].append((pk, failed[0]))
             elif lost:
@@ -227,7 +227,7 @@ def _carry_out(
     )
     transition(
         decisions["succeeded"],
-        from_states=[State.ADMITTED, State.RUNNING],
+        from_states=Job.RUNNING_STATES,
         to_state=State.SUCCEEDED,
         kind="succeeded",
         message="All workers exited with code 0.",
@@ -244,7 +244,7 @@ def _carry_out(
         )
         transition(
             [pk],
-            from_states=[State.ADMITTED, State.RUNNING],
+            from_states=Job.RUNNING_STATES,
             to_state=State.FAILED,
             kind="failed",
             message=f"Worker rank {worker.rank} {what}; the gang is stopped.",
@@ -260,7 +260,7 @@ def _carry_out(
             decisions["lost"],
             kind=lost_kind,
             message=lost_message,
-            from_states=[State.ADMITTED, State.RUNNING],
+            from_states=Job.RUNNING_STATES,
         )
     if decisions["preempted"]:
         requeue_or_fail(

@@ -29,7 +29,13 @@ class Job(models.Model):
 
     State = JobState
 
+    # The one definition of what each group of states means; use these, not lists.
+    # Active: holds GPUs (admitted, running, or being stopped for preemption).
     ACTIVE_STATES = (State.ADMITTED, State.RUNNING, State.PREEMPTING)
+    # Meant to run: active and not being stopped.
+    RUNNING_STATES = (State.ADMITTED, State.RUNNING)
+    # Not ended yet: waiting or active.
+    OPEN_STATES = (State.PENDING, *ACTIVE_STATES)
     TERMINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
 
     # No index of their own: job_team_state / job_team_recent and job_queue_order lead

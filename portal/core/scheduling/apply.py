@@ -21,16 +21,16 @@ from portal.core.db import bulk_set, bulk_set_values
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
 from scheduler import model as m
+from scheduler import reasons
 from scheduler.reasons import NEVER_FITS
 
 State = Job.State
 # An estimate that moved less than this is not rewritten (saves writes every pass).
 ESTIMATE_SLACK_S = 60
 VERDICT_FIELDS = ["reason_code", "reason", "queue_position", "estimated_start_at"]
-OLD_ATTEMPT = (
-    "previous_attempt",
-    "Waiting for the workers of its previous attempt to stop before it can be admitted again.",
-)
+# A requeued job whose previous attempt still has live workers is not given to the core
+# (snapshot.py); its verdict is the scheduler's reason for that wait.
+OLD_ATTEMPT = (reasons.PREVIOUS_ATTEMPT, reasons.REASONS[reasons.PREVIOUS_ATTEMPT])
 
 
 @dataclass
@@ -109,7 +109,7 @@ def _preempt(preemptions: tuple[m.Preemption, ...], ctx: PassContext) -> list[in
     }
     moved = transition(
         list(events),
-        from_states=[State.ADMITTED, State.RUNNING],
+        from_states=Job.RUNNING_STATES,
         to_state=State.PREEMPTING,
         kind="preempted",
         per_job=events,

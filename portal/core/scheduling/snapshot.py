@@ -13,7 +13,8 @@ from datetime import datetime
 
 from django.db.models import Exists, OuterRef
 
-from portal.core.models import Allocation, DecayedUsage, Gpu, Job, Node, Quota, Team, Worker
+from portal.core.models import Allocation, Gpu, Job, Node, Worker
+from portal.core.scheduling.teams import scheduler_teams
 from scheduler import model as m
 
 
@@ -126,7 +127,7 @@ def _running(ctx: PassContext, now: datetime) -> list[m.RunningJob]:
 
 
 def _running_job(row: dict, placement: tuple, now: datetime) -> m.RunningJob:
-    stopping = row["state"] not in (Job.State.ADMITTED, Job.State.RUNNING)
+    stopping = row["state"] not in Job.RUNNING_STATES
     started = row["admitted_at"] or row["submitted_at"]
     return m.RunningJob(
         id=row["pk"],
@@ -150,34 +151,9 @@ def _running_job(row: dict, placement: tuple, now: datetime) -> m.RunningJob:
 
 
 def _teams(ctx: PassContext, now: datetime, config: m.PolicyConfig) -> list[m.Team]:
-    from scheduler.fairshare import decay
-
-    quotas = defaultdict(dict)
-    for team_id, flavor_id, flavor, nominal, borrow, lend in Quota.objects.values_list(
-        "team_id", "flavor_id", "flavor__name", "nominal", "borrowing_limit", "lending_limit"
-    ):
-        quotas[team_id][flavor] = m.Quota(
-            nominal=nominal, borrowing_limit=borrow, lending_limit=lend
-        )
-        ctx.flavor_ids[flavor] = flavor_id
-    usage = defaultdict(dict)
-    for team_id, flavor, value, updated in DecayedUsage.objects.values_list(
-        "team_id", "flavor__name", "gpu_seconds", "updated_at"
-    ):
-        usage[team_id][flavor] = decay(
-            value, max(0.0, (now - updated).total_seconds()), config.half_life
-        )
-    teams = []
-    for pk, slug, weight, cohort in Team.objects.values_list(
-        "pk", "slug", "weight", "cohort__name"
-    ):
-        ctx.team_ids[slug] = pk
-        teams.append(
-            m.Team(
-                name=slug, weight=weight, cohort=cohort, quotas=quotas[pk], decayed_usage=usage[pk]
-            )
-        )
-    return teams
+    teams = scheduler_teams(now, config.half_life, flavor_ids=ctx.flavor_ids)
+    ctx.team_ids.update({team.name: pk for pk, team in teams.items()})
+    return list(teams.values())
 
 
 def _pending(ctx: PassContext) -> list[m.PendingJob]:

@@ -1,7 +1,6 @@
 """One job: spec, why it waits, timeline, allocation, preemptions, logs; and cancelling it."""
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect
 from django.utils import timezone
@@ -9,8 +8,8 @@ from django.views.decorators.http import require_POST
 
 from portal.core.access import (
     NotFound,
-    check_can_act_on_job,
     get_job_for_user,
+    may_act_on_job,
     visible_teams,
 )
 from portal.core.actions.jobs import InvalidTransition, cancel_job
@@ -39,7 +38,7 @@ def job_detail(request, job_id: int):
         # A cancelled job keeps its GPUs until its workers stop: keep polling until then.
         "polling": not job.is_terminal or any(w.worker.is_live for w in history.workers),
         "ahead": queries.jobs_ahead(job) if job.state == Job.State.PENDING else None,
-        "can_cancel": not job.is_terminal and _may_act(request.user, job),
+        "can_cancel": not job.is_terminal and may_act_on_job(request.user, ctx.role, job),
         "waited": duration(((job.admitted_at or now) - job.submitted_at).total_seconds()),
         "estimate": relative(job.estimated_start_at, now),
         "elapsed_s": _elapsed(job, now),
@@ -72,14 +71,6 @@ def _job(user, job_id: int) -> Job:
         return get_job_for_user(user, job_id)
     except NotFound:
         raise Http404("No such job.") from None
-
-
-def _may_act(user, job: Job) -> bool:
-    try:
-        check_can_act_on_job(user, job)
-    except PermissionDenied:
-        return False
-    return True
 
 
 class _team_ids:

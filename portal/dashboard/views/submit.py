@@ -4,8 +4,9 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 
-from portal.core.access import NotFound, get_queue_for_submit
-from portal.core.actions.jobs import IdempotencyConflict, QueueFull, submit_job
+from portal.core.access import NotFound
+from portal.core.actions import submit as submission
+from portal.core.actions.jobs import IdempotencyConflict, QueueFull
 from portal.core.jobspec import SpecError
 from portal.dashboard import queries
 from portal.dashboard.format import duration
@@ -42,14 +43,11 @@ def _submit(request, team, form: SubmitJobForm):
     The form's hidden request id is the idempotency key, so a double click or a
     re-sent POST returns the same job instead of a second one.
     """
-    data = form.spec_data()
+    values = form.spec_data() | {"team": team.slug}
     try:
-        get_queue_for_submit(request.user, team, data["queue"])
-        spec = form.spec  # checked by the form with clean_job_spec, as the API does
-        return submit_job(
-            team=team,
-            spec=spec,
-            user=request.user,
+        return submission.submit(
+            submission.Caller(request.user),
+            values,
             idempotency_key=f"web-{form.cleaned_data['request_id']}",
         ).job
     except NotFound:

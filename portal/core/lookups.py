@@ -3,7 +3,8 @@
 The nodes of a flavor (sizes, topology labels), the largest gang they can host
 and the most GPUs a team could ever get change only when an admin edits quotas
 or nodes come and go, yet computing them costs two queries (one over every GPU
-of the flavor) per submission. The API remembers them for FACT_TTL_S seconds per process. For that long after such an
+of the flavor) per submission. Submissions (actions.submit: the API and the
+dashboard) remember them for FACT_TTL_S seconds per process. For that long after such an
 edit, a submission is judged against the old limits: a gang that no longer fits
 is still accepted and the scheduler reports it as `never_fits` (visible in the
 job's reason, never silent); one that newly fits is refused until the facts
@@ -40,7 +41,9 @@ def _remembered(key: tuple, compute):
     return value
 
 
-class ApiLookups(SpecLookups):
+class RememberedLookups(SpecLookups):
+    """SpecLookups whose cluster facts are remembered FACT_TTL_S in this process."""
+
     def flavors(self) -> dict[str, GpuFlavor]:
         if self._flavors is None:
             self._flavors = _remembered(
@@ -49,21 +52,23 @@ class ApiLookups(SpecLookups):
         return self._flavors
 
     def nodes(self, flavor: GpuFlavor) -> tuple[m.Node, ...]:
-        return _remembered(("nodes", flavor.pk), lambda: super(ApiLookups, self).nodes(flavor))
+        return _remembered(
+            ("nodes", flavor.pk), lambda: super(RememberedLookups, self).nodes(flavor)
+        )
 
     def largest_node(self, flavor: GpuFlavor) -> int | None:
         return _remembered(
-            ("largest", flavor.pk), lambda: super(ApiLookups, self).largest_node(flavor)
+            ("largest", flavor.pk), lambda: super(RememberedLookups, self).largest_node(flavor)
         )
 
     def gang_limit(self, flavor: GpuFlavor, per_worker: int) -> GangLimit | None:
         return _remembered(
             ("gang", flavor.pk, per_worker),
-            lambda: super(ApiLookups, self).gang_limit(flavor, per_worker),
+            lambda: super(RememberedLookups, self).gang_limit(flavor, per_worker),
         )
 
     def max_gpus_ever(self, flavor: GpuFlavor) -> int:
         return _remembered(
             ("ceiling", self.team.pk, flavor.pk),
-            lambda: super(ApiLookups, self).max_gpus_ever(flavor),
+            lambda: super(RememberedLookups, self).max_gpus_ever(flavor),
         )

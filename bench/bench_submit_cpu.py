@@ -1,0 +1,99 @@
+"""CPU one single submission costs in the web process, measured in-process: the WSGI
+application called directly (no HTTP server, no client processes), so the figure
+is the Django side alone and far less noisy than bench_api.py on a shared machine.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench_cpu \\
+    REDIS_URL=redis://127.0.0.1:6379/12 \\
+        .venv/bin/python bench/bench_submit_cpu.py [--requests 3000] [--tree PATH]
+
+`--tree` runs another checkout's code with this script (e.g. a `git worktree` of
+an older commit), to compare before and after in one sitting: run both, alternating.
+Each request is a Bearer-token submission of bench_api.py's job; pending jobs are
+moved on every 200 requests so the queue stays short. Reports the median CPU
+(process time) per request over 5 batches, and bulk submissions' CPU per job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--bulk", type=int, default=1000, help="jobs per bulk request")
+    parser.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
+    args = parser.parse_args()
+    sys.path.insert(0, args.tree)
+    os.chdir(args.tree)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/berth_bench_cpu")
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/12")
+    os.environ["BERTH_API_RATE"] = "100000000/min"
+    import django
+
+    django.setup()
+    from django.core.wsgi import get_wsgi_application
+
+    from bench.bench_api import JOB, ensure_database, populate
+    from portal.core.models import Job
+
+    ensure_database()
+    token = populate(1)[0]
+    app = get_wsgi_application()
+    single = json.dumps(JOB).encode()
+    bulk = json.dumps({"jobs": [JOB | {"gpus_per_worker": 1}] * args.bulk}).encode()
+
+    def post(path: str, body: bytes) -> str:
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": path,
+            "SERVER_NAME": "localhost",
+            "SERVER_PORT": "80",
+            "HTTP_HOST": "localhost",
+            "wsgi.url_scheme": "http",
+            "wsgi.input": io.BytesIO(body),
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(body)),
+            "HTTP_AUTHORIZATION": f"Bearer {token}",
+        }
+        status = []
+        chunks = app(environ, lambda s, h, exc=None: status.append(s))
+        b"".join(chunks)
+        getattr(chunks, "close", lambda: None)()
+        return status[0]
+
+    def batch(path: str, body: bytes, n: int) -> float:
+        cpu = 0.0
+        for i in range(n):
+            if i % 200 == 0:
+                Job.objects.filter(state="pending").update(state="succeeded")
+            start = time.process_time()
+            status = post(path, body)
+            cpu += time.process_time() - start
+            assert status.startswith("201"), status
+        return cpu / n
+
+    print(f"tree {args.tree}")
+    batch("/api/v1/jobs/", single, 200)  # warm-up
+    per_request = [batch("/api/v1/jobs/", single, args.requests // 5) for _ in range(5)]
+    print(
+        f"single submit: {statistics.median(per_request) * 1000:.3f} ms CPU per request "
+        f"(batches: {', '.join(f'{x * 1000:.3f}' for x in per_request)})"
+    )
+    per_bulk = [batch("/api/v1/jobs/bulk/", bulk, 1) for _ in range(6)][1:]
+    print(
+        f"bulk submit: {statistics.median(per_bulk) / args.bulk * 1e6:.1f} µs CPU per job "
+        f"({args.bulk} jobs per request)"
+    )
+
+
+if __name__ == "__main__":
+    main()
