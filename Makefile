@@ -10,11 +10,12 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast lint format services browser docker bench-core bench-pass \
+.PHONY: install run test test-fast lint format services browser docker sso bench-core bench-pass \
         bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults fuzz clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	scripts/ensure-ldap-dev.sh
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
 	$(BIN)/pip install -q --no-deps -e .
@@ -28,7 +29,7 @@ run: install
 	$(BIN)/python -m portal.devstack
 
 ## make test: every test against PostgreSQL and Redis (started here if installed but stopped)
-test: install services browser docker
+test: install services browser docker sso
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -60,6 +61,10 @@ browser:
 
 docker:
 	scripts/ensure-docker.sh
+
+## the identity providers the SSO tests start: slapd (Debian) and oidc-provider (npm, package.json)
+sso:
+	scripts/ensure-sso.sh
 
 lint: install
 	$(BIN)/ruff check .
