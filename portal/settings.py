@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "portal.core",
     "portal.whatif",
+    "portal.sso",
 ]
 
 MIDDLEWARE = [
