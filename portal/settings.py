@@ -112,6 +112,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Single sign-on: OIDC and LDAP backends, when configured (portal/sso/conf.py, docs/auth.md).
+from portal.sso.conf import sso_settings  # noqa: E402
+
+globals().update(sso_settings())
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"

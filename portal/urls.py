@@ -4,6 +4,7 @@ from django.urls import include, path
 
 from portal.agentapi import views as agentapi
 from portal.ops import views as ops
+from portal.sso.oidc import SsoLogoutView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -14,7 +15,8 @@ urlpatterns = [
     path("api/agent/v1/heartbeat", agentapi.heartbeat_view, name="agent-heartbeat"),
     path("api/", include("portal.api.urls")),
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", SsoLogoutView.as_view(), name="logout"),
+    path("", include("portal.sso.urls")),
     path("whatif/", include("portal.whatif.urls")),
     path("", include("portal.dashboard.urls")),
 ]

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+# The identity providers the SSO tests start, shared with the browser tests.
+pytest_plugins = ["tests.sso.fixtures"]
+
 
 @pytest.fixture
 def cluster(db):

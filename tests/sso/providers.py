@@ -1,0 +1,118 @@
+"""Real identity providers for the SSO tests, each started once per test session:
+oidc-provider (npm, run by node; tests/sso/oidc_provider.mjs) and slapd (Debian).
+
+Each binds 127.0.0.1 on a free port and runs in a temporary folder; a test changes a
+person's groups by rewriting the provider's data (`OidcProvider.set_groups`,
+`Slapd.set_members`), which the provider reads at the next sign-in.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from urllib.parse import urljoin, urlparse
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Unavailable(Exception):
+    """The provider's program is not installed (the test is skipped, naming it)."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(check, what: str, process: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            if check():
+                return
+        except (OSError, requests.RequestException):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not come up within {timeout:.0f} s")
+
+
+class OidcProvider:
+    """node tests/sso/oidc_provider.mjs on a free port; clients berth, berth-short, berth-other."""
+
+    def __init__(self, folder: Path):
+        script = ROOT / "tests" / "sso" / "oidc_provider.mjs"
+        if not shutil.which("node") or not (ROOT / "node_modules" / "oidc-provider").is_dir():
+            raise Unavailable("node or node_modules/oidc-provider (run scripts/ensure-sso.sh)")
+        self.port = free_port()
+        self.issuer = f"http://127.0.0.1:{self.port}"
+        self.accounts_file = folder / "accounts.json"
+        self.accounts: dict[str, dict] = {}
+        self._write()
+        self.log = open(folder / "oidc-provider.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            ["node", str(script), str(self.port), str(self.accounts_file)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        discovery = f"{self.issuer}/.well-known/openid-configuration"
+        _wait(lambda: requests.get(discovery, timeout=1).ok, "oidc-provider", self.process)
+
+    def set_groups(self, login: str, groups: list[str]) -> None:
+        self.accounts[login] = {"groups": list(groups)}
+        self._write()
+
+    def remove(self, login: str) -> None:
+        self.accounts.pop(login, None)
+        self._write()
+
+    def _write(self) -> None:
+        self.accounts_file.write_text(json.dumps(self.accounts))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+        self.log.close()
+
+
+_FORM = re.compile(r'<form[^>]*action="([^"]+)"[^>]*>(.*?)</form>', re.S)
+_HIDDEN = re.compile(r'<input[^>]*type="hidden"[^>]*name="([^"]+)"[^>]*value="([^"]*)"', re.S)
+
+
+def through_provider(url: str, login: str, session: requests.Session | None = None) -> str:
+    """Walk the provider's own pages from an authorization URL as a person would: submit
+    the login form (any password), then consent. Return the redirect back to the
+    portal (a URL outside the provider)."""
+    session = session or requests.Session()
+    provider = urlparse(url).netloc
+    for _ in range(12):
+        response = session.get(url, allow_redirects=False, timeout=10)
+        while response.is_redirect:
+            url = urljoin(url, response.headers["Location"])
+            if urlparse(url).netloc != provider:
+                return url
+            response = session.get(url, allow_redirects=False, timeout=10)
+        form = _FORM.search(response.text)
+        if form is None:
+            raise AssertionError(f"no form on the provider's page {url}: {response.text[:300]}")
+        fields = {name: html.unescape(value) for name, value in _HIDDEN.findall(form.group(2))}
+        if 'name="login"' in form.group(2):
+            fields |= {"login": login, "password": "any"}
+        response = session.post(
+            urljoin(url, html.unescape(form.group(1))), data=fields, allow_redirects=False
+        )
+        url = urljoin(url, response.headers.get("Location", url))
+        if urlparse(url).netloc != provider:
+            return url
+    raise AssertionError("the provider never sent the browser back")
