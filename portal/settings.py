@@ -240,6 +240,12 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 20.0},
     },
 }
+# SSO: LDAP users re-read from the directory, stale SSO users deactivated (portal/sso/tasks.py).
+CELERY_BEAT_SCHEDULE["sso-sync"] = {
+    "task": "portal.sso.tasks.sso_sync",
+    "schedule": BERTH_SSO["SYNC_INTERVAL_S"],  # noqa: F821 (set by sso_settings above)
+    "options": {"expires": BERTH_SSO["SYNC_INTERVAL_S"]},  # noqa: F821
+}
 
 # --- REST framework --------------------------------------------------------------
 # Plain single submissions skip DRF's machinery (portal/api/views/fastsubmit.py);

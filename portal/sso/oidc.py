@@ -30,6 +30,7 @@ from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from portal.sso.actions import Assertion, SsoRefused, sign_in_sso_user
+from portal.sso.backends import ActiveUsersOnly
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def asserted_groups(value) -> tuple[str, ...]:
     return tuple(str(group) for group in value if isinstance(group, str | int))
 
 
-class OidcBackend(OIDCAuthenticationBackend):
+class OidcBackend(ActiveUsersOnly, OIDCAuthenticationBackend):
     """The library's backend, with endpoints read when used, not when constructed:
     Django builds every backend on every authenticate(), password logins included."""
 

@@ -46,3 +46,34 @@ def oidc_env(provider, client: str = "berth") -> dict[str, str]:
         "BERTH_OIDC_SCOPES": "openid profile email groups",
         "BERTH_OIDC_PROVIDER_NAME": "Test IdP",
     }
+
+
+@pytest.fixture(scope="session")
+def slapd(tmp_path_factory):
+    from tests.sso.providers import Slapd
+
+    try:
+        server = Slapd(tmp_path_factory.mktemp("slapd"))
+    except Unavailable as exc:
+        pytest.skip(f"no LDAP server: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def ldap_directory(slapd, settings, monkeypatch):
+    """The portal configured for the test slapd (password form: LDAP, then local)."""
+    from tests.sso.providers import GROUPS, PEOPLE, ROOT_DN, ROOT_PW
+
+    apply_sso_env(
+        settings,
+        monkeypatch,
+        {
+            "BERTH_LDAP_URI": slapd.uri,
+            "BERTH_LDAP_BIND_DN": ROOT_DN,
+            "BERTH_LDAP_BIND_PASSWORD": ROOT_PW,
+            "BERTH_LDAP_USER_BASE": PEOPLE,
+            "BERTH_LDAP_GROUP_BASE": GROUPS,
+        },
+    )
+    return slapd

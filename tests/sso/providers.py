@@ -116,3 +116,95 @@ def through_provider(url: str, login: str, session: requests.Session | None = No
         if urlparse(url).netloc != provider:
             return url
     raise AssertionError("the provider never sent the browser back")
+
+
+SUFFIX = "dc=berth,dc=test"
+ROOT_DN = f"cn=admin,{SUFFIX}"
+ROOT_PW = "slapd-root-secret"
+PEOPLE = f"ou=people,{SUFFIX}"
+GROUPS = f"ou=groups,{SUFFIX}"
+_SLAPD_CONF = """\
+include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/inetorgperson.schema
+include /etc/ldap/schema/nis.schema
+modulepath /usr/lib/ldap
+moduleload back_mdb
+pidfile {folder}/slapd.pid
+database mdb
+maxsize 16777216
+suffix "{suffix}"
+rootdn "{root_dn}"
+rootpw {root_pw}
+directory {folder}/data
+access to attrs=userPassword by anonymous auth by * none
+access to * by * read
+"""
+
+
+class Slapd:
+    """Debian's slapd on a free port with a small directory: people under ou=people
+    (password `<uid>-password`), groupOfNames groups under ou=groups."""
+
+    def __init__(self, folder: Path):
+        binary = shutil.which("slapd") or "/usr/sbin/slapd"
+        if not Path(binary).exists() or not Path("/etc/ldap/schema/nis.schema").exists():
+            raise Unavailable("slapd (run scripts/ensure-sso.sh)")
+        (folder / "data").mkdir()
+        conf = folder / "slapd.conf"
+        conf.write_text(
+            _SLAPD_CONF.format(folder=folder, suffix=SUFFIX, root_dn=ROOT_DN, root_pw=ROOT_PW)
+        )
+        self.port = free_port()
+        self.uri = f"ldap://127.0.0.1:{self.port}"
+        self.log = open(folder / "slapd.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [binary, "-f", str(conf), "-h", f"{self.uri}/", "-d", "0"],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        _wait(self._bound, "slapd", self.process)
+        self._add(SUFFIX, objectClass=["dcObject", "organization"], dc="berth", o="Berth test")
+        self._add(PEOPLE, objectClass=["organizationalUnit"], ou="people")
+        self._add(GROUPS, objectClass=["organizationalUnit"], ou="groups")
+
+    def _bound(self) -> bool:
+        import ldap
+
+        self.conn = ldap.initialize(self.uri)
+        self.conn.simple_bind_s(ROOT_DN, ROOT_PW)
+        return True
+
+    def _add(self, dn: str, **attrs) -> None:
+        from ldap import modlist
+
+        values = {k: [v.encode() for v in (vs if isinstance(vs, list) else [vs])]
+                  for k, vs in attrs.items()}  # fmt: skip
+        self.conn.add_s(dn, modlist.addModlist(values))
+
+    def add_person(self, uid: str) -> str:
+        dn = f"uid={uid},{PEOPLE}"
+        self._add(dn, objectClass=["inetOrgPerson"], uid=uid, cn=uid, sn=uid,
+                  mail=f"{uid}@example.com", userPassword=f"{uid}-password")  # fmt: skip
+        return dn
+
+    def remove_person(self, uid: str) -> None:
+        self.conn.delete_s(f"uid={uid},{PEOPLE}")
+
+    def set_members(self, group: str, uids: list[str]) -> None:
+        """The group's members, replaced (groupOfNames needs one: the root DN stands in)."""
+        import ldap
+
+        dn = f"cn={group},{GROUPS}"
+        members = [f"uid={uid},{PEOPLE}".encode() for uid in uids] or [ROOT_DN.encode()]
+        try:
+            self.conn.modify_s(dn, [(ldap.MOD_REPLACE, "member", members)])
+        except ldap.NO_SUCH_OBJECT:
+            self._add(dn, objectClass=["groupOfNames"], cn=group,
+                      member=[m.decode() for m in members])  # fmt: skip
+
+    def stop(self) -> None:
+        self.conn.unbind_s()
+        self.process.terminate()
+        self.process.wait(10)
+        self.log.close()

@@ -178,3 +178,24 @@ def test_password_logout_still_goes_to_the_login_page(cluster, oidc):
     client = Client()
     client.force_login(cluster.personas.lead_a)
     assert client.post("/logout/")["Location"] == "/login/"
+
+
+def test_past_the_maximum_age_the_session_and_tokens_stop_until_the_next_sign_in(mapped, oidc):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.core.actions.tokens import authenticate_token, create_api_token
+    from portal.sso.actions import deactivate_stale_sso_users
+
+    oidc.set_groups("ada", ["gpu-alpha"])
+    client = Client()
+    sign_in(client, "ada")
+    user = SsoIdentity.objects.get(subject="ada").user
+    _, token = create_api_token(user, name="ci")
+    later = timezone.now() + timedelta(days=2)
+    assert deactivate_stale_sso_users(max_age=timedelta(days=1), now=later) == 1
+    assert client.get("/").status_code == 302 and authenticate_token(token) is None
+    sign_in(client, "ada")
+    assert client.get("/").status_code == 302 and client.get("/")["Location"] == "/teams/alpha/"
+    assert authenticate_token(token) is not None
