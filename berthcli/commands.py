@@ -32,6 +32,10 @@ FINAL = {
 
 def login(args, client_for) -> int:
     """Trade a username and password for an API token and store it (mode 0600)."""
+    if getattr(args, "sso", False):
+        from berthcli import sso
+
+        return sso.login(args, _ask)
     saved = config.load()
     url = args.url or saved.url or _ask("Berth URL: ")
     username = args.username or _ask("Username: ")

@@ -38,6 +38,7 @@ DESCRIPTIONS = {
     "409": "Conflict: the Idempotency-Key was used with another body, or the job already ended.",
     "413": "The request body is too large.",
     "415": "Send `Content-Type: application/json`.",
+    "503": "The sign-in provider cannot be reached; retry later.",
     "429": "Too many requests for this token, or the queue is full; retry after `Retry-After` seconds.",
 }
 RETRY_AFTER = {
@@ -85,6 +86,9 @@ EXTRA_ERRORS = {
     "jobs_bulk_submit": ["404"],
     "jobs_cancel": ["409"],
     "tokens_create": ["404"],
+    # `berth login --sso` (portal/sso/api.py): no provider configured (404), provider down (503).
+    "sso_device_start": ["404", "503"],
+    "sso_device_token": ["404", "503"],
 }
 
 

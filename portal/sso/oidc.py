@@ -146,13 +146,21 @@ class OidcBackend(ActiveUsersOnly, OIDCAuthenticationBackend):
 
     def get_or_create_user(self, access_token, id_token, payload):
         """Find or create the user by (issuer, sub); sync their groups."""
+        try:
+            return sign_in_sso_user(self.assertion(access_token, id_token, payload))
+        except SsoRefused as exc:
+            self.request.session[REFUSED_KEY] = str(exc)
+            return None
+
+    def assertion(self, access_token, id_token, payload) -> Assertion:
+        """Who the provider says signed in: the verified ID token's claims and UserInfo's."""
         config = oidc_config()
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if userinfo.get("sub") != payload["sub"]:
             # OpenID Connect Core §5.3.2: the UserInfo `sub` must match the ID token's.
             raise SuspiciousOperation("UserInfo names a different subject than the ID token")
         claims = {**payload, **userinfo}
-        assertion = Assertion(
+        return Assertion(
             provider="oidc",
             issuer=payload["iss"],
             subject=str(payload["sub"]),
@@ -160,11 +168,6 @@ class OidcBackend(ActiveUsersOnly, OIDCAuthenticationBackend):
             email=str(claims.get("email") or ""),
             groups=asserted_groups(claims.get(config["GROUPS_CLAIM"])),
         )
-        try:
-            return sign_in_sso_user(assertion)
-        except SsoRefused as exc:
-            self.request.session[REFUSED_KEY] = str(exc)
-            return None
 
 
 class SignInView(OIDCAuthenticationRequestView):

@@ -91,30 +91,30 @@ _HIDDEN = re.compile(r'<input[^>]*type="hidden"[^>]*name="([^"]+)"[^>]*value="([
 
 
 def through_provider(url: str, login: str, session: requests.Session | None = None) -> str:
-    """Walk the provider's own pages from an authorization URL as a person would: submit
-    the login form (any password), then consent. Return the redirect back to the
-    portal (a URL outside the provider)."""
+    """Walk the provider's own pages from an authorization (or device) URL as a person
+    would: submit each form (the login form with any password, consent, the device
+    code's confirmation). Return the redirect back to the portal (a URL outside the
+    provider), or the last page's URL when the provider shows a success page."""
     session = session or requests.Session()
     provider = urlparse(url).netloc
-    for _ in range(12):
-        response = session.get(url, allow_redirects=False, timeout=10)
-        while response.is_redirect:
+    response = session.get(url, allow_redirects=False, timeout=10)
+    for _ in range(20):
+        if response.is_redirect:
             url = urljoin(url, response.headers["Location"])
             if urlparse(url).netloc != provider:
                 return url
             response = session.get(url, allow_redirects=False, timeout=10)
+            continue
         form = _FORM.search(response.text)
+        if form is None and "Sign-in Success" in response.text:
+            return url  # the device flow's last page: nothing to go back to
         if form is None:
             raise AssertionError(f"no form on the provider's page {url}: {response.text[:300]}")
         fields = {name: html.unescape(value) for name, value in _HIDDEN.findall(form.group(2))}
         if 'name="login"' in form.group(2):
             fields |= {"login": login, "password": "any"}
-        response = session.post(
-            urljoin(url, html.unescape(form.group(1))), data=fields, allow_redirects=False
-        )
-        url = urljoin(url, response.headers.get("Location", url))
-        if urlparse(url).netloc != provider:
-            return url
+        url = urljoin(url, html.unescape(form.group(1)))
+        response = session.post(url, data=fields, allow_redirects=False, timeout=10)
     raise AssertionError("the provider never sent the browser back")
 
 

@@ -199,3 +199,24 @@ def test_past_the_maximum_age_the_session_and_tokens_stop_until_the_next_sign_in
     sign_in(client, "ada")
     assert client.get("/").status_code == 302 and client.get("/")["Location"] == "/teams/alpha/"
     assert authenticate_token(token) is not None
+
+
+def test_the_device_grant_refuses_cleanly_until_confirmed(db, oidc):
+    client = Client()
+    start = client.post("/api/v1/sso/device/", {"name": "cli"}, content_type="application/json")
+    assert start.status_code == 200 and start.json()["user_code"]
+    poll = {"device_code": start.json()["device_code"], "name": "cli"}
+    pending = client.post("/api/v1/sso/device/token/", poll, content_type="application/json")
+    assert pending.status_code == 400
+    assert pending.json()["error"]["code"] == "authorization_pending"
+    bogus = client.post(
+        "/api/v1/sso/device/token/",
+        {"device_code": "not-a-code", "name": "cli"},
+        content_type="application/json",
+    )
+    assert bogus.status_code == 400 and bogus.json()["error"]["code"] == "invalid_grant"
+    unknown = client.post(
+        "/api/v1/sso/device/token/", {"device_code": "x", "name": "cli", "extra": 1},
+        content_type="application/json",
+    )  # fmt: skip
+    assert unknown.status_code == 400 and "extra" in unknown.json()["error"]["fields"]

@@ -1,0 +1,85 @@
+"""The API half of `berth login --sso` (portal/sso/device.py): start a device
+authorization, then trade the confirmed device code for a normal API token."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.api import serializers as s
+from portal.api.errors import ApiError
+from portal.api.views.tokens import issue_token
+from portal.sso import device
+
+DeviceStartSerializer = inline_serializer(
+    "DeviceAuthorization",
+    {
+        "device_code": serializers.CharField(),
+        "user_code": serializers.CharField(),
+        "verification_uri": serializers.CharField(),
+        "verification_uri_complete": serializers.CharField(required=False),
+        "expires_in": serializers.IntegerField(),
+        "interval": serializers.IntegerField(),
+    },
+)
+
+
+class DeviceTokenSerializer(s.TokenCreateSerializer):
+    device_code = serializers.CharField(max_length=512)
+
+
+def _configured() -> None:
+    from django.conf import settings
+
+    if not settings.BERTH_SSO.get("OIDC"):
+        raise ApiError(404, "not_supported", "Single sign-on (OpenID Connect) is not configured.")
+
+
+class DeviceStartView(APIView):
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="sso_device_start",
+        request=s.TokenCreateSerializer,
+        responses={200: DeviceStartSerializer},
+        description="Start `berth login --sso` with the options of the token to come: the "
+        "provider's page and the code the person confirms there (RFC 8628). 404 `not_supported` when the portal has no OpenID "
+        "Connect provider or the provider has no device authorization.",
+    )
+    def post(self, request):
+        # The token's options, checked before the person goes to the provider; they are
+        # sent again with the device code (nothing is remembered between the calls).
+        s.TokenCreateSerializer(data=request.data).is_valid(raise_exception=True)
+        _configured()
+        try:
+            return Response(device.start())
+        except device.DeviceError as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+
+
+class DeviceTokenView(APIView):
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="sso_device_token",
+        request=DeviceTokenSerializer,
+        responses={201: s.NewTokenSerializer},
+        description="Poll with the device code: 400 `authorization_pending` (or `slow_down`: "
+        "poll less often) until the person has confirmed, then 201 with a new API token of "
+        "theirs, groups synced as at a browser sign-in. Other codes end the attempt.",
+    )
+    def post(self, request):
+        _configured()
+        body = DeviceTokenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        try:
+            user = device.finish(data.pop("device_code"))
+        except device.DeviceError as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+        return issue_token(user, data, scope=None)
