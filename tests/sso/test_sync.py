@@ -169,3 +169,30 @@ def test_tokens_stop_after_the_maximum_age_and_work_again_after_sign_in(cluster)
         )
     )
     assert sorted(actions) == ["create", "deactivate", "reactivate"]
+
+
+def test_the_admin_edits_mappings_through_the_audited_actions(cluster, client):
+    client.force_login(cluster.personas.admin)
+    add = client.post(
+        "/admin/sso/groupmapping/add/",
+        {"pattern": "gpu-alpha", "team": cluster.team_a.pk, "role": "member", "note": ""},
+    )
+    assert add.status_code == 302, add.content[:500]
+    mapping = GroupMapping.objects.get()
+    client.post(
+        f"/admin/sso/groupmapping/{mapping.pk}/change/",
+        {"pattern": "gpu-alpha", "team": cluster.team_a.pk, "role": "lead", "note": "leads"},
+    )
+    client.post(f"/admin/sso/groupmapping/{mapping.pk}/delete/", {"post": "yes"})
+    entries = AuditEntry.objects.filter(target_type="groupmapping").order_by("id")
+    assert [(e.action, e.field, e.new_value) for e in entries] == [
+        ("create", "pattern", "gpu-alpha"),
+        ("create", "team", "alpha"),
+        ("create", "role", "member"),
+        ("create", "note", ""),
+        ("update", "role", "lead"),
+        ("update", "note", "leads"),
+        ("delete", "", ""),
+    ]
+    assert all(e.actor == cluster.personas.admin for e in entries)
+    assert not GroupMapping.objects.exists()
