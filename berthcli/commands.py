@@ -47,12 +47,17 @@ def login(args, client_for) -> int:
         body["teams"] = args.team
     client = client_for(url=url, auth=(username, password), token=None)
     token = client.post("/api/v1/tokens/", body).body
+    return save_token(args, url, token, as_whom=f" as {username}")
+
+
+def save_token(args, url: str, token: dict, as_whom: str = "") -> int:
+    """Store a token the API just created (mode 0600) and say so (`berth login`, `--sso`)."""
     path = config.save(url, token.pop("token"))
     if args.json:
         print_json(token | {"url": url, "config": str(path)})
         return exitcodes.OK
     expiry = f", expires {when(token['expires_at'])}" if token.get("expires_at") else ""
-    print(f"Logged in to {url} as {username}; token {token['prefix']}… saved in {path}{expiry}.")
+    print(f"Logged in to {url}{as_whom}; token {token['prefix']}… saved in {path}{expiry}.")
     return exitcodes.OK
 
 

@@ -14,7 +14,6 @@ import webbrowser
 
 from berthcli import config, exitcodes
 from berthcli.client import ApiError, Client
-from berthcli.output import print_json, when
 
 SLOW_DOWN_S = 5  # RFC 8628 §3.5: slow_down adds 5 seconds to the interval
 
@@ -48,10 +47,4 @@ def login(args, ask) -> int:
         if commands._clock() > deadline:
             print("berth: error: the code expired before it was confirmed", file=sys.stderr)
             return exitcodes.NOT_AUTHENTICATED
-    path = config.save(url, token.pop("token"))
-    if args.json:
-        print_json(token | {"url": url, "config": str(path)})
-        return exitcodes.OK
-    expiry = f", expires {when(token['expires_at'])}" if token.get("expires_at") else ""
-    print(f"Logged in to {url}; token {token['prefix']}… saved in {path}{expiry}.")
-    return exitcodes.OK
+    return commands.save_token(args, url, token)
