@@ -43,6 +43,7 @@ urlpatterns = [
     ),
     path("v1/sso/device/", sso_api.DeviceStartView.as_view(), name="api-sso-device"),
     path("v1/sso/device/token/", sso_api.DeviceTokenView.as_view(), name="api-sso-device-token"),
+    path("v1/sso/cli/token/", sso_api.LoopbackTokenView.as_view(), name="api-sso-cli-token"),
     re_path(r"^v1/", not_found),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", docs.api_docs, name="api-docs"),

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from portal.api import serializers as s
 from portal.api.errors import ApiError
 from portal.api.views.tokens import issue_token
-from portal.sso import device
+from portal.sso import device, loopback
 
 DeviceStartSerializer = inline_serializer(
     "DeviceAuthorization",
@@ -31,11 +31,15 @@ class DeviceTokenSerializer(s.TokenCreateSerializer):
     device_code = serializers.CharField(max_length=512)
 
 
+class LoopbackTokenSerializer(s.TokenCreateSerializer):
+    code = serializers.CharField(max_length=128)
+
+
 def _configured() -> None:
     from django.conf import settings
 
     if not settings.BERTH_SSO.get("OIDC"):
-        raise ApiError(404, "not_supported", "Single sign-on (OpenID Connect) is not configured.")
+        raise ApiError(404, "not_configured", "Single sign-on (OpenID Connect) is not configured.")
 
 
 class DeviceStartView(APIView):
@@ -82,4 +86,26 @@ class DeviceTokenView(APIView):
             user = device.finish(data.pop("device_code"))
         except device.DeviceError as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
+        return issue_token(user, data, scope=None)
+
+
+class LoopbackTokenView(APIView):
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        operation_id="sso_cli_token",
+        request=LoopbackTokenSerializer,
+        responses={201: s.NewTokenSerializer},
+        description="`berth login --sso` without the device grant: trade the one-time code "
+        "the browser brought to the CLI's loopback address (GET /sso/cli/) for a new API "
+        "token. 400 `invalid_code` when it is unknown, expired or used.",
+    )
+    def post(self, request):
+        body = LoopbackTokenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = dict(body.validated_data)
+        user = loopback.redeem(data.pop("code"))
+        if user is None:
+            raise ApiError(400, "invalid_code", "The code is unknown, expired or already used.")
         return issue_token(user, data, scope=None)

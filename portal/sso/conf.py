@@ -46,6 +46,9 @@ def _oidc_berth() -> dict:
         "PROVIDER_NAME": env_str("BERTH_OIDC_PROVIDER_NAME", "single sign-on"),
         "USERNAME_CLAIM": env_str("BERTH_OIDC_USERNAME_CLAIM", "preferred_username"),
         "GROUPS_CLAIM": env_str("BERTH_OIDC_GROUPS_CLAIM", "groups"),
+        # `berth login --sso` uses the device grant where the provider offers it; 0: the
+        # loopback redirect always (a client not allowed the device grant).
+        "DEVICE_GRANT": env_bool("BERTH_OIDC_DEVICE_GRANT", True),
     }
 
 

@@ -53,7 +53,7 @@ def start() -> dict:
         endpoint = discovery().get("device_authorization_endpoint")
     except ProviderUnavailable as exc:
         raise DeviceError("provider_unavailable", str(exc), 503) from None
-    if not endpoint:
+    if not endpoint or not settings.BERTH_SSO["OIDC"]["DEVICE_GRANT"]:
         raise DeviceError(
             "not_supported", "The sign-in provider offers no device authorization.", 404
         )
