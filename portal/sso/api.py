@@ -79,14 +79,7 @@ class DeviceTokenView(APIView):
     )
     def post(self, request):
         _configured()
-        body = DeviceTokenSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = dict(body.validated_data)
-        try:
-            user = device.finish(data.pop("device_code"))
-        except device.DeviceError as exc:
-            raise ApiError(exc.status, exc.code, exc.message) from None
-        return issue_token(user, data, scope=None)
+        return _trade(request, DeviceTokenSerializer, "device_code", _device_user)
 
 
 class LoopbackTokenView(APIView):
@@ -102,10 +95,27 @@ class LoopbackTokenView(APIView):
         "token. 400 `invalid_code` when it is unknown, expired or used.",
     )
     def post(self, request):
-        body = LoopbackTokenSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = dict(body.validated_data)
-        user = loopback.redeem(data.pop("code"))
-        if user is None:
-            raise ApiError(400, "invalid_code", "The code is unknown, expired or already used.")
-        return issue_token(user, data, scope=None)
+        return _trade(request, LoopbackTokenSerializer, "code", _loopback_user)
+
+
+def _trade(request, serializer, field: str, user_for) -> Response:
+    """Validate the body; `user_for(body[field])` names the person (or raises ApiError);
+    201 with a new token of theirs, with the body's token options."""
+    body = serializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    data = dict(body.validated_data)
+    return issue_token(user_for(data.pop(field)), data, scope=None)
+
+
+def _device_user(device_code: str):
+    try:
+        return device.finish(device_code)
+    except device.DeviceError as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
+
+
+def _loopback_user(code: str):
+    user = loopback.redeem(code)
+    if user is None:
+        raise ApiError(400, "invalid_code", "The code is unknown, expired or already used.")
+    return user

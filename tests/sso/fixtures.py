@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sso.providers import OidcProvider, Unavailable
+from tests.sso.providers import OidcProvider, Slapd, Unavailable
+
+
+def _started(kind, tmp_path_factory, what: str):
+    """A provider of this kind in a fresh folder, or the test skipped, naming what is missing."""
+    try:
+        return kind(tmp_path_factory.mktemp(kind.__name__.lower()))
+    except Unavailable as exc:
+        pytest.skip(f"no {what}: {exc}")
 
 
 @pytest.fixture(scope="session")
 def oidc_provider(tmp_path_factory):
-    try:
-        provider = OidcProvider(tmp_path_factory.mktemp("oidc"))
-    except Unavailable as exc:
-        pytest.skip(f"no OpenID Connect provider: {exc}")
+    provider = _started(OidcProvider, tmp_path_factory, "OpenID Connect provider")
     yield provider
     provider.stop()
 
@@ -50,12 +55,7 @@ def oidc_env(provider, client: str = "berth") -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def slapd(tmp_path_factory):
-    from tests.sso.providers import Slapd
-
-    try:
-        server = Slapd(tmp_path_factory.mktemp("slapd"))
-    except Unavailable as exc:
-        pytest.skip(f"no LDAP server: {exc}")
+    server = _started(Slapd, tmp_path_factory, "LDAP server")
     yield server
     server.stop()
 
