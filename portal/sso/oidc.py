@@ -198,11 +198,12 @@ class CallbackView(OIDCAuthenticationCallbackView):
         oidc_config()
         try:
             return super().get(request)
-        except SuspiciousOperation as exc:
-            # An unknown or reused state, a token that fails a check: refused, said plainly.
+        except (SuspiciousOperation, jwt.InvalidTokenError, requests.HTTPError) as exc:
+            # An unknown or reused state, a code the provider refuses, a token that fails a
+            # check: refused, said plainly.
             log.warning("OIDC sign-in refused: %s", exc)
             return failed(request, "The sign-in was refused: it was not valid or was used twice.")
-        except ProviderUnavailable as exc:
+        except (ProviderUnavailable, requests.RequestException) as exc:
             log.warning("OIDC provider unavailable: %s", exc)
             return failed(request, "The sign-in provider cannot be reached; try again shortly.")
 

@@ -220,3 +220,15 @@ def test_the_device_grant_refuses_cleanly_until_confirmed(db, oidc):
         content_type="application/json",
     )  # fmt: skip
     assert unknown.status_code == 400 and "extra" in unknown.json()["error"]["fields"]
+
+
+def test_a_code_the_provider_refuses_ends_on_the_refusal_page(mapped, oidc):
+    oidc.set_groups("ada", ["gpu-alpha"])
+    client = Client()
+    start = client.get("/oidc/authenticate/")
+    back = urlparse(through_provider(start["Location"], "ada"))
+    query = parse_qs(back.query)
+    forged = f"{back.path}?state={query['state'][0]}&code=not-the-code"
+    response = client.get(forged)
+    assert response.status_code == 403 and b"refused" in response.content
+    assert client.get("/").status_code == 302
