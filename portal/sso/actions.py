@@ -162,9 +162,12 @@ def sign_in_sso_user(assertion: Assertion, *, user=None):
             )
         user = identity.user
         if not user.is_active:
+            if identity.deactivated_at is None:
+                raise SsoRefused("This account is disabled in Berth; ask an admin.")
             User.objects.filter(pk=user.pk).update(is_active=True)
             user.is_active = True
             record_event(actor=None, instance=user, action="reactivate", note=assertion.provider)
+        identity.deactivated_at = None
         identity.groups = sorted(set(assertion.groups))
         identity.synced_at = timezone.now()
         identity.save()
@@ -204,6 +207,7 @@ def deactivate_sso_user(user, *, reason: str) -> bool:
         )
         if changed:
             user.is_active = False
+            SsoIdentity.objects.filter(user=user).update(deactivated_at=timezone.now())
             record_event(actor=None, instance=user, action="deactivate", note=reason)
             sync_memberships(user, [], source=reason)
     return bool(changed)

@@ -13,7 +13,7 @@ import logging
 
 from django_auth_ldap.backend import LDAPBackend, _LDAPUser
 
-from portal.sso.actions import Assertion, deactivate_sso_user, sign_in_sso_user
+from portal.sso.actions import Assertion, SsoRefused, deactivate_sso_user, sign_in_sso_user
 from portal.sso.backends import ActiveUsersOnly
 from portal.sso.models import SsoIdentity, SsoProvider
 
@@ -23,7 +23,13 @@ log = logging.getLogger(__name__)
 class LdapBackend(ActiveUsersOnly, LDAPBackend):
     def authenticate_ldap_user(self, ldap_user, password):
         user = super().authenticate_ldap_user(ldap_user, password)
-        return None if user is None else _synced(user, ldap_user)
+        if user is None:
+            return None
+        try:
+            return _synced(user, ldap_user)
+        except SsoRefused as exc:
+            log.warning("LDAP sign-in refused for %r: %s", user.username, exc)
+            return None
 
     def get_or_build_user(self, username, ldap_user):
         """Never take over a local account (or another provider's) with the same name."""

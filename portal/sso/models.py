@@ -62,6 +62,13 @@ class SsoIdentity(models.Model):
     issuer = models.CharField(max_length=255, blank=True)
     groups = models.JSONField(default=list, blank=True, help_text="As asserted at the last sync.")
     synced_at = models.DateTimeField(null=True, blank=True)
+    deactivated_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the SSO sync deactivated the user (gone from the directory, or past "
+        "the maximum age); their next sign-in reactivates them. An account deactivated "
+        "by hand stays so.",
+    )
 
     class Meta:
         verbose_name = "SSO identity"

@@ -100,3 +100,14 @@ def test_removed_from_the_directory_deactivates_at_the_next_sync(directory):
     assert authenticate_token(token) is None
     assert client.get("/").status_code == 302  # the session is gone too
     assert not Membership.objects.filter(user=user).exists()
+
+
+def test_an_ldap_account_an_admin_disabled_cannot_sign_in(directory):
+    log_in(directory.uid, f"{directory.uid}-password")
+    user = SsoIdentity.objects.get(user__username=directory.uid).user
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+    _, response = log_in(directory.uid, f"{directory.uid}-password")
+    assert response.status_code == 200 and b"correct username and password" in response.content
+    user.refresh_from_db()
+    assert not user.is_active

@@ -196,3 +196,14 @@ def test_the_admin_edits_mappings_through_the_audited_actions(cluster, client):
     ]
     assert all(e.actor == cluster.personas.admin for e in entries)
     assert not GroupMapping.objects.exists()
+
+
+def test_an_account_an_admin_disabled_stays_disabled(cluster):
+    said = Assertion(provider="ldap", subject="uid=eve,ou=people", username="eve")
+    user = sign_in_sso_user(said)
+    user.is_active = False
+    user.save(update_fields=["is_active"])  # by hand, in the admin
+    with pytest.raises(SsoRefused, match="disabled"):
+        sign_in_sso_user(said)
+    user.refresh_from_db()
+    assert not user.is_active
