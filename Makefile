@@ -10,11 +10,12 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-sqlite test-fast lint format services browser docker promtool bench-core bench-pass \
+.PHONY: install run test test-sqlite test-fast lint format services browser docker promtool sso bench-core bench-pass \
         bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults fuzz clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	scripts/ensure-ldap-dev.sh
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
 	$(BIN)/pip install -q --no-deps -e .
@@ -33,7 +34,7 @@ run: install
 SQLITE_TESTS ?= tests/api tests/dashboard tests/cli tests/integration/test_agent_e2e.py \
   tests/portal/test_statements.py
 
-test: install services browser docker promtool
+test: install services browser docker promtool sso
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
 	  $(BIN)/python -m pytest $(PYTEST_ARGS)
 	test -n "$(PYTEST_ARGS)" || $(MAKE) --no-print-directory test-sqlite
@@ -76,6 +77,10 @@ docker:
 
 promtool:
 	scripts/ensure-promtool.sh
+
+## the identity providers the SSO tests start: slapd (Debian) and oidc-provider (npm, package.json)
+sso:
+	scripts/ensure-sso.sh
 
 lint: install
 	$(BIN)/ruff check .

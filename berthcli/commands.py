@@ -46,6 +46,10 @@ class UsageError(Exception):
 
 def login(args, client_for) -> int:
     """Trade a username and password for an API token and store it (mode 0600)."""
+    if getattr(args, "sso", False):
+        from berthcli import sso
+
+        return sso.login(args, _ask)
     url, username, password = _credentials(args)
     body = {"name": args.name or f"berth-cli@{socket.gethostname()}"[:100]}
     if args.expires_days:
@@ -54,12 +58,17 @@ def login(args, client_for) -> int:
         body["teams"] = args.team
     client = client_for(url=url, auth=(username, password), token=None)
     token = client.post("/api/v1/tokens/", body).body
+    return save_token(args, url, token, as_whom=f" as {username}")
+
+
+def save_token(args, url: str, token: dict, as_whom: str = "") -> int:
+    """Store a token the API just created (mode 0600) and say so (`berth login`, `--sso`)."""
     path = config.save(url, token.pop("token"))
     if args.json:
         print_json(token | {"url": url, "config": str(path)})
         return exitcodes.OK
     expiry = f", expires {when(token['expires_at'])}" if token.get("expires_at") else ""
-    print(f"Logged in to {url} as {username}; token {token['prefix']}… saved in {path}{expiry}.")
+    print(f"Logged in to {url}{as_whom}; token {token['prefix']}… saved in {path}{expiry}.")
     return exitcodes.OK
 
 

@@ -135,6 +135,8 @@ def _account_commands(command) -> None:
     p.add_argument("--name", help="token name (default berth-cli@HOST)")
     p.add_argument("--expires-days", type=int, default=90, help="0: never (default 90)")
     p.add_argument("--team", action="append", help="limit the token to this team (repeatable)")
+    p.add_argument("--sso", action="store_true", help="sign in through the single sign-on provider")
+    p.add_argument("--no-browser", action="store_true", help="with --sso: only print the page")
     command("logout", commands.logout, "revoke the stored token and forget it")
     command("whoami", commands.whoami, "who you are, your teams and your token's scope")
 

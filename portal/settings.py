@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "portal.core",
     "portal.whatif",
+    "portal.sso",
 ]
 
 MIDDLEWARE = [
@@ -131,8 +132,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Every password check goes through the login throttle (portal/core/logins.py).
-AUTHENTICATION_BACKENDS = ["portal.core.logins.ThrottledModelBackend"]
+# Single sign-on: OIDC and LDAP backends, when configured (portal/sso/conf.py, docs/auth.md).
+from portal.sso.conf import sso_settings  # noqa: E402
+
+globals().update(sso_settings())  # AUTHENTICATION_BACKENDS: the throttled ones
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -273,6 +276,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
         "options": {"expires": 20.0},
     },
+}
+# SSO: LDAP users re-read from the directory, stale SSO users deactivated (portal/sso/tasks.py).
+CELERY_BEAT_SCHEDULE["sso-sync"] = {
+    "task": "portal.sso.tasks.sso_sync",
+    "schedule": BERTH_SSO["SYNC_INTERVAL_S"],  # noqa: F821 (set by sso_settings above)
+    "options": {"expires": BERTH_SSO["SYNC_INTERVAL_S"]},  # noqa: F821
 }
 
 # --- REST framework --------------------------------------------------------------

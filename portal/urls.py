@@ -5,6 +5,7 @@ from django.urls import include, path
 from portal.agentapi import views as agentapi
 from portal.core.logins import AdminLoginForm, LoginForm
 from portal.ops import views as ops
+from portal.sso.oidc import SsoLogoutView
 
 # The admin's login goes through the same login throttle as the dashboard's and the API's.
 admin.site.login_form = AdminLoginForm
@@ -24,7 +25,8 @@ urlpatterns = [
         ),
         name="login",
     ),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", SsoLogoutView.as_view(), name="logout"),
+    path("", include("portal.sso.urls")),
     path("whatif/", include("portal.whatif.urls")),
     path("", include("portal.dashboard.urls")),
 ]

@@ -12,6 +12,9 @@ import contextlib
 
 import pytest
 
+# The identity providers the SSO tests start, shared with the browser tests.
+pytest_plugins = ["tests.sso.fixtures"]
+
 
 @pytest.fixture
 def cluster(db):

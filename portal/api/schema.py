@@ -41,6 +41,7 @@ DESCRIPTIONS = {
     "414": "The request line (the URL with its query) is longer than the server reads "
     "(gunicorn: 4094 bytes).",
     "415": "Send `Content-Type: application/json`.",
+    "503": "The sign-in provider cannot be reached; retry later.",
     "429": "Too many requests for this token, or the queue is full; retry after `Retry-After` seconds.",
 }
 RETRY_AFTER = {
@@ -107,6 +108,9 @@ EXTRA_ERRORS = {
     "jobs_bulk_submit": ["404"],
     "jobs_cancel": ["409"],
     "tokens_create": ["404"],
+    # `berth login --sso` (portal/sso/api.py): no provider configured (404), provider down (503).
+    "sso_device_start": ["404", "503"],
+    "sso_device_token": ["404", "503"],
 }
 
 

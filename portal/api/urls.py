@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView
 from portal.api import schema  # noqa: F401 — registers the OpenAPI auth extensions
 from portal.api.errors import not_found
 from portal.api.views import docs, jobs, tenancy, tokens
+from portal.sso import api as sso_api
 
 
 class IdConverter:
@@ -40,6 +41,9 @@ urlpatterns = [
         tokens.TokenRevokeView.as_view(),
         name="api-token-revoke",
     ),
+    path("v1/sso/device/", sso_api.DeviceStartView.as_view(), name="api-sso-device"),
+    path("v1/sso/device/token/", sso_api.DeviceTokenView.as_view(), name="api-sso-device-token"),
+    path("v1/sso/cli/token/", sso_api.LoopbackTokenView.as_view(), name="api-sso-cli-token"),
     re_path(r"^v1/", not_found),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", docs.api_docs, name="api-docs"),

@@ -71,28 +71,29 @@ class TokenListView(APIView):
     def post(self, request):
         body = s.TokenCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        data = body.validated_data
-        scope = scope_of(request)
-        teams = [
-            access.get_team_for_user(request.user, slug, scope=scope)
-            for slug in data.get("teams", [])
-        ]
-        if not teams and scope is not None:
-            # A scoped token makes tokens no wider than itself.
-            teams = list(access.visible_teams(request.user, scope=scope))
-            if not teams:
-                raise ApiError(403, "permission_denied", "This token reaches no team.")
-        expires = data.get("expires_in_days")
-        try:
-            token, secret = create_api_token(
-                request.user,
-                name=data["name"],
-                teams=teams or None,
-                expires_at=timezone.now() + timedelta(days=expires) if expires else None,
-            )
-        except (PermissionError, ValueError) as exc:
-            raise ApiError(400, "invalid", str(exc)) from None
-        return Response(token_data(token, secret), status=201, headers=NO_STORE)
+        return issue_token(request.user, body.validated_data, scope_of(request))
+
+
+def issue_token(user, data: dict, scope: set[int] | None) -> Response:
+    """201 with a new token of `user` (the validated TokenCreateSerializer `data`), no
+    wider than `scope`; also how `berth login --sso` gets its token (portal/sso/api.py)."""
+    teams = [access.get_team_for_user(user, slug, scope=scope) for slug in data.get("teams", [])]
+    if not teams and scope is not None:
+        # A scoped token makes tokens no wider than itself.
+        teams = list(access.visible_teams(user, scope=scope))
+        if not teams:
+            raise ApiError(403, "permission_denied", "This token reaches no team.")
+    expires = data.get("expires_in_days")
+    try:
+        token, secret = create_api_token(
+            user,
+            name=data["name"],
+            teams=teams or None,
+            expires_at=timezone.now() + timedelta(days=expires) if expires else None,
+        )
+    except (PermissionError, ValueError) as exc:
+        raise ApiError(400, "invalid", str(exc)) from None
+    return Response(token_data(token, secret), status=201, headers=NO_STORE)
 
 
 class TokenDetailView(APIView):
