@@ -17,8 +17,6 @@ from portal.core.db import bulk_set, columns, server_binding_cursor, split_row, 
 from portal.core.models import Allocation, Gpu, GpuFlavor, Job, Node, NodeBootstrapToken, Worker
 from portal.core.secrets import digest, new_secret
 
-MASTER_PORT = 29500
-
 
 class ProtocolError(Exception):
     """The agent sent something the protocol does not allow; nothing was changed."""
@@ -376,6 +374,16 @@ def _master_hosts(node: Node, workers: list[Worker]) -> dict[int, str]:
     return masters
 
 
+def master_port(job_id: int) -> int:
+    """The gang's rendezvous port: one per job within BERTH_MASTER_PORT_FIRST/COUNT.
+
+    Workers use the node's network (host), so two gangs whose rank 0 share a node
+    need different ports; two running jobs clash only if their ids differ by a
+    multiple of the range's size."""
+    first, count = settings.BERTH["MASTER_PORT_FIRST"], settings.BERTH["MASTER_PORT_COUNT"]
+    return first + job_id % count
+
+
 def _run_entry(worker: Worker, uuids: list[str], masters: dict[int, str]) -> dict:
     job = worker.job
     return {
@@ -389,7 +397,7 @@ def _run_entry(worker: Worker, uuids: list[str], masters: dict[int, str]) -> dic
         "env": job.env,
         "gpu_uuids": sorted(uuids),
         "master_addr": masters.get(job.pk, ""),
-        "master_port": MASTER_PORT,
+        "master_port": master_port(job.pk),
         "max_runtime_s": job.max_runtime_seconds,
     }
 

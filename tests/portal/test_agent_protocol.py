@@ -79,14 +79,17 @@ def make_job(cluster, *, workers=1, gpus_per_worker=2, **kw) -> Job:
     return job
 
 
-def admit(job: Job, nodes: list[Node]) -> None:
-    """Admit the job with one worker per node, as a scheduling pass would."""
+def admit(job: Job, nodes: list[Node], first_gpu: int = 0) -> None:
+    """Admit the job with one worker per node, as a scheduling pass would, on each
+    node's GPUs from index `first_gpu` on."""
     placement = tuple(
         m.WorkerPlacement(
             rank=rank,
             node=node.hostname,
             gpus=tuple(
-                node.gpus.order_by("index").values_list("pk", flat=True)[: job.gpus_per_worker]
+                node.gpus.order_by("index").values_list("pk", flat=True)[
+                    first_gpu : first_gpu + job.gpus_per_worker
+                ]
             ),
         )
         for rank, node in enumerate(nodes)
@@ -270,6 +273,22 @@ def test_admitted_gang_is_sent_to_its_nodes_runs_and_succeeds(client, cluster):
     assert Worker.objects.get(job=job, rank=1).log_tail == "rank 1 exited\n"
     kinds = list(job.events.values_list("kind", flat=True))
     assert kinds == ["submitted", "admitted", "started", "succeeded"]
+
+
+def test_gangs_whose_rank_0_share_a_node_get_different_master_ports(client, cluster, settings):
+    settings.BERTH = {**settings.BERTH, "MASTER_PORT_FIRST": 30000, "MASTER_PORT_COUNT": 7}
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    ta, tb = node_token(a), node_token(b)
+    first, second = (make_job(cluster, workers=2, gpus_per_worker=1) for _ in range(2))
+    admit(first, [a, b])
+    admit(
+        second, [a, b], first_gpu=1
+    )  # rank 0 of both on node a, whose network the containers share
+
+    on_a = {e["job_id"]: e["master_port"] for e in beat(client, a, ta).json()["run"]}
+    on_b = {e["job_id"]: e["master_port"] for e in beat(client, b, tb).json()["run"]}
+    assert on_a == on_b == {j.pk: 30000 + j.pk % 7 for j in (first, second)}
+    assert on_a[first.pk] != on_a[second.pk]
 
 
 def test_a_steady_beat_of_a_busy_node_reads_its_workers_and_gpus_in_one_query(
