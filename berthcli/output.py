@@ -69,8 +69,16 @@ def _parts(value: str | None, now: datetime | None) -> tuple[str, str] | None:
 
 
 def times_in(text: str, now: datetime | None = None) -> str:
-    """A sentence from the portal with each instant in it as `at` writes it."""
-    return ISO_INSTANT.sub(lambda match: at(match.group(0), now), text)
+    """A sentence from the portal with each instant in it as `at` writes it; what only
+    looks like one (a user's cancel reason with month 13) stays as written."""
+
+    def shown(match: re.Match) -> str:
+        try:
+            return at(match.group(0), now)
+        except ValueError:
+            return match.group(0)
+
+    return ISO_INSTANT.sub(shown, text)
 
 
 def _relative(moment: datetime, now: datetime) -> str:
