@@ -289,11 +289,21 @@ class GpuInline(admin.TabularInline):
         "utilization_pct",
         "temperature_c",
     )
-    readonly_fields = ("utilization_pct", "temperature_c")
+    # What the agent reports is its word, not the admin's: an edit would be overwritten by
+    # the next heartbeat, or (an index another GPU of the node has) answer 500.
+    readonly_fields = (
+        "index",
+        "uuid",
+        "product_name",
+        "memory_mib",
+        "utilization_pct",
+        "temperature_c",
+    )
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(AuditedAdmin):
+    audited_fields = ("hostname", "flavor", "rack", "block", "cordon_reason")
     list_display = (
         "hostname",
         "flavor",

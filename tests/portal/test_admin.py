@@ -168,3 +168,55 @@ def test_non_staff_cannot_open_the_admin(client, personas):
     client.force_login(personas.lead_a)
     response = client.get("/admin/core/team/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def _node_form(node, **overrides) -> dict:
+    """The node's change form as the admin page posts it, with its GPU inline."""
+    gpus = list(node.gpus.order_by("index"))
+    data = {
+        "hostname": node.hostname,
+        "flavor": node.flavor_id,
+        "rack": node.rack,
+        "block": node.block,
+        "cordon_reason": node.cordon_reason,
+        "gpus-TOTAL_FORMS": len(gpus),
+        "gpus-INITIAL_FORMS": len(gpus),
+        "gpus-MIN_NUM_FORMS": 0,
+        "gpus-MAX_NUM_FORMS": 1000,
+    }
+    for i, gpu in enumerate(gpus):
+        data |= {
+            f"gpus-{i}-id": gpu.pk,
+            f"gpus-{i}-node": node.pk,
+            f"gpus-{i}-index": gpu.index,
+            f"gpus-{i}-uuid": gpu.uuid,
+            f"gpus-{i}-product_name": gpu.product_name,
+            f"gpus-{i}-memory_mib": gpu.memory_mib,
+            f"gpus-{i}-health": gpu.health,
+            f"gpus-{i}-health_reason": gpu.health_reason,
+        }
+    return data | overrides
+
+
+def test_a_nodes_reason_edit_is_audited_and_what_agents_report_is_read_only(admin_client, cluster):
+    node = cluster.nodes[0]
+    gpu = node.gpus.order_by("index").first()
+    form = _node_form(
+        node,
+        cordon_reason="PSU swap on Tuesday",
+        **{"gpus-0-uuid": "GPU-forged", "gpus-0-index": 7, "gpus-0-memory_mib": 1},
+    )
+
+    response = admin_client.post(f"/admin/core/node/{node.pk}/change/", form)
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    node.refresh_from_db()
+    assert node.cordon_reason == "PSU swap on Tuesday"
+    entry = AuditEntry.objects.get(target_type="node", field="cordon_reason")
+    assert entry.new_value == "PSU swap on Tuesday"
+    reported = node.gpus.get(pk=gpu.pk)
+    assert (reported.uuid, reported.index, reported.memory_mib) == (
+        gpu.uuid,
+        gpu.index,
+        gpu.memory_mib,
+    )
