@@ -4,7 +4,9 @@ node cordon / drain, job cancel, and list filters and search on every model."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db.models import Count, Q
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
@@ -357,17 +359,36 @@ class NodeAdmin(AuditedAdmin):
     def gpu_health(self, node):
         return f"{node.n_healthy}/{node.n_gpus}"
 
-    def _apply(self, request, queryset, action, verb):
-        changed = sum(1 for node in queryset if action(node, acting_user=request.user))
+    def _apply(self, request, queryset, action, verb, **options):
+        changed = sum(1 for node in queryset if action(node, acting_user=request.user, **options))
         self.message_user(request, f"{verb} {changed} node(s).", messages.SUCCESS)
+
+    def _with_reason(self, request, queryset, action, verb, name):
+        """Cordon or drain with the reason the admin gives on an intermediate page: the
+        cluster page shows it to every team, the audit trail keeps it."""
+        reason = request.POST.get("reason", "").strip()
+        if "apply" in request.POST and reason:
+            self._apply(request, queryset, action, verb, reason=reason)
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{verb} {queryset.count()} node(s): why?",
+            "opts": self.model._meta,
+            "nodes": queryset,
+            "action": name,
+            "missing": "apply" in request.POST,
+            "verb": verb,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/core/node/cordon_reason.html", context)
 
     @admin.action(description="Cordon: no new jobs")
     def cordon(self, request, queryset):
-        self._apply(request, queryset, cordon_node, "Cordoned")
+        return self._with_reason(request, queryset, cordon_node, "Cordon", "cordon")
 
     @admin.action(description="Drain: no new jobs, running jobs finish")
     def drain(self, request, queryset):
-        self._apply(request, queryset, drain_node, "Draining")
+        return self._with_reason(request, queryset, drain_node, "Drain", "drain")
 
     @admin.action(description="Uncordon: schedulable again")
     def uncordon(self, request, queryset):

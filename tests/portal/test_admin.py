@@ -125,18 +125,38 @@ def test_invalid_quota_is_refused_with_a_message_and_nothing_changes(admin_clien
 def test_cordon_drain_uncordon_actions(admin_client, cluster):
     node = cluster.nodes[0]
     for action, expected in [("cordon", "cordoned"), ("drain", "draining"), ("uncordon", "none")]:
-        response = admin_client.post(
-            "/admin/core/node/", {"action": action, "_selected_action": [node.pk]}
-        )
+        form = {"action": action, "_selected_action": [node.pk]}
+        if action != "uncordon":
+            form |= {"apply": "yes", "reason": f"{action}: PSU swap"}
+        response = admin_client.post("/admin/core/node/", form)
         assert response.status_code == 302
         node.refresh_from_db()
         assert node.cordon == expected
     trail = list(
         AuditEntry.objects.filter(target_type="node")
         .order_by("at", "id")
-        .values_list("new_value", flat=True)
+        .values_list("new_value", "note")
     )
-    assert trail == ["cordoned", "draining", "none"]
+    assert trail == [
+        ("cordoned", "cordon: PSU swap"),
+        ("draining", "drain: PSU swap"),
+        ("none", ""),
+    ]
+
+
+@pytest.mark.parametrize("action", ["cordon", "drain"])
+def test_cordon_and_drain_ask_for_a_reason_first(admin_client, cluster, action):
+    node = cluster.nodes[0]
+    chosen = {"action": action, "_selected_action": [node.pk]}
+
+    asked = admin_client.post("/admin/core/node/", chosen)
+    blank = admin_client.post("/admin/core/node/", chosen | {"apply": "yes", "reason": " "})
+
+    for page in (asked, blank):
+        assert page.status_code == 200 and 'name="reason"' in page.content.decode()
+    assert "Give a reason." in blank.content.decode()
+    node.refresh_from_db()
+    assert node.cordon == "none" and not AuditEntry.objects.filter(target_type="node").exists()
     node.refresh_from_db()
     assert node.state == Node.Condition.READY
 
