@@ -69,8 +69,16 @@ def _parts(value: str | None, now: datetime | None) -> tuple[str, str] | None:
 
 
 def times_in(text: str, now: datetime | None = None) -> str:
-    """A sentence from the portal with each instant in it as `at` writes it."""
-    return ISO_INSTANT.sub(lambda match: at(match.group(0), now), text)
+    """A sentence from the portal with each instant in it as `at` writes it; what only
+    looks like one (a user's cancel reason with month 13) stays as written."""
+
+    def shown(match: re.Match) -> str:
+        try:
+            return at(match.group(0), now)
+        except ValueError:
+            return match.group(0)
+
+    return ISO_INSTANT.sub(shown, text)
 
 
 def _relative(moment: datetime, now: datetime) -> str:
@@ -85,19 +93,36 @@ def _stamp(moment: datetime, now: datetime) -> str:
     return clock.strftime("%H:%M UTC" if clock.date() == now.date() else "%Y-%m-%d %H:%M UTC")
 
 
-def command_line(argv: list[str]) -> str:
-    """The argv as a person would type it: `python -c "print('hi')"`, not shlex's `'"'"'`."""
-    return " ".join(_quoted(arg) for arg in argv)
+_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
+# Escaped by a backslash inside double quotes, by a POSIX shell and by shlex alike.
+_IN_DOUBLE_QUOTES = re.compile(r'(["\\])')
+# Expanded by a shell inside double quotes ($, `; ! in an interactive bash): such an
+# argument stays single-quoted.
+_EXPANDED = frozenset("$`!")
 
 
-def _quoted(arg: str) -> str:
-    if arg and shlex.quote(arg) == arg:
+def command_line(argv: list[str] | str) -> str:
+    """Return the argv as a shell line a person would type: `python -c "print('hi')"`.
+
+    The one quoting of a job's command for people: `berth status` and the dashboard's
+    job page. shlex.join quotes an argument holding a single quote as '"'"'; such an
+    argument is double-quoted here instead, escaping only what a shell expands
+    there. The line parses back to the same argv, by the submit form (shlex) and
+    by a shell.
+    """
+    if isinstance(argv, str):
+        return argv
+    return " ".join(_quote(arg) for arg in argv)
+
+
+def _quote(arg: str) -> str:
+    if arg and all(c in _SHELL_SAFE for c in arg):
         return arg
     if "'" not in arg:
         return f"'{arg}'"
-    if not any(c in arg for c in '"\\$`!'):
-        return f'"{arg}"'
-    return shlex.quote(arg)
+    if _EXPANDED.intersection(arg):
+        return shlex.quote(arg)
+    return '"' + _IN_DOUBLE_QUOTES.sub(r"\\\1", arg) + '"'
 
 
 def ordinal(n: int) -> str:

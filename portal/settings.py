@@ -239,6 +239,10 @@ BERTH = {
     "AGENT_DISCONNECT_LIMIT_S": env_float("BERTH_AGENT_DISCONNECT_LIMIT_S", 60.0, minimum=1.0),
     "NODE_NOT_READY_AFTER_S": env_float("BERTH_NODE_NOT_READY_AFTER_S", 40.0, minimum=1.0),
     "NODE_EVICT_AFTER_S": env_float("BERTH_NODE_EVICT_AFTER_S", 60.0, minimum=0.0),
+    # Gang rendezvous ports (MASTER_PORT, portal/agentapi/desired.py master_port): job N gets
+    # FIRST + N mod COUNT, so gangs whose rank 0 share a node (host networking) differ.
+    "MASTER_PORT_FIRST": env_int("BERTH_MASTER_PORT_FIRST", 29500, minimum=1024),
+    "MASTER_PORT_COUNT": env_int("BERTH_MASTER_PORT_COUNT", 1000, minimum=1),
     # Metrics endpoint
     "METRICS_TOKEN": env_str("BERTH_METRICS_TOKEN"),
     # Reverse proxies in front of the web processes that append to X-Forwarded-For
@@ -250,6 +254,10 @@ BERTH = {
         "BERTH_LOGIN_FAILURES", env_rate("BERTH_API_LOGIN_FAILURES", "10/15min")
     ),
 }
+if BERTH["MASTER_PORT_FIRST"] + BERTH["MASTER_PORT_COUNT"] > 65536:
+    raise ImproperlyConfigured(
+        "BERTH_MASTER_PORT_FIRST + BERTH_MASTER_PORT_COUNT must not pass port 65535"
+    )
 if not DEBUG and BERTH["METRICS_TOKEN"]:
     refuse_placeholder("BERTH_METRICS_TOKEN", BERTH["METRICS_TOKEN"])
 if BERTH["REQUEUE_BACKOFF_MAX_S"] < BERTH["REQUEUE_BACKOFF_BASE_S"]:

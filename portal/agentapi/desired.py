@@ -15,8 +15,6 @@ from portal.core.actions.workers import LIVE, is_desired
 from portal.core.db import server_binding_cursor
 from portal.core.models import Allocation, Gpu, Job, Node, Worker
 
-MASTER_PORT = 29500
-
 
 def desired_state(node: Node, *, live: list[Worker] | None = None) -> dict:
     """What the node should run and stop now (the heartbeat reply, without `ack`).
@@ -73,6 +71,16 @@ def _master_hosts(node: Node, workers: list[Worker]) -> dict[int, str]:
     return masters
 
 
+def master_port(job_id: int) -> int:
+    """The gang's rendezvous port: one per job within BERTH_MASTER_PORT_FIRST/COUNT.
+
+    Workers use the node's network (host), so two gangs whose rank 0 share a node
+    need different ports; two running jobs clash only if their ids differ by a
+    multiple of the range's size."""
+    first, count = settings.BERTH["MASTER_PORT_FIRST"], settings.BERTH["MASTER_PORT_COUNT"]
+    return first + job_id % count
+
+
 def _run_entry(worker: Worker, uuids: list[str], masters: dict[int, str]) -> dict:
     job = worker.job
     return {
@@ -86,7 +94,7 @@ def _run_entry(worker: Worker, uuids: list[str], masters: dict[int, str]) -> dic
         "env": job.env,
         "gpu_uuids": sorted(uuids),
         "master_addr": masters.get(job.pk, ""),
-        "master_port": MASTER_PORT,
+        "master_port": master_port(worker.job_id),
         "max_runtime_s": job.max_runtime_seconds,
     }
 

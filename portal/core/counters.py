@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError
 
 from portal.env import parse_rate
 
-__all__ = ["count_hit", "hit", "parse_rate", "read_count"]
+__all__ = ["count_hit", "hit", "parse_rate", "read_count", "uncount"]
 
 log = logging.getLogger(__name__)
 
@@ -65,3 +65,15 @@ def read_count(key: str) -> int:
     except Exception:  # noqa: BLE001
         log.warning("counter cache unavailable; not counting", exc_info=True)
         return 0
+
+
+def uncount(key: str) -> None:
+    """Take one hit back (never below zero, never past the window's end), or nothing when
+    the cache is away."""
+    try:
+        if cache.decr(key) < 0:
+            cache.incr(key)
+    except ValueError:  # the window ended and its counter with it
+        pass
+    except Exception:  # noqa: BLE001
+        log.warning("counter cache unavailable; not counting", exc_info=True)

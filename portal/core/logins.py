@@ -28,7 +28,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import PermissionDenied
 
-from portal.core.counters import count_hit, parse_rate, read_count
+from portal.core.counters import count_hit, parse_rate, read_count, uncount
 
 DEFAULT_RATE = "10/15min"
 
@@ -79,12 +79,25 @@ class LoginGuard:
     def lockout(self) -> Lockout | None:
         """A Lockout while either counter has reached the limit, else None."""
         if max(read_count(key) for key in self.keys) >= self.limit:
-            return Lockout(self.period - (time.time() % self.period))
+            return self._lockout()
         return None
 
-    def record_failure(self) -> None:
+    def take_turn(self) -> Lockout | None:
+        """Count this attempt as a failure before its password is checked, atomically (one
+        INCR per counter), and refuse it if that passes the limit. Reading first and counting
+        after a wrong password would let a burst of parallel requests all read a count under
+        the limit: one guess per request. `succeeded` takes the count back."""
+        if max(count_hit(key, self.period) for key in self.keys) > self.limit:
+            return self._lockout()
+        return None
+
+    def succeeded(self) -> None:
+        """The password was right: it was not a failure."""
         for key in self.keys:
-            count_hit(key, self.period)
+            uncount(key)
+
+    def _lockout(self) -> Lockout:
+        return Lockout(self.period - (time.time() % self.period))
 
 
 def lockout_for(request, username: str | None) -> Lockout | None:
@@ -97,8 +110,9 @@ def lockout_for(request, username: str | None) -> Lockout | None:
 class ThrottledModelBackend(ModelBackend):
     """Django's password check behind the login throttle (AUTHENTICATION_BACKENDS).
 
-    A locked-out login is refused before the password is looked at (PermissionDenied
-    stops `authenticate()` trying other backends); a wrong password counts. Callers
+    Each attempt is counted before the password is looked at, and a success takes it
+    back (LoginGuard.take_turn); one past the limit is refused unchecked (PermissionDenied
+    stops `authenticate()` trying other backends). Callers
     that want to say why ask `lockout_for` after a refusal.
     """
 
@@ -106,11 +120,11 @@ class ThrottledModelBackend(ModelBackend):
         if request is None:  # management commands and tests that pass no request
             return super().authenticate(request, username, password, **kwargs)
         guard = LoginGuard(request, username or kwargs.get("username"))
-        if guard.lockout() is not None:
+        if guard.take_turn() is not None:
             raise PermissionDenied("login throttled")
         user = super().authenticate(request, username, password, **kwargs)
-        if user is None:
-            guard.record_failure()
+        if user is not None:
+            guard.succeeded()
         return user
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
-import shlex
 from datetime import datetime
 
+from berthcli.output import command_line  # one quoting for the web and the CLI
 from scheduler.timewords import duration
 
 __all__ = ["command_line", "duration", "in_words", "parse_duration", "relative"]
@@ -54,33 +53,3 @@ def in_words(when: datetime, now: datetime) -> str:
     else:
         words = f"about {round(span / 86400)} d"
     return f"in {words}" if delta > 0 else f"{words} ago"
-
-
-_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
-# Escaped by a backslash inside double quotes, by a POSIX shell and by shlex alike.
-_IN_DOUBLE_QUOTES = re.compile(r'(["\\])')
-# Expanded by a shell inside double quotes (shlex keeps them): such an argument stays single-quoted.
-_EXPANDED = frozenset("$`")
-
-
-def command_line(argv: list[str] | str) -> str:
-    """Return the argv as a shell line a person would type: `python -c "print('hi')"`.
-
-    shlex.join quotes an argument holding a single quote as '"'"'; such an
-    argument is double-quoted here instead, escaping only what a shell expands
-    there. The line parses back to the same argv, by the submit form (shlex) and
-    by a shell.
-    """
-    if isinstance(argv, str):
-        return argv
-    return " ".join(_quote(arg) for arg in argv)
-
-
-def _quote(arg: str) -> str:
-    if arg and all(c in _SHELL_SAFE for c in arg):
-        return arg
-    if "'" not in arg:
-        return f"'{arg}'"
-    if _EXPANDED.intersection(arg):
-        return shlex.quote(arg)
-    return '"' + _IN_DOUBLE_QUOTES.sub(r"\\\1", arg) + '"'

@@ -581,3 +581,20 @@ def test_the_cli_does_not_import_django():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_a_message_with_an_impossible_date_is_shown_as_written(berth, logged_in, personas):
+    """A cancel reason is the user's own text; one that looks like an instant but is none
+    (month 13) must not crash `berth status` or `berth why` for the whole team."""
+    from portal.core.actions.jobs import cancel_job
+
+    logged_in(personas.member_a)
+    job_id = submit(berth)
+    cancel_job(
+        Job.objects.get(pk=job_id), actor=personas.member_a, reason="from 2026-13-45T00:00:00Z"
+    )
+
+    for command in ("status", "why"):
+        result = berth(command, job_id)
+        assert result.code == 0, result.err
+        assert "from 2026-13-45T00:00:00Z" in result.out

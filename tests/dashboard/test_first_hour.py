@@ -10,6 +10,7 @@ import shlex
 
 import pytest
 
+from berthcli import output as cli_output
 from portal.core.models import Job, Membership, Quota, Worker
 from portal.dashboard.format import command_line
 from portal.dashboard.queries import LOG_TAIL_LINES
@@ -134,12 +135,14 @@ def test_command_is_shown_as_typed_not_with_shell_quote_soup(story, login):
         ["sh", "-c", 'echo "$HOME" it\'s'],
         ["echo", "a b", "", 'back\\slash "and" quote\'s'],
         ["python3", "-c", "import os\nprint(f'rank {os.environ[\"RANK\"]}')"],
+        ["echo", "it's done!"],
     ],
 )
 def test_command_line_parses_back_to_the_same_argv(argv):
     line = command_line(argv)
     assert shlex.split(line) == argv
-    assert "'\"'\"'" not in line or "$" in "".join(argv)
+    assert "'\"'\"'" not in line or set("$!") & set("".join(argv))
+    assert cli_output.command_line(argv) == line  # `berth status` shows the same line
 
 
 # --- 10: names and image references as an engine takes them; all errors in one round ---

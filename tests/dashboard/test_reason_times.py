@@ -29,3 +29,9 @@ def test_reason_instants_are_a_clock_time_and_words(story, login):
         assert "quota from <time datetime=" in html and "job 7 &lt;b&gt;" in html
         text = re.sub(r"<[^>]+>", "", html)  # what a reader sees, without the tooltips
         assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d|\+\d+ s\b", text), page
+
+
+def test_what_only_looks_like_an_instant_is_shown_as_written():
+    from portal.dashboard.templatetags.berth_times import with_times
+
+    assert with_times("from 2026-13-45T00:00:00Z <b>") == "from 2026-13-45T00:00:00Z &lt;b&gt;"

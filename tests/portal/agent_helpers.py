@@ -71,14 +71,17 @@ def make_job(cluster, *, workers=1, gpus_per_worker=2, **kw) -> Job:
     return job
 
 
-def admit(job: Job, nodes: list[Node]) -> None:
-    """Admit the job with one worker per node, as a scheduling pass would."""
+def admit(job: Job, nodes: list[Node], first_gpu: int = 0) -> None:
+    """Admit the job with one worker per node, as a scheduling pass would, on each
+    node's GPUs from index `first_gpu` on."""
     placement = tuple(
         m.WorkerPlacement(
             rank=rank,
             node=node.hostname,
             gpus=tuple(
-                node.gpus.order_by("index").values_list("pk", flat=True)[: job.gpus_per_worker]
+                node.gpus.order_by("index").values_list("pk", flat=True)[
+                    first_gpu : first_gpu + job.gpus_per_worker
+                ]
             ),
         )
         for rank, node in enumerate(nodes)

@@ -194,6 +194,22 @@ def test_admitted_gang_is_sent_to_its_nodes_runs_and_succeeds(client, cluster):
     assert kinds == ["submitted", "admitted", "started", "succeeded"]
 
 
+def test_gangs_whose_rank_0_share_a_node_get_different_master_ports(client, cluster, settings):
+    settings.BERTH = {**settings.BERTH, "MASTER_PORT_FIRST": 30000, "MASTER_PORT_COUNT": 7}
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    ta, tb = node_token(a), node_token(b)
+    first, second = (make_job(cluster, workers=2, gpus_per_worker=1) for _ in range(2))
+    admit(first, [a, b])
+    admit(
+        second, [a, b], first_gpu=1
+    )  # rank 0 of both on node a, whose network the containers share
+
+    on_a = {e["job_id"]: e["master_port"] for e in beat(client, a, ta).json()["run"]}
+    on_b = {e["job_id"]: e["master_port"] for e in beat(client, b, tb).json()["run"]}
+    assert on_a == on_b == {j.pk: 30000 + j.pk % 7 for j in (first, second)}
+    assert on_a[first.pk] != on_a[second.pk]
+
+
 # The counts are those of the heartbeat's hand-written PostgreSQL statements.
 postgresql_only = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="counts PostgreSQL's prepared statements"

@@ -17,11 +17,13 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
+from berthcli.output import ISO_INSTANT as CLI_ISO_INSTANT
 from portal.dashboard.format import in_words
 
 register = template.Library()
 
-ISO_INSTANT = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+# Split on the instants the scheduler writes (the pattern `berth` looks for too).
+ISO_INSTANT = re.compile(f"({CLI_ISO_INSTANT.pattern})")
 
 
 @register.filter(needs_autoescape=True)
@@ -35,7 +37,11 @@ def with_times(text, autoescape=True):
         if i % 2 == 0:
             out.append(escape(part))
             continue
-        moment = datetime.fromisoformat(part)
+        try:
+            moment = datetime.fromisoformat(part)
+        except ValueError:  # looks like an instant, is none (month 13): keep the text
+            out.append(escape(part))
+            continue
         clock = f"{moment:%H:%M}" if moment.date() == now.date() else f"{moment:%Y-%m-%d %H:%M}"
         out.append(
             format_html(
