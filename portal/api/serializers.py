@@ -13,7 +13,7 @@ from rest_framework.fields import SkipField
 from portal.api.fastparse import fast_parse
 from portal.core.jobspec import MAX_WORKERS, PRIORITY_RANGE
 from portal.core.models.jobs import JobState
-from portal.core.validators import reject_bidi_controls
+from portal.core.validators import TOKEN_NAME
 from scheduler.reasons import remedy
 
 # Bounds that only keep numbers inside the database's integer columns; the
@@ -488,7 +488,7 @@ class NewTokenSerializer(TokenSerializer):
 
 
 class TokenCreateSerializer(StrictSerializer):
-    name = TextField(max_length=100, validators=[reject_bidi_controls])
+    name = TextField(**TOKEN_NAME)
     teams = serializers.ListField(
         child=SlugField(max_length=64),
         required=False,
