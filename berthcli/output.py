@@ -82,6 +82,8 @@ def times_in(text: str, now: datetime | None = None) -> str:
 
 
 def _relative(moment: datetime, now: datetime) -> str:
+    """`in 20m`, `29s ago`, or `now` under a second: the web's threshold too
+    (portal.dashboard.format.relative, NOW_SECONDS; this CLI may not import the portal)."""
     delta = (moment - now).total_seconds()
     if abs(delta) < 1:
         return "now"
