@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from berthcli.output import command_line  # one quoting for the web and the CLI
+from berthtext import command_line  # one quoting for the web and the CLI
 from scheduler.timewords import duration
 
 __all__ = ["NOW_SECONDS", "command_line", "duration", "parse_duration", "relative"]

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
-from berthcli.output import ISO_INSTANT as CLI_ISO_INSTANT
+from berthtext import ISO_INSTANT as CLI_ISO_INSTANT
 from portal.dashboard.format import relative
 
 register = template.Library()
