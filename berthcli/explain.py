@@ -1,37 +1,13 @@
 """`berth why`: a job's state in plain words, and what would change it.
 
 The portal sends the reason code and a sentence with the numbers that matter
-(scheduler/reasons.py defines the codes); this adds what the user can do.
+(scheduler/reasons.py defines the codes) and what would change it (`remedy`);
+this words them for a terminal.
 """
 
 from __future__ import annotations
 
 from berthcli.output import at, duration, ordinal, shape, times_in, when
-
-# reason code -> what would let the job start sooner
-REMEDIES = {
-    "new": "Nothing: the next scheduling pass (every few seconds) will place it or say why it waits.",
-    "requeued": "Nothing: it was put back in the queue with its original submit time.",
-    "never_fits": "It cannot start as it is. Ask for fewer workers or fewer GPUs per worker, "
-    "or ask an admin for more quota or bigger nodes; then cancel it and submit again.",
-    "no_nodes": "A node of its GPU flavor becoming Ready and uncordoned (ask an admin), "
-    "or submitting to another flavor.",
-    "backoff": "Nothing: after a preemption or a lost node it waits out its requeue backoff, "
-    "then keeps its place in the queue.",
-    "fifo_blocked": "The blocked job ahead of it starting or being cancelled.",
-    "waiting_for_preemption": "Nothing: preempted jobs are stopping to make room; it starts "
-    "when their grace periods end.",
-    "quota": "Your team's running jobs finishing, a smaller gang, or more quota for the team.",
-    "cohort_busy": "Other teams of the cohort freeing the quota they use, or a gang that fits "
-    "within your team's own nominal quota.",
-    "reserved": "The job holding the backfill reservation starting, or a shorter "
-    "max run time so it can backfill before that reservation.",
-    "priority": "The jobs ahead of it in its queue starting, or a higher priority.",
-    "topology": "GPUs freeing up inside one rack/block, or fewer workers so the gang fits in one.",
-    "fragmented": "Whole nodes freeing up, or fewer GPUs per worker.",
-    "no_capacity": "Running jobs of its flavor finishing (see its estimated start), or a smaller gang.",
-    "previous_attempt": "Nothing: the workers of its previous attempt are stopping.",
-}
 
 
 def explain(job: dict) -> list[str]:
@@ -61,7 +37,8 @@ def _pending(job: dict, head: str) -> list[str]:
     place.append(f"estimated start {start}" if start else "no estimated start yet")
     sentence = "; ".join(place)
     lines.append(sentence[0].upper() + sentence[1:] + ".")  # not capitalize(): "UTC" stays
-    lines.append("What would change it: " + REMEDIES.get(code, "see the reason above."))
+    if job.get("remedy"):  # the portal's advice by reason code; an older portal sends none
+        lines.append("What would change it: " + job["remedy"])
     return lines
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import sys
 from datetime import UTC, datetime
 
-# How the portal writes an instant in a sentence (scheduler.timewords.instant).
-ISO_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+# The same instants and command lines as the portal's pages (berthtext).
+from berthtext import ISO_INSTANT
+from berthtext import command_line as command_line
 
 
 def print_json(data) -> None:
@@ -82,6 +82,8 @@ def times_in(text: str, now: datetime | None = None) -> str:
 
 
 def _relative(moment: datetime, now: datetime) -> str:
+    """`in 20m`, `29s ago`, or `now` under a second: the web's threshold too
+    (portal.dashboard.format.relative, NOW_SECONDS; this CLI may not import the portal)."""
     delta = (moment - now).total_seconds()
     if abs(delta) < 1:
         return "now"
@@ -91,38 +93,6 @@ def _relative(moment: datetime, now: datetime) -> str:
 def _stamp(moment: datetime, now: datetime) -> str:
     clock = moment.astimezone(UTC)
     return clock.strftime("%H:%M UTC" if clock.date() == now.date() else "%Y-%m-%d %H:%M UTC")
-
-
-_SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
-# Escaped by a backslash inside double quotes, by a POSIX shell and by shlex alike.
-_IN_DOUBLE_QUOTES = re.compile(r'(["\\])')
-# Expanded by a shell inside double quotes ($, `; ! in an interactive bash): such an
-# argument stays single-quoted.
-_EXPANDED = frozenset("$`!")
-
-
-def command_line(argv: list[str] | str) -> str:
-    """Return the argv as a shell line a person would type: `python -c "print('hi')"`.
-
-    The one quoting of a job's command for people: `berth status` and the dashboard's
-    job page. shlex.join quotes an argument holding a single quote as '"'"'; such an
-    argument is double-quoted here instead, escaping only what a shell expands
-    there. The line parses back to the same argv, by the submit form (shlex) and
-    by a shell.
-    """
-    if isinstance(argv, str):
-        return argv
-    return " ".join(_quote(arg) for arg in argv)
-
-
-def _quote(arg: str) -> str:
-    if arg and all(c in _SHELL_SAFE for c in arg):
-        return arg
-    if "'" not in arg:
-        return f"'{arg}'"
-    if _EXPANDED.intersection(arg):
-        return shlex.quote(arg)
-    return '"' + _IN_DOUBLE_QUOTES.sub(r"\\\1", arg) + '"'
 
 
 def ordinal(n: int) -> str:

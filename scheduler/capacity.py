@@ -5,7 +5,8 @@ A worker never spans nodes and a multi-node gang stays inside one topology
 domain (scheduler.state.domain_kind), so with every node empty the most
 workers of `per_worker` GPUs one gang can have is the best domain's sum of
 `node GPUs // per_worker`. The scheduling pass applies the same rule to its
-Ready nodes (`Pool.static_slots`, reason `never_fits`).
+Ready nodes (`Pool.static_slots`, reason `never_fits`); both count with
+scheduler.state.domain_slots.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .model import Node
-from .state import domain_kind
+from .state import domain_kind, domain_slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,12 +42,7 @@ def largest_gang(nodes: Iterable[Node], per_worker: int, topology_key: str) -> G
     if not nodes or per_worker < 1:
         return None
     kind = domain_kind(nodes, topology_key)
-    slots: dict[str, list[int]] = {}  # domain -> [workers, nodes that take one]
-    for node in nodes:
-        fits = node.total_gpus // per_worker
-        room = slots.setdefault(getattr(node, kind), [0, 0])
-        room[0] += fits
-        room[1] += fits > 0
+    slots = domain_slots(((getattr(n, kind), n.total_gpus) for n in nodes), per_worker)
     # Most workers first; ties to the first label, so the answer is deterministic.
     domain, (workers, hosts) = min(slots.items(), key=lambda kv: (-kv[1][0], kv[0]))
     largest = max(n.total_gpus for n in nodes)

@@ -46,6 +46,39 @@ REASONS: dict[str, str] = {
     NO_CAPACITY: "Not enough GPUs of its flavor are free.",
 }
 
+# code -> what would let the job start sooner: `berth why` and the dashboard say it
+# after the reason (the API's `remedy` field). "new" and "requeued" are the
+# portal's codes for a job no pass has looked at yet since it was (re)queued.
+REMEDIES: dict[str, str] = {
+    "new": "Nothing: the next scheduling pass (every few seconds) will place it or say why it waits.",
+    "requeued": "Nothing: it was put back in the queue with its original submit time.",
+    NEVER_FITS: "It cannot start as it is. Ask for fewer workers or fewer GPUs per worker, "
+    "or ask an admin for more quota or bigger nodes; then cancel it and submit again.",
+    NO_NODES: "A node of its GPU flavor becoming Ready and uncordoned (ask an admin), "
+    "or submitting to another flavor.",
+    BACKOFF: "Nothing: after a preemption or a lost node it waits out its requeue backoff, "
+    "then keeps its place in the queue.",
+    FIFO_BLOCKED: "The blocked job ahead of it starting or being cancelled.",
+    WAITING_FOR_PREEMPTION: "Nothing: preempted jobs are stopping to make room; it starts "
+    "when their grace periods end.",
+    QUOTA: "Your team's running jobs finishing, a smaller gang, or more quota for the team.",
+    COHORT_BUSY: "Other teams of the cohort freeing the quota they use, or a gang that fits "
+    "within your team's own nominal quota.",
+    RESERVED: "The job holding the backfill reservation starting, or a shorter "
+    "max run time so it can backfill before that reservation.",
+    PRIORITY: "The jobs ahead of it in its queue starting, or a higher priority.",
+    TOPOLOGY: "GPUs freeing up inside one rack/block, or fewer workers so the gang fits in one.",
+    FRAGMENTED: "Whole nodes freeing up, or fewer GPUs per worker.",
+    NO_CAPACITY: "Running jobs of its flavor finishing (see its estimated start), or a smaller gang.",
+    PREVIOUS_ATTEMPT: "Nothing: the workers of its previous attempt are stopping.",
+}
+
+
+def remedy(code: str) -> str:
+    """Return what would let a pending job with reason `code` start sooner ("" = "new")."""
+    return REMEDIES.get(code or "new", "see the reason above.")
+
+
 # Capacity reasons: quota allows the job, the free GPUs do not.
 CAPACITY = frozenset({TOPOLOGY, FRAGMENTED, NO_CAPACITY})
 

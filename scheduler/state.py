@@ -119,10 +119,8 @@ class Pool:
     def static_slots(self, per_worker: int) -> int:
         """Return the most workers of `per_worker` GPUs one domain holds when empty."""
         if per_worker not in self._static:
-            per_domain = [0] * len(self.domains)
-            for i, total in enumerate(self.totals):
-                per_domain[self.index.dom[i]] += total // per_worker
-            self._static[per_worker] = max(per_domain)
+            slots = domain_slots(zip(self.index.dom, self.totals, strict=True), per_worker)
+            self._static[per_worker] = max(workers for workers, _ in slots.values())
         return self._static[per_worker]
 
     def domain_nodes(self) -> list[list[int]]:
@@ -266,6 +264,22 @@ def domain_kind(nodes: list[Node], topology_key: str) -> str:
     if topology_key == "block" and any(n.block for n in nodes):
         return "block"
     return "rack"
+
+
+def domain_slots(nodes: Iterable[tuple], per_worker: int) -> dict:
+    """Return domain -> [workers, nodes that take one] for (domain, total GPUs) pairs.
+
+    The largest-gang rule (scheduler.capacity.largest_gang, Pool.static_slots): a
+    worker never spans nodes, so an empty domain holds the sum of its nodes'
+    `total // per_worker` workers of one gang.
+    """
+    slots: dict = {}
+    for domain, total in nodes:
+        fits = total // per_worker
+        room = slots.setdefault(domain, [0, 0])
+        room[0] += fits
+        room[1] += fits > 0
+    return slots
 
 
 def build_pools(

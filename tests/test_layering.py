@@ -1,5 +1,7 @@
-"""The folders are the dependency graph: scheduler/ and agents/ never import Django."""
+"""The folders are the dependency graph: scheduler/, agents/, berthcli/ and berthtext/
+never import Django or the portal, and the portal never imports its CLI."""
 
+import ast
 import pkgutil
 import subprocess
 import sys
@@ -19,7 +21,7 @@ def _modules(package: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("package", ["scheduler", "agents"])
+@pytest.mark.parametrize("package", ["scheduler", "agents", "berthcli", "berthtext"])
 def test_package_imports_no_django_or_portal(package):
     modules = _modules(package)
     code = (
@@ -34,3 +36,22 @@ def test_package_imports_no_django_or_portal(package):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "", f"{package} imported {result.stdout.strip()}"
+
+
+def test_the_portal_never_imports_the_cli():
+    """What both say alike is berthtext/, what only the server knows goes over the API."""
+    found = []
+    for path in sorted((ROOT / "portal").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            found += [
+                f"{path.relative_to(ROOT)}:{node.lineno}"
+                for n in names
+                if n.split(".")[0] == "berthcli"
+            ]
+    assert found == []

@@ -13,7 +13,8 @@ from rest_framework.fields import SkipField
 from portal.api.fastparse import fast_parse
 from portal.core.jobspec import MAX_WORKERS, PRIORITY_RANGE
 from portal.core.models.jobs import JobState
-from portal.core.validators import reject_bidi_controls
+from portal.core.validators import TOKEN_NAME
+from scheduler.reasons import remedy
 
 # Bounds that only keep numbers inside the database's integer columns; the
 # rules that depend on the cluster (largest node, quota, queue limits) are jobspec's.
@@ -281,6 +282,9 @@ class JobSerializer(serializers.Serializer):
         help_text="Why it waits (pending jobs) or why it ended; see docs/api.md."
     )
     reason = serializers.CharField(help_text="The reason in plain words.")
+    remedy = serializers.SerializerMethodField(
+        help_text="A pending job: what would let it start sooner (by reason code); else empty."
+    )
     position = serializers.IntegerField(
         source="queue_position", allow_null=True, help_text="1-based place in its queue."
     )
@@ -303,6 +307,9 @@ class JobSerializer(serializers.Serializer):
     admitted_at = serializers.DateTimeField(allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_remedy(self, job) -> str:
+        return remedy(job.reason_code) if job.state == JobState.PENDING else ""
 
 
 class JobPageSerializer(serializers.Serializer):
@@ -481,7 +488,7 @@ class NewTokenSerializer(TokenSerializer):
 
 
 class TokenCreateSerializer(StrictSerializer):
-    name = TextField(max_length=100, validators=[reject_bidi_controls])
+    name = TextField(**TOKEN_NAME)
     teams = serializers.ListField(
         child=SlugField(max_length=64),
         required=False,

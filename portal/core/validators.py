@@ -26,3 +26,8 @@ def reject_bidi_controls(value: str) -> None:
             f"({', '.join(found)}): they make text display differently from what it is.",
             code="bidi_control",
         )
+
+
+# An API token's name, one rule for the model field, the API's TokenCreateSerializer
+# and the dashboard's ApiTokenForm: `CharField(**TOKEN_NAME)`.
+TOKEN_NAME = {"max_length": 100, "validators": (reject_bidi_controls,)}

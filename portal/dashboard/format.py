@@ -4,20 +4,44 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from berthcli.output import command_line  # one quoting for the web and the CLI
+from berthtext import command_line  # one quoting for the web and the CLI
 from scheduler.timewords import duration
 
-__all__ = ["command_line", "duration", "in_words", "parse_duration", "relative"]
+__all__ = ["NOW_SECONDS", "command_line", "duration", "parse_duration", "relative"]
 
 
-def relative(when: datetime | None, now: datetime) -> str:
-    """Return 'in 12 min', '5 min ago' or 'now'; '—' for None."""
+# Under this many seconds a time is "now", on the web and in `berth` alike
+# (berthcli.output._relative keeps its own copy: the CLI may not import the portal).
+NOW_SECONDS = 1
+
+
+def relative(when: datetime | None, now: datetime, *, about: bool = False) -> str:
+    """Return 'in 12 min', '29 s ago' or 'now' (under NOW_SECONDS); '—' for None.
+
+    The web's one relative time. `about=True` rounds it to one unit for a time
+    shown beside its clock, 'in about 2 h', '12 min ago' (the `with_times`
+    filter); otherwise it is `duration`'s, 'in 1 h 30 min'. `berth` says the
+    same with its own units ('29s ago', berthcli.output._relative), and the same
+    threshold for "now".
+    """
     if when is None:
         return "—"
     delta = (when - now).total_seconds()
-    if abs(delta) < 30:
+    span = abs(delta)
+    if span < NOW_SECONDS:
         return "now"
-    return f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
+    words = _about(span) if about else duration(span)
+    return f"in {words}" if delta > 0 else f"{words} ago"
+
+
+def _about(span: float) -> str:
+    if span < 60:
+        return duration(span)
+    if span < 3600:
+        return f"{round(span / 60)} min"
+    if span < 48 * 3600:
+        return f"about {round(span / 3600)} h"
+    return f"about {round(span / 86400)} d"
 
 
 def parse_duration(text: str) -> int:
@@ -37,19 +61,3 @@ def parse_duration(text: str) -> int:
     if number or not text:
         raise ValueError(text)
     return total
-
-
-def in_words(when: datetime, now: datetime) -> str:
-    """Return 'in about 2 h', 'in 12 min', 'in under a minute', '5 min ago': a time a
-    person reads at a glance (the exact one goes in a tooltip beside it)."""
-    delta = (when - now).total_seconds()
-    span = abs(delta)
-    if span < 60:
-        return "in under a minute" if delta > 0 else "just now"
-    if span < 3600:
-        words = f"{round(span / 60)} min"
-    elif span < 48 * 3600:
-        words = f"about {round(span / 3600)} h"
-    else:
-        words = f"about {round(span / 86400)} d"
-    return f"in {words}" if delta > 0 else f"{words} ago"

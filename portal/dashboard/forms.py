@@ -19,7 +19,7 @@ from portal.core import jsontext
 from portal.core.access import visible_teams
 from portal.core.jobspec import JobSpec, SpecError, clean_job_spec
 from portal.core.models import GpuFlavor, Team
-from portal.core.validators import reject_bidi_controls
+from portal.core.validators import TOKEN_NAME
 from portal.dashboard.format import parse_duration
 
 PREEMPTIBLE_CHOICES = [("", "Queue default"), ("yes", "Yes"), ("no", "No")]
@@ -141,8 +141,7 @@ class SubmitJobForm(forms.Form):
 
 class ApiTokenForm(forms.Form):
     name = forms.CharField(
-        max_length=100,
-        validators=[reject_bidi_controls],
+        **TOKEN_NAME,
         widget=forms.TextInput(attrs={"placeholder": "e.g. ci-pipeline"}),
     )
     expires_in_days = forms.TypedChoiceField(

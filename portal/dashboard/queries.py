@@ -14,10 +14,10 @@ from datetime import datetime, timedelta
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q
 
-from berthcli.explain import REMEDIES
 from portal.core import reports
 from portal.core.models import Allocation, Gpu, Job, JobEvent, Node, Team, Worker
 from portal.dashboard.format import duration, relative
+from scheduler.reasons import remedy
 
 State = Job.State
 QUEUE_ORDER = ("queue__name", "-priority", "submitted_at", "id")
@@ -260,15 +260,6 @@ def finished_jobs(team: Team, limit: int = 15) -> list[Job]:
 
 
 # --- job ---------------------------------------------------------------------------
-
-
-def remedy(reason_code: str) -> str:
-    """What would let a pending job start sooner, by reason code.
-
-    The same table as `berth why` (berthcli.explain.REMEDIES), so the web and
-    the CLI give the same advice.
-    """
-    return REMEDIES.get(reason_code or "new", "see the reason above.")
 
 
 @dataclass

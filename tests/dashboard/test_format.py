@@ -27,7 +27,10 @@ def test_relative():
     now = datetime(2026, 1, 1, tzinfo=UTC)
     assert relative(now + timedelta(minutes=40), now) == "in 40 min"
     assert relative(now - timedelta(hours=2), now) == "2 h ago"
-    assert relative(now + timedelta(seconds=10), now) == "now"
+    # "now" only under a second, as `berth` says (it was up to 30 s: "Submitted now").
+    assert relative(now + timedelta(seconds=0.5), now) == "now"
+    assert relative(now - timedelta(seconds=29), now) == "29 s ago"
+    assert relative(now + timedelta(minutes=70), now, about=True) == "in about 1 h"
     assert relative(None, now) == "—"
 
 

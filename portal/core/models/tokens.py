@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from portal.core.validators import reject_bidi_controls
+from portal.core.validators import TOKEN_NAME
 
 from .tenancy import Team
 
@@ -13,7 +13,7 @@ class ApiToken(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
     )
-    name = models.CharField(max_length=100, validators=[reject_bidi_controls])
+    name = models.CharField(**TOKEN_NAME)
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     teams = models.ManyToManyField(

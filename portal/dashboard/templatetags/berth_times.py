@@ -17,8 +17,8 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
-from berthcli.output import ISO_INSTANT as CLI_ISO_INSTANT
-from portal.dashboard.format import in_words
+from berthtext import ISO_INSTANT as CLI_ISO_INSTANT
+from portal.dashboard.format import relative
 
 register = template.Library()
 
@@ -49,7 +49,7 @@ def with_times(text, autoescape=True):
                 part,
                 f"{moment:%Y-%m-%d %H:%M}",
                 clock,
-                in_words(moment, now),
+                relative(moment, now, about=True),
             )
         )
     return mark_safe("".join(out))  # noqa: S308 — every part was escaped above

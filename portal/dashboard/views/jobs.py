@@ -22,6 +22,7 @@ from portal.dashboard.shortcuts import (
     render_page,
     team_context,
 )
+from scheduler.reasons import remedy
 
 
 @login_required_page
@@ -44,7 +45,7 @@ def job_detail(request, job_id: int):
         "elapsed_s": _elapsed(job, now),
         "max_runtime": duration(job.max_runtime_seconds),
         "command_line": command_line(job.command),
-        "remedy": queries.remedy(job.reason_code),
+        "remedy": remedy(job.reason_code),
     }
     return render_page(request, "dashboard/job.html", context, ctx=ctx, section="job")
 
