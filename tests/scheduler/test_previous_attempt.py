@@ -1,32 +1,27 @@
 """A requeued job whose previous attempt still stops waits (`previous_attempt`), set aside."""
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler import REASONS, schedule
-from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, make_job, reasons, verdict
+from tests.scheduler.helpers import NOW, Cluster, admitted, make_job, reasons, verdict
+from tests.scheduler.test_backoff import LATER
+from tests.scheduler.test_backoff import SCENARIOS as BACKOFF_SCENARIOS
 
-LATER = NOW + 600
-
-
-def waits_on_an_idle_cluster():
-    c = Cluster().node("n0")
-    c.team("a", nominal=8)
-    c.job(1, gpus=4, restarts=1, old_attempt=True)
-    return c, {}, {1: "previous_attempt"}, []
+PREVIOUS = "previous_attempt"
 
 
-def never_fits_outranks_it():
-    c = Cluster().node("n0")
-    c.team("a", nominal=64)
-    c.job(1, gpus=16, restarts=1, old_attempt=True)
-    return c, {}, {1: "never_fits"}, []
-
-
-def no_nodes_outranks_it():
-    c = Cluster().node("n0")
-    c.team("a", nominal=8)
-    c.job(1, gpus=1, flavor="a100", restarts=1, old_attempt=True)
-    return c, {}, {1: "no_nodes"}, []
+def as_previous_attempt(scenario):
+    """A scenario of test_backoff with its job in backoff requeued instead while its
+    previous attempt still stops (eligible, but set aside the same way)."""
+    c, config, expect, started = scenario()
+    assert any(j.eligible_at > NOW for j in c.pending) or scenario.__name__.startswith("is_")
+    c.pending = [
+        replace(j, eligible_at=0.0, previous_attempt_stopping=True) if j.eligible_at > NOW else j
+        for j in c.pending
+    ]
+    return c, config, {k: PREVIOUS if v == "backoff" else v for k, v in expect.items()}, started
 
 
 def backoff_outranks_it():
@@ -36,58 +31,22 @@ def backoff_outranks_it():
     return c, {}, {1: "backoff"}, []
 
 
-def blocks_nothing_under_strict_fifo():
-    c = Cluster().node("n0")
-    c.team("a", nominal=8)
-    c.job(1, gpus=8, restarts=1, old_attempt=True)  # first in submit order
-    c.job(2, gpus=8)
-    return c, {"policy": "fifo"}, {1: "previous_attempt"}, [2]
-
-
-def gets_no_reservation():
-    c = Cluster().node("n0")
-    c.team("a", nominal=8)
-    c.run(10, on={"n0": 4}, started=NOW, runtime=HOUR)
-    c.job(1, gpus=8, restarts=1, old_attempt=True)
-    c.job(2, gpus=4, runtime=10 * HOUR)
-    return c, {"policy": "fifo-backfill"}, {1: "previous_attempt"}, [2]
-
-
-def preempts_nothing():
-    c = Cluster().node("n0")
-    c.team("a", nominal=8, cohort="k").team("b", nominal=0, cohort="k")
-    c.run(10, "b", on={"n0": 8})  # b borrows all of a's quota
-    c.job(1, "a", gpus=8, restarts=1, old_attempt=True)
-    return c, {}, {1: "previous_attempt"}, []
-
-
-def is_admitted_once_its_workers_stopped():
-    c = Cluster().node("n0")
-    c.team("a", nominal=8)
-    c.job(1, gpus=4, restarts=1)
-    return c, {}, {}, [1]
-
-
-SCENARIOS = [
-    waits_on_an_idle_cluster,
-    never_fits_outranks_it,
-    no_nodes_outranks_it,
-    backoff_outranks_it,
-    blocks_nothing_under_strict_fifo,
-    gets_no_reservation,
-    preempts_nothing,
-    is_admitted_once_its_workers_stopped,
-]
-
-
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
-def test_previous_attempt_scenarios(scenario):
-    c, config, expect, started = scenario()
+@pytest.mark.parametrize("scenario", BACKOFF_SCENARIOS, ids=lambda s: s.__name__)
+def test_set_aside_as_a_job_in_its_backoff(scenario):
+    """Only never_fits and no_nodes outrank it; it blocks, reserves, holds and preempts
+    nothing, and costs no candidate slot."""
+    c, config, expect, started = as_previous_attempt(scenario)
     plan = schedule(c.snapshot(**config))
     assert reasons(plan) == expect
     assert admitted(plan) == started
     assert plan.preemptions == ()
     assert plan.stats["reservations"] == 0
+
+
+def test_backoff_outranks_it():
+    c, config, expect, started = backoff_outranks_it()
+    plan = schedule(c.snapshot(**config))
+    assert (reasons(plan), admitted(plan)) == (expect, started)
 
 
 def test_the_verdict_says_why_with_position_and_estimate():
