@@ -24,6 +24,7 @@ from .reasons import (
     COHORT_BUSY,
     NEVER_FITS,
     NO_NODES,
+    PREVIOUS_ATTEMPT,
     PRIORITY,
     QUOTA,
     Wait,
@@ -45,7 +46,9 @@ def schedule(snapshot: Snapshot) -> Plan:
 
     1. Build the pass state: a pool of free GPUs per flavor, team usage from
        the running jobs, the policy named by snapshot.config.policy. Jobs in
-       their requeue backoff (eligible_at > now) are set aside. Preemptors of
+       their requeue backoff (eligible_at > now) are set aside, and so are
+       requeued jobs whose previous attempt's workers have not stopped yet
+       (previous_attempt_stopping). Preemptors of
        earlier passes named by their victims are admitted, or get their
        reservation back, before any other job (scheduler.preemption).
     2. Order the eligible pending jobs with the policy's order (fair share or
@@ -54,7 +57,8 @@ def schedule(snapshot: Snapshot) -> Plan:
        (Pass.consider: static checks, gate, quota, placement, preemption,
        reservation).
     4. Jobs not reached wait with reason `priority`; jobs set aside wait with
-       reason `backoff`, after every other job in pass order.
+       reason `backoff` or else `previous_attempt`, after every other job in
+       pass order (only `never_fits` and `no_nodes` outrank them).
     5. Explain: a verdict with reason, position and estimated start for every
        job not admitted.
     """
@@ -67,6 +71,8 @@ def schedule(snapshot: Snapshot) -> Plan:
         p.not_reached(job)
     for job in p.backing_off:
         p.back_off(job)
+    for job in p.old_attempts:
+        p.await_old_attempt(job)
     return p.plan()
 
 
@@ -84,6 +90,7 @@ class Pass:
         "queued",
         "pending",
         "backing_off",
+        "old_attempts",
         "gate",
         "preempting",
         "admissions",
@@ -113,12 +120,18 @@ class Pass:
         self._running: list[Running] | None = None
         self._own = charge_running(snapshot.running, self.ledger)
         # Every pending job in queue order (for positions); `pending` are the ones
-        # the policy orders, `backing_off` those not eligible yet (scheduler.requeue).
+        # the policy orders, `backing_off` those not eligible yet (scheduler.requeue),
+        # `old_attempts` the eligible ones whose previous attempt is still stopping.
         self.queued = self.pending = sorted(snapshot.pending, key=queue_key)
         now = self.now
         self.backing_off = [j for j in self.queued if j.eligible_at > now]
-        if self.backing_off:
-            self.pending = [j for j in self.queued if j.eligible_at <= now]
+        self.old_attempts = [
+            j for j in self.queued if j.previous_attempt_stopping and j.eligible_at <= now
+        ]
+        if self.backing_off or self.old_attempts:
+            self.pending = [
+                j for j in self.queued if j.eligible_at <= now and not j.previous_attempt_stopping
+            ]
         self.gate = self.policy.gate(cfg)
         self.preempting = self.policy.preemption and cfg.preemption
         self.admissions: list[Admission] = []
@@ -368,6 +381,17 @@ class Pass:
         static = self.static_wait(job, self.pools.get(job.flavor), self.ledger.book(job.team))
         self.waits[job.id] = static or Wait(BACKOFF, (job.eligible_at, job.restart_count))
 
+    def await_old_attempt(self, job: PendingJob) -> None:
+        """Record that a requeued job waits for its previous attempt's workers to stop.
+
+        Set aside as a job in its backoff is (back_off), for the same reason: its
+        old workers may still use its GPUs and write its checkpoint. Only
+        never_fits and no_nodes outrank it; `backoff` does too (back_off).
+        """
+        self.order.append(job)
+        static = self.static_wait(job, self.pools.get(job.flavor), self.ledger.book(job.team))
+        self.waits[job.id] = static or Wait(PREVIOUS_ATTEMPT)
+
     def waiting(self) -> list[PendingJob]:
         """Return the jobs not admitted, in the order they were considered."""
         return [job for job in self.order if job.id in self.waits]
@@ -377,6 +401,7 @@ class Pass:
         stats = {
             "pending": float(len(self.queued)),
             "backing_off": float(len(self.backing_off)),
+            "previous_attempt": float(len(self.old_attempts)),
             "considered": float(len(self.order)),
             "admitted": float(len(self.admissions)),
             "preempted": float(len(self.preemptions)),

@@ -11,7 +11,8 @@ free and never before the job before it (so a small job that backfill might
 start early gets a pessimistic estimate). A reserved job starts no earlier
 than its reservation; a job waiting for preemption no earlier than its victims'
 grace periods end; a job in its requeue backoff, last in pass order, no
-earlier than it becomes eligible. Jobs that can never fit get None.
+earlier than it becomes eligible; a job waiting for its previous attempt to
+stop, after those, once GPUs are free for it. Jobs that can never fit get None.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .reasons import (
     NEVER_FITS,
     NO_CAPACITY,
     NO_NODES,
+    PREVIOUS_ATTEMPT,
     PRIORITY,
     QUOTA,
     REASONS,
@@ -214,6 +216,13 @@ def _backoff(p: Pass, job: PendingJob, eligible_at: float, requeues: int) -> str
     )
 
 
+def _previous_attempt(p: Pass, job: PendingJob) -> str:
+    return (
+        f"{_needs(p, job)}; requeued, it waits for the workers of its previous attempt to stop "
+        f"before it is considered again"
+    )
+
+
 def _ordinal(n: int) -> str:
     """Return '1st', '2nd', '3rd', '4th', ..., '11th', '12th', '13th', '21st'."""
     if n % 100 in (11, 12, 13):
@@ -311,6 +320,7 @@ _MESSAGES = {
     NEVER_FITS: _never_fits,
     NO_NODES: _no_nodes,
     BACKOFF: _backoff,
+    PREVIOUS_ATTEMPT: _previous_attempt,
     FIFO_BLOCKED: _fifo_blocked,
     WAITING_FOR_PREEMPTION: _waiting,
     QUOTA: _quota,

@@ -78,6 +78,11 @@ class PendingJob:
     `preempted_by`: the job whose preemption requeued it, until it is admitted
     again; it keeps that job's reservation alive after the victims stopped
     (scheduler.preemption, "reservations").
+    `previous_attempt_stopping`: a requeued job whose previous attempt still has
+    workers that have not stopped; the pass sets it aside (reason
+    `previous_attempt`) until they have. The portal sets it from its workers'
+    states; the simulator releases a job's GPUs when it requeues it, so its
+    jobs never have it.
     """
 
     id: JobId
@@ -93,6 +98,7 @@ class PendingJob:
     restart_count: int = 0
     eligible_at: float = 0.0
     preempted_by: JobId | None = None
+    previous_attempt_stopping: bool = False
 
     @property
     def gpus(self) -> int:

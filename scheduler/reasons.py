@@ -6,8 +6,10 @@ so before it is told the cluster is busy. The pass checks them in this order,
 except that `waiting_for_preemption` replaces the quota or capacity reason that
 triggered the preemption, and `priority` replaces a capacity reason when jobs
 ahead of it in its own queue took the GPUs. A job in its requeue backoff
-(`backoff`) is not considered at all: only `never_fits` and `no_nodes`, which
-no wait would change, are told before it.
+(`backoff`), or requeued while its previous attempt's workers still stop
+(`previous_attempt`), is not considered at all: only `never_fits` and
+`no_nodes`, which no wait would change, are told before it, and `backoff`,
+whose end is known, before `previous_attempt`.
 """
 
 from __future__ import annotations

@@ -55,3 +55,23 @@ def test_the_portal_never_imports_the_cli():
                 if n.split(".")[0] == "berthcli"
             ]
     assert found == []
+
+
+# Where a cursor may run SQL text: the statements module, db.py's generic writers,
+# and two one-liners that are no query of the data (readiness, the pass's lock).
+SQL_HOMES = {
+    "portal/core/statements.py",
+    "portal/core/db.py",
+    "portal/ops/readiness.py",
+    "portal/core/scheduling/__init__.py",
+}
+
+
+def test_hand_written_sql_lives_in_the_statements_module():
+    found = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "portal").rglob("*.py")
+        if "migrations" not in path.parts
+        and ("cursor.execute(" in (text := path.read_text()) or "server_binding_cursor()" in text)
+    )
+    assert set(found) <= SQL_HOMES, sorted(set(found) - SQL_HOMES)

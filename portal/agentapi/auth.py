@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from portal.core.db import columns, server_binding_cursor, split_row
+from portal.core import statements
 from portal.core.models import Node
 from portal.core.secrets import digest
 
@@ -24,11 +24,5 @@ def authenticated_node(token: str) -> Node | None:
     if not token:
         return None
     if connection.vendor != "postgresql":
-        return Node.objects.filter(token_hash=digest(token)).first()
-    with server_binding_cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns(Node, 'n')} FROM {Node._meta.db_table} n WHERE n.token_hash = %s",
-            [digest(token)],
-        )
-        row = cursor.fetchone()
-    return split_row(row, Node)[0][0] if row else None
+        return statements.node_by_token_orm(digest(token))
+    return statements.node_by_token(digest(token))

@@ -11,9 +11,9 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import F
 
+from portal.core import statements
 from portal.core.actions.workers import LIVE, is_desired
-from portal.core.db import server_binding_cursor
-from portal.core.models import Allocation, Gpu, Job, Node, Worker
+from portal.core.models import Job, Node, Worker
 
 
 def desired_state(node: Node, *, live: list[Worker] | None = None) -> dict:
@@ -44,17 +44,9 @@ def _gpu_uuids(workers: list[Worker]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     ids = [w.pk for w in workers]
     if connection.vendor == "postgresql":
-        with server_binding_cursor() as cursor:
-            cursor.execute(
-                f"SELECT a.worker_id, g.uuid FROM {Allocation._meta.db_table} a "
-                f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.active AND a.worker_id = ANY(%s)",
-                [ids],
-            )
-            rows = cursor.fetchall()
+        rows = statements.gpu_uuids(ids)
     else:
-        rows = Allocation.objects.filter(worker__in=ids, active=True).values_list(
-            "worker_id", "gpu__uuid"
-        )
+        rows = statements.gpu_uuids_orm(ids)
     for worker_id, uuid in rows:
         out.setdefault(worker_id, []).append(uuid)
     return out

@@ -21,7 +21,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import QuerySet
 
-from portal.core.db import columns, server_binding_cursor, split_row
+from portal.core import statements
+from portal.core.db import split_row
 from portal.core.models import ApiToken, Job, Membership, Queue, Team
 
 Role = Membership.Role
@@ -173,45 +174,12 @@ def _member_queue(user, slug, queue_name, scope) -> tuple[Team, Queue] | None:
     (and on SQLite, the demo database, which has no ANY())."""
     if connection.vendor != "postgresql":
         return None
-    sql = submit_target_sql("%(user)s", "%(scope)s" if scope is not None else None, bool(slug))
-    params = {"user": user.pk, "queue": queue_name, "slug": slug, "scope": list(scope or ())}
-    with server_binding_cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    rows = statements.member_submit_target(user.pk, slug, queue_name, scope)
     return submit_target_from(rows, slug)
 
 
-def submit_target_sql(user: str, scope: str | None, slug: bool, versions: bool = False) -> str:
-    """SQL for the queue, team and role of `user`'s membership in the team named
-    `%(slug)s` (or any, when not `slug`) that has the queue `%(queue)s`, and how
-    many teams the user has: at most 2 rows, to tell one from several. `user` is an
-    SQL expression (a parameter, or a column of an outer query); `scope` one for the
-    array of team ids a token may reach, NULL for every team, or None for no limit.
-    With `versions`, also a digest of the queue's row and of the team's (row_versions)."""
-    mine = Membership._meta.db_table
-
-    def in_scope(column: str) -> str:
-        return f" AND ({scope} IS NULL OR {column} = ANY({scope}))" if scope else ""
-
-    return (
-        f"SELECT {columns(Queue, 'q')}, {columns(Team, 't')}, m.role, "
-        f"(SELECT count(*) FROM {mine} m2 WHERE m2.user_id = {user}{in_scope('m2.team_id')})"
-        + (f", {row_version('q')}, {row_version('t')} " if versions else " ")
-        + f"FROM {Queue._meta.db_table} q JOIN {Team._meta.db_table} t ON t.id = q.team_id "
-        f"JOIN {mine} m ON m.team_id = t.id WHERE q.name = %(queue)s AND m.user_id = {user}"
-        + (" AND t.slug = %(slug)s" if slug else "")
-        + in_scope("t.id")
-        + " LIMIT 2"
-    )
-
-
-def row_version(alias: str) -> str:
-    """SQL for a digest of a whole row (every column's value): equal digests, same row."""
-    return f"md5({alias}::text)"
-
-
 def submit_target_from(rows: list, slug: str | None) -> tuple[Team, Queue] | None:
-    """The team and queue of submit_target_sql's rows; None when they do not name
+    """The team and queue of statements.submit_target_sql's rows; None when they do not name
     exactly one (the slow path tells which error). Raises PermissionDenied for a viewer.
     Row versions, when selected, are left on the queue and team as `row_version`."""
     if len(rows) != 1:

@@ -125,6 +125,7 @@ def test_requeued_job_waits_for_its_previous_attempt_to_stop(cluster, personas):
     run_pass()
     job.refresh_from_db()
     assert job.state == State.PENDING and job.reason_code == "previous_attempt"
+    assert "waits for the workers of its previous attempt to stop" in job.reason  # the core's
 
 
 def test_usage_is_accounted_per_hour_and_decayed(cluster, personas):

@@ -1,6 +1,9 @@
-"""Parity of the hand-written statements with the ORM queries they replace, on the
-backend the suite runs on (make test: PostgreSQL, then SQLite): the same answer for
-every persona, token and target, so a rule changed in one is caught in the other."""
+"""Parity of the hand-written statements (portal/core/statements.py) with the ORM
+queries they replace, on the backend the suite runs on (make test: PostgreSQL, then
+SQLite, where this module is in SQLITE_TESTS): the same answer for every persona,
+token, target, node and worker, so a rule changed in one is caught in the other.
+The statements that are PostgreSQL's by design (statements.py says which) are
+compared on PostgreSQL only."""
 
 from __future__ import annotations
 
@@ -12,20 +15,35 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.utils import timezone
 
-from portal.core import access
+from portal.core import access, statements
+from portal.core.actions import jobs
+from portal.core.actions.heartbeat import GpuReport
 from portal.core.actions.tokens import authenticate_token, create_api_token, token_scope
-from portal.core.models import ApiToken, Membership, Queue
+from portal.core.actions.workers import ENDED
+from portal.core.jobspec import clean_job_spec
+from portal.core.models import ApiToken, Gpu, Job, JobEvent, Membership, Node, Queue, Worker
+from portal.core.secrets import digest
+from tests.portal.agent_helpers import admit, make_job, node_token
+
+postgresql_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the statement is PostgreSQL's by design"
+)
 
 
 def _by_orm(plaintext: str):
     """authenticate_token's answer through the ORM: the usable token, its user, its scope."""
-    from portal.core.secrets import digest
-
-    token = ApiToken.objects.select_related("user").filter(token_hash=digest(plaintext)).first()
-    if token is None or not access.token_usable(token, token.user):
+    found = statements.token_by_digest_orm(digest(plaintext))
+    if found is None or not access.token_usable(found[0], found[0].user):
         return None
-    scope = set(token.teams.values_list("pk", flat=True)) or None
+    token, scope = found
     return token.pk, token.user.pk, scope
+
+
+def _fields(obj) -> dict | None:
+    """Every concrete field's value of a model instance, as loaded."""
+    if obj is None:
+        return None
+    return {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
 
 
 def test_token_statement_answers_as_the_orm(cluster, personas):
@@ -67,7 +85,7 @@ def _answer(find, *args):
     return (team.pk, queue.pk if queue else None, queue.team_id if queue else None)
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the statement is PostgreSQL's")
+@postgresql_only
 def test_submit_target_statement_answers_as_the_orm(cluster, personas):
     Membership.objects.create(user=personas.lead_b, team=cluster.team_a, role="viewer")
     Queue.objects.create(team=cluster.team_a, name="night", max_runtime_seconds=3600)
@@ -89,3 +107,146 @@ def test_submit_target_statement_answers_as_the_orm(cluster, personas):
         assert fast == slow, (user.username, slug, queue, scope)
         compared += 1
     assert compared >= 20
+
+
+def test_node_statement_answers_as_the_orm(cluster):
+    """Both backends: the agent API runs the ORM query on SQLite, the statement elsewhere."""
+    tokens = [node_token(node) for node in cluster.nodes[:2]]
+    Node.objects.filter(pk=cluster.nodes[1].pk).update(last_heartbeat_at=timezone.now())
+    for token in [*tokens, "bnt_unknown", ""]:
+        by_sql, by_orm = (
+            statements.node_by_token(digest(token)),
+            statements.node_by_token_orm(digest(token)),
+        )
+        assert _fields(by_sql) == _fields(by_orm), token
+    assert statements.node_by_token(digest(tokens[1])).pk == cluster.nodes[1].pk
+
+
+def _two_admitted_jobs(cluster):
+    """Job 1 on nodes 0 and 1, job 2 on node 0 (then its allocations released), job 3
+    pending: workers with, without and of no active allocations."""
+    one = make_job(cluster, workers=2, gpus_per_worker=2)
+    admit(one, cluster.nodes[:2])
+    two = make_job(cluster, workers=1, gpus_per_worker=2)
+    admit(two, cluster.nodes[:1], first_gpu=2)
+    Worker.objects.filter(job=two).update(state=Worker.State.EXITED)
+    two.allocations.update(active=False)
+    make_job(cluster)
+    return one, two
+
+
+@postgresql_only
+def test_gpu_uuid_statement_answers_as_the_orm(cluster):
+    one, two = _two_admitted_jobs(cluster)
+    ids = list(Worker.objects.values_list("pk", flat=True)) + [10**9]
+    assert sorted(statements.gpu_uuids(ids)) == sorted(statements.gpu_uuids_orm(ids))
+    assert len(statements.gpu_uuids(ids)) == 4  # job 1's two workers x 2 GPUs
+    assert statements.gpu_uuids([]) == statements.gpu_uuids_orm([]) == []
+
+
+@postgresql_only
+def test_node_workers_statement_answers_as_the_orm(cluster):
+    one, two = _two_admitted_jobs(cluster)
+    node = cluster.nodes[0]
+    ended = list(ENDED)
+    for job_ids in [set(), {two.pk}, {one.pk, two.pk, 10**9}]:
+        by_sql = statements.node_workers(node, ended, job_ids)
+        by_orm = statements.node_workers_orm(node, ended, job_ids)
+        key = lambda w: w.pk  # noqa: E731
+        assert [(_fields(w), _fields(w.job)) for w in sorted(by_sql, key=key)] == [
+            (_fields(w), _fields(w.job)) for w in sorted(by_orm, key=key)
+        ], job_ids
+        uuids = dict.fromkeys((w.pk for w in by_orm), [])
+        for worker_id, uuid in statements.gpu_uuids_orm([w.pk for w in by_orm]):
+            uuids[worker_id] = [*uuids[worker_id], uuid]
+        assert {w.pk: sorted(w.gpu_uuids) for w in by_sql} == {
+            pk: sorted(u) for pk, u in uuids.items()
+        }
+    assert len(statements.node_workers(node, ended, {two.pk})) == 2  # live, and ended of job 2
+
+
+@postgresql_only
+def test_telemetry_statement_writes_as_the_orm(cluster):
+    node, other = cluster.nodes[:2]
+    now = timezone.now()
+    mine = [
+        GpuReport(
+            index=g.index,
+            uuid=g.uuid,
+            name="x",
+            memory_used_mib=7 * g.index,
+            utilization_pct=g.index + 0.5,
+            temperature_c=40.0,
+            power_w=None,
+        )
+        for g in node.gpus.all()
+    ]
+    stray = GpuReport(index=9, uuid=other.gpus.first().uuid, name="x", memory_used_mib=1)
+
+    def written():
+        return sorted(Gpu.objects.values_list("uuid", *statements.TELEMETRY_FIELDS, "updated_at"))
+
+    before = written()
+    results = {}
+    for write in (statements.write_telemetry, statements.write_telemetry_orm):
+        Gpu.objects.all().update(memory_used_mib=None, utilization_pct=None, updated_at=now)
+        results[write] = (write(node, mine, now), write(node, [*mine[:2], stray], now), written())
+    by_sql, by_orm = results.values()
+    assert by_sql == by_orm
+    assert by_sql[:2] == (True, False)  # another node's GPU is not this node's to write
+    assert by_sql[2] != before
+
+
+def _stored(pk: int) -> tuple[dict, list[dict]]:
+    skip = {"id", "job_id", "at", "submitted_at"}
+    job = {k: v for k, v in Job.objects.filter(pk=pk).values()[0].items() if k not in skip}
+    events = [
+        {k: v for k, v in e.items() if k not in skip}
+        for e in JobEvent.objects.filter(job_id=pk).values()
+    ]
+    return job, events
+
+
+@postgresql_only
+def test_submit_statement_stores_as_the_orm(cluster, personas):
+    """The one-statement insert stores the job and its event as _insert_with_orm does,
+    and stores nothing where it does not: a used Idempotency-Key, a full queue."""
+    team, user = cluster.team_a, personas.member_a
+    spec = clean_job_spec(
+        team,
+        {
+            "name": "j",
+            "image": "img",
+            "command": ["true"],
+            "flavor": "h100-80gb",
+            "max_runtime_seconds": 600,
+            "workers": 2,
+            "gpus_per_worker": 4,
+            "env": {"A": "1"},
+        },
+    )
+    now = timezone.now()
+
+    def fields(key):
+        row = jobs._job_fields(team, spec, user, key, spec.fingerprint() if key else "", now)
+        return row, jobs._submitted_event_fields(team, spec, user, now)
+
+    def by_sql(key):
+        return statements.insert_job_with_event(*fields(key))
+
+    def by_orm(key):
+        job = Job(**fields(key)[0])
+        return job.pk if jobs._insert_with_orm(job, user, spec) else None
+
+    first, second = by_sql("k1"), by_orm("k2")
+    assert first and second
+    assert _stored(first) == (
+        _stored(second)[0] | {"idempotency_key": "k1"},
+        _stored(second)[1],
+    )
+    assert (by_sql("k2"), by_orm("k1")) == (None, None)  # the key of the other one
+    Queue.objects.filter(pk=cluster.queue_a.pk).update(max_pending_jobs=2)
+    cluster.queue_a.refresh_from_db()
+    spec.queue.max_pending_jobs = 2
+    assert (by_sql(None), by_orm(None)) == (None, None)  # full: 2 pending of 2
+    assert Job.objects.count() == 2

@@ -71,6 +71,7 @@ def make_job(
     preemptible=True,
     restarts=0,
     eligible_at=0.0,
+    old_attempt=False,
 ) -> PendingJob:
     """A pending gang of `workers` x `gpus` GPUs, submitted `id` seconds before NOW by default."""
     submitted = NOW - 1000 + id if submitted is None else submitted
@@ -87,6 +88,7 @@ def make_job(
         preemptible,
         restarts,
         eligible_at,
+        previous_attempt_stopping=old_attempt,
     )
 
 

@@ -14,9 +14,10 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from portal.core import statements
 from portal.core.actions.workers import ENDED, WorkerReport, apply_worker_reports
-from portal.core.db import bulk_set, columns, server_binding_cursor, split_row, update_row
-from portal.core.models import Allocation, Gpu, Job, Node, Worker
+from portal.core.db import bulk_set, update_row
+from portal.core.models import Gpu, Node, Worker
 
 
 class ProtocolError(Exception):
@@ -42,9 +43,9 @@ class GpuReport:
 
 
 # The heartbeat's statements are hand-written on PostgreSQL and kept prepared
-# (db.server_binding_cursor): 2,000 agents every 10 s make them the hottest queries
-# of the portal, and the ORM spends more Python building each one than the database
-# spends answering it. Other databases use the ORM.
+# (portal/core/statements.py, db.server_binding_cursor): 2,000 agents every 10 s make
+# them the hottest queries of the portal, and the ORM spends more Python building each
+# one than the database spends answering it. Other databases use the ORM.
 
 
 @dataclass(frozen=True)
@@ -105,30 +106,8 @@ def _node_workers(node: Node, job_ids: set[int]) -> list[Worker]:
     """The node's live workers and its workers of `job_ids`, each with its job."""
     ended = list(ENDED)
     if connection.vendor != "postgresql":
-        live = ~Q(state__in=ended)
-        return list(
-            Worker.objects.filter(node=node)
-            .filter(live | Q(job_id__in=job_ids))
-            .select_related("job")
-        )
-    # Each worker comes with the UUIDs of its active allocations: the heartbeat's
-    # reply needs them, and asking here saves it a round trip (desired_state).
-    sql = (
-        f"SELECT {columns(Worker, 'w')}, {columns(Job, 'j')}, "
-        f"ARRAY(SELECT g.uuid FROM {Allocation._meta.db_table} a "
-        f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.active AND a.worker_id = w.id) "
-        f"FROM {Worker._meta.db_table} w JOIN {Job._meta.db_table} j ON j.id = w.job_id "
-        "WHERE w.node_id = %s AND (w.state <> ALL(%s) OR w.job_id = ANY(%s))"
-    )
-    with server_binding_cursor() as cursor:
-        cursor.execute(sql, [node.pk, ended, list(job_ids)])
-        rows = cursor.fetchall()
-    workers = []
-    for row in rows:
-        (worker, job), (uuids,) = split_row(row, Worker, Job)
-        worker.job, worker.gpu_uuids = job, uuids
-        workers.append(worker)
-    return workers
+        return statements.node_workers_orm(node, ended, job_ids)
+    return statements.node_workers(node, ended, job_ids)
 
 
 def _parse_key(key: str) -> tuple[int, int, int]:
@@ -181,23 +160,7 @@ def _write_telemetry(node: Node, gpus: list[GpuReport], now: datetime) -> bool:
     """
     if connection.vendor != "postgresql":
         return False
-    with server_binding_cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Gpu._meta.db_table} g SET memory_used_mib = t.mem, "
-            "utilization_pct = t.util, temperature_c = t.temp, power_w = t.power, updated_at = %s "
-            "FROM unnest(%s::varchar[], %s::int[], %s::float8[], %s::float8[], %s::float8[]) "
-            "AS t(uuid, mem, util, temp, power) WHERE g.uuid = t.uuid AND g.node_id = %s",
-            [
-                now,
-                [r.uuid for r in gpus],
-                [r.memory_used_mib for r in gpus],
-                [r.utilization_pct for r in gpus],
-                [r.temperature_c for r in gpus],
-                [r.power_w for r in gpus],
-                node.pk,
-            ],
-        )
-        return cursor.rowcount == len(gpus)
+    return statements.write_telemetry(node, gpus, now)
 
 
 def _write_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> datetime:

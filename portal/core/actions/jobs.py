@@ -4,7 +4,6 @@ race on one job cannot both win (healthchecks' sendalerts does the same)."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
@@ -17,7 +16,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from portal.core.db import insert_fields, insert_rows, row_columns, server_binding_cursor
+from portal.core import statements
+from portal.core.db import insert_rows
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
 from scheduler.requeue import requeue_backoff
@@ -130,7 +130,7 @@ def submit_job(
     job = Job(**row)
     if connection.vendor == "postgresql":
         event = _submitted_event_fields(team, spec, user, now)
-        job.pk = _insert_in_one_statement(row, event, only_if)
+        job.pk = statements.insert_job_with_event(row, event, only_if)
         job._state.adding = job.pk is None
         created = job.pk is not None
     elif only_if is not None:
@@ -166,48 +166,6 @@ def _insert_with_orm(job: Job, user, spec: JobSpec) -> bool:
     except IntegrityError:
         return False  # a concurrent retry with the same key won the race
     return True
-
-
-def _insert_in_one_statement(job: dict, event: dict, only_if=None) -> int | None:
-    """Insert the job and its event (given as fields) with the queue's room check in a
-    single statement: one round trip instead of five, which is most of a submission's
-    cost. Returns the job's id, or None when nothing was inserted: a retry whose
-    Idempotency-Key already exists (ON CONFLICT on the partial unique index), a full
-    queue, a failed `only_if`; the caller tells them apart."""
-    sql, job_fields, event_fields = _submit_statement(only_if[0] if only_if else "")
-    queue = job["queue"]
-    params = [queue.max_pending_jobs, queue.pk, State.PENDING]
-    params += [col[0] for col in row_columns(job_fields, [job])]
-    params += list(only_if[1]) if only_if else []
-    params += [col[0] for col in row_columns(event_fields, [event])]
-    with server_binding_cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return None if row is None else row[0]
-
-
-@functools.lru_cache(maxsize=64)
-def _submit_statement(only_if: str = "") -> tuple[str, list, list]:
-    """The statement of _insert_in_one_statement and the fields it writes (built once:
-    the same text every time is also what lets PostgreSQL keep it prepared)."""
-    job_fields = insert_fields(Job)
-    event_fields = [f for f in insert_fields(JobEvent) if f.name != "job"]
-    job_cols = ", ".join(f'"{f.column}"' for f in job_fields)
-    event_cols = ", ".join(f'"{f.column}"' for f in event_fields)
-    condition = f" AND EXISTS ({only_if})" if only_if else ""
-    sql = f"""
-        WITH room AS (
-            SELECT count(*) < %s AS ok FROM {Job._meta.db_table}
-            WHERE queue_id = %s AND state = %s
-        ), job AS (
-            INSERT INTO {Job._meta.db_table} ({job_cols})
-            SELECT {", ".join(["%s"] * len(job_fields))} WHERE (SELECT ok FROM room){condition}
-            ON CONFLICT (team_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-            RETURNING id
-        )
-        INSERT INTO {JobEvent._meta.db_table} (job_id, {event_cols})
-        SELECT id, {", ".join(["%s"] * len(event_fields))} FROM job RETURNING job_id"""
-    return sql, job_fields, event_fields
 
 
 def submit_jobs(

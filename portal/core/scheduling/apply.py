@@ -21,16 +21,12 @@ from portal.core.db import bulk_set, bulk_set_values
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
 from scheduler import model as m
-from scheduler import reasons
 from scheduler.reasons import NEVER_FITS
 
 State = Job.State
 # An estimate that moved less than this is not rewritten (saves writes every pass).
 ESTIMATE_SLACK_S = 60
 VERDICT_FIELDS = ["reason_code", "reason", "queue_position", "estimated_start_at"]
-# A requeued job whose previous attempt still has live workers is not given to the core
-# (snapshot.py); its verdict is the scheduler's reason for that wait.
-OLD_ATTEMPT = (reasons.PREVIOUS_ATTEMPT, reasons.REASONS[reasons.PREVIOUS_ATTEMPT])
 
 
 @dataclass
@@ -152,9 +148,6 @@ def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
         if row and _same(row, v.reason_code, v.message, v.position, start):
             continue
         changed.append((v.job_id, v.reason_code[:32], v.message, v.position, start))
-    for pk in ctx.blocked_by_old_attempt:
-        if not _same(ctx.pending_rows[pk], OLD_ATTEMPT[0], OLD_ATTEMPT[1], None, None):
-            changed.append((pk, OLD_ATTEMPT[0], OLD_ATTEMPT[1], None, None))
     if changed:
         _update_pending(changed)
     return len(changed)

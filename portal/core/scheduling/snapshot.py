@@ -27,7 +27,6 @@ class PassContext:
     team_ids: dict[str, int] = field(default_factory=dict)  # slug → Team.pk
     flavor_ids: dict[str, int] = field(default_factory=dict)  # name → GpuFlavor.pk
     pending_rows: dict[int, dict] = field(default_factory=dict)  # Job.pk → current verdict fields
-    blocked_by_old_attempt: list[int] = field(default_factory=list)
     running_rows: dict[int, dict] = field(default_factory=dict)
 
 
@@ -157,7 +156,8 @@ def _teams(ctx: PassContext, now: datetime, config: m.PolicyConfig) -> list[m.Te
 
 
 def _pending(ctx: PassContext) -> list[m.PendingJob]:
-    """Pending jobs; one whose previous attempt still has live workers waits for them."""
+    """Pending jobs, each with whether its previous attempt still has live workers
+    (one EXISTS in the same query; the core makes it wait: `previous_attempt`)."""
     old_workers = Worker.objects.filter(job=OuterRef("pk")).exclude(
         state__in=[Worker.State.EXITED, Worker.State.LOST]
     )
@@ -190,9 +190,6 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
     for row in rows:
         ctx.pending_rows[row["pk"]] = row
         ctx.flavor_ids[row["flavor__name"]] = row["flavor_id"]
-        if row["draining"]:
-            ctx.blocked_by_old_attempt.append(row["pk"])
-            continue
         pending.append(
             m.PendingJob(
                 id=row["pk"],
@@ -208,6 +205,7 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
                 restart_count=row["restart_count"],
                 eligible_at=row["eligible_at"].timestamp() if row["eligible_at"] else 0.0,
                 preempted_by=row["preempted_by"],
+                previous_attempt_stopping=row["draining"],
             )
         )
     return pending

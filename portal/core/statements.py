@@ -1,0 +1,360 @@
+"""The hand-written SQL statements that survive, each beside the ORM query it replaces.
+
+A statement is hand-written only on a measured hot path (docs/benchmarks.md): the
+ORM spends more Python building these queries than the database spends answering
+them. Each section holds the statement and, next to it, the ORM query that answers
+the same (a function `*_orm`, or named in the docstring where it is a whole path of
+its caller); tests/portal/test_statements.py runs both and compares the answers.
+
+Where they run:
+
+- **Both backends**: `token_sql` (authenticate_token runs it on SQLite too) and
+  `node_by_token` (its caller uses the ORM on SQLite; the parity test runs the
+  statement on SQLite and on PostgreSQL).
+- **PostgreSQL only, by design**: the others. They bind arrays as one parameter
+  (`= ANY(%s)`, `unnest`), use `LATERAL`, a data-modifying `WITH`,
+  `UPDATE … FROM`, `md5(row::text)` or `statement_timestamp()`, and are kept
+  prepared by db.server_binding_cursor; SQLite (the `make run` default) takes the
+  ORM query beside each. Their parity tests run on PostgreSQL.
+
+The access rules are portal/core/access.py's: a statement that must decide one
+takes it from there as a parameter (`submit_guard`'s roles are access.SUBMIT_ROLES)
+and says in SQL only what access.token_usable says in Python. The generic writers
+(db.bulk_set_values, db.update_row, db.insert_rows) stay in db.py: they build the
+statement for any model's fields, not one query.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import Q
+
+from portal.core.db import columns, insert_fields, row_columns, server_binding_cursor, split_row
+from portal.core.models import (
+    Allocation,
+    ApiToken,
+    Gpu,
+    Job,
+    JobEvent,
+    Membership,
+    Node,
+    Queue,
+    Team,
+    Worker,
+)
+
+# --- API tokens (actions/tokens.py) ---------------------------------------------------
+
+
+def token_sql(select: str = "", join: str = "") -> str:
+    """A token by its digest (`%(digest)s`) with its user, the team ids it is scoped
+    to (NULL when it is not; on SQLite only 1 when it is), and what `select` adds
+    from `join`. Both backends.
+
+    Replaces token_by_digest_orm (below): the same token, user and scope, in one query
+    instead of three."""
+    User = get_user_model()
+    through = ApiToken.teams.through._meta.db_table
+    if connection.vendor == "postgresql":
+        scope = (
+            f" CROSS JOIN LATERAL (SELECT array_agg(st.team_id) AS teams FROM {through} st "
+            "WHERE st.apitoken_id = tk.id) s"
+        )
+        teams = "s.teams"
+    else:
+        scope, teams = "", f"(SELECT 1 FROM {through} st WHERE st.apitoken_id = tk.id LIMIT 1)"
+    return (
+        f"SELECT {columns(ApiToken, 'tk')}, {columns(User, 'u')}, {teams}{select} "
+        f"FROM {ApiToken._meta.db_table} tk JOIN {User._meta.db_table} u ON u.id = tk.user_id"
+        f"{scope}{join} WHERE tk.token_hash = %(digest)s"
+    )
+
+
+def token_by_digest(token_digest: str, select: str = "", join: str = "") -> list:
+    """Run token_sql: its rows (none, or one per row of `join`)."""
+    with server_binding_cursor() as cursor:
+        cursor.execute(token_sql(select, join), {"digest": token_digest})
+        return cursor.fetchall()
+
+
+def token_by_digest_orm(token_digest: str) -> tuple[ApiToken, set[int] | None] | None:
+    """token_sql through the ORM: the token with its user, and its scope (None: all)."""
+    token = ApiToken.objects.select_related("user").filter(token_hash=token_digest).first()
+    if token is None:
+        return None
+    return token, set(token.teams.values_list("pk", flat=True)) or None
+
+
+def row_version(alias: str) -> str:
+    """SQL for a digest of a whole row (every column's value): equal digests, same row.
+    PostgreSQL only."""
+    return f"md5({alias}::text)"
+
+
+# --- where a member submits (access.get_submit_target) --------------------------------
+
+
+def submit_target_sql(user: str, scope: str | None, slug: bool, versions: bool = False) -> str:
+    """SQL for the queue, team and role of `user`'s membership in the team named
+    `%(slug)s` (or any, when not `slug`) that has the queue `%(queue)s`, and how
+    many teams the user has: at most 2 rows, to tell one from several. `user` is an
+    SQL expression (a parameter, or a column of an outer query); `scope` one for the
+    array of team ids a token may reach, NULL for every team, or None for no limit.
+    With `versions`, also a digest of the queue's row and of the team's (row_version).
+    PostgreSQL only (`= ANY(array)`).
+
+    Replaces access._slow_submit_target's queries for a member: the user's
+    memberships (`Membership.objects.filter(user=user)`, narrowed to `scope` and the
+    slug), then `Queue.objects.filter(team=team, name=queue)`; access.submit_target_from
+    reads its rows."""
+    mine = Membership._meta.db_table
+
+    def in_scope(column: str) -> str:
+        return f" AND ({scope} IS NULL OR {column} = ANY({scope}))" if scope else ""
+
+    return (
+        f"SELECT {columns(Queue, 'q')}, {columns(Team, 't')}, m.role, "
+        f"(SELECT count(*) FROM {mine} m2 WHERE m2.user_id = {user}{in_scope('m2.team_id')})"
+        + (f", {row_version('q')}, {row_version('t')} " if versions else " ")
+        + f"FROM {Queue._meta.db_table} q JOIN {Team._meta.db_table} t ON t.id = q.team_id "
+        f"JOIN {mine} m ON m.team_id = t.id WHERE q.name = %(queue)s AND m.user_id = {user}"
+        + (" AND t.slug = %(slug)s" if slug else "")
+        + in_scope("t.id")
+        + " LIMIT 2"
+    )
+
+
+def member_submit_target(user_pk: int, slug: str | None, queue_name: str, scope) -> list:
+    """Run submit_target_sql for a user given by primary key. PostgreSQL only."""
+    sql = submit_target_sql("%(user)s", "%(scope)s" if scope is not None else None, bool(slug))
+    params = {"user": user_pk, "queue": queue_name, "slug": slug, "scope": list(scope or ())}
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def token_and_submit_target(token_digest: str, slug: str | None, queue_name: str) -> list:
+    """token_sql and submit_target_sql in one statement (the remembered grant,
+    actions.tokens.authenticate_for_submit): the token's rows, each with its user's
+    row_version and the target's columns (NULL when none fits). PostgreSQL only
+    (LATERAL).
+
+    Replaces token_by_digest_orm followed by access.get_submit_target."""
+    target = submit_target_sql("u.id", "s.teams", bool(slug), versions=True)
+    sql = token_sql(
+        select=f", {row_version('u')}, x.*", join=f" LEFT JOIN LATERAL ({target}) x ON true"
+    )
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, {"digest": token_digest, "queue": queue_name, "slug": slug})
+        return cursor.fetchall()
+
+
+def submit_guard(
+    token: ApiToken, team: Team, queue: Queue, slug: bool, roles: Sequence[str]
+) -> tuple[str, list]:
+    """SQL that finds a row while authenticate_for_submit would still grant the same:
+    the token usable (access.token_usable) and still its user's, the user unchanged
+    (active, not staff, the same name for the receipt), a member in one of `roles`
+    (access.SUBMIT_ROLES) of the team, the team in the token's scope (and, with no
+    team named, the user's only one there), the team and the queue unchanged
+    (row_version). PostgreSQL only (row_version, statement_timestamp()): it is
+    submit_job's `only_if`, checked inside the insert.
+
+    Replaces running token_by_digest_orm and access.get_submit_target again and
+    comparing their answers with the remembered grant (tests/api/test_submit_route.py,
+    the grant-invalidation table, is its parity test)."""
+    User = get_user_model()
+    mine = Membership._meta.db_table
+    # The roles are constants written into the text, not parameters: the whole insert
+    # must stay within psycopg's 50 parameters, or it is parsed again on every
+    # submission (tests/api/test_submit_route.py), and an array costs a dumper each time.
+    listed = ", ".join(f"'{role}'" for role in roles)
+    scope = f"SELECT st.team_id FROM {ApiToken.teams.through._meta.db_table} st WHERE st.apitoken_id = tk.id"
+
+    def in_scope(column: str) -> str:
+        return f"(NOT EXISTS ({scope}) OR {column} IN ({scope}))"
+
+    only_team = (
+        ""
+        if slug
+        else f" AND (SELECT count(*) FROM {mine} m2 WHERE m2.user_id = u.id AND {in_scope('m2.team_id')}) = 1"
+    )
+    sql = (
+        f"SELECT 1 FROM {ApiToken._meta.db_table} tk JOIN {User._meta.db_table} u ON u.id = tk.user_id "
+        f"JOIN {mine} m ON m.user_id = u.id AND m.team_id = %s "
+        f"JOIN {Team._meta.db_table} t ON t.id = m.team_id "
+        f"JOIN {Queue._meta.db_table} q ON q.team_id = t.id AND q.id = %s "
+        "WHERE tk.id = %s AND tk.revoked_at IS NULL "
+        "AND (tk.expires_at IS NULL OR tk.expires_at > statement_timestamp()) "
+        f"AND u.is_active AND NOT u.is_staff AND m.role IN ({listed}) AND {in_scope('m.team_id')} "
+        f"AND {row_version('u')} = %s AND {row_version('q')} = %s AND {row_version('t')} = %s"
+        f"{only_team}"
+    )
+    params = [team.pk, queue.pk, token.pk]
+    return sql, params + [token.user.row_version, queue.row_version, team.row_version]
+
+
+# --- storing a submitted job (actions/jobs.py) ----------------------------------------
+
+
+def insert_job_with_event(job: dict, event: dict, only_if: tuple[str, list] | None = None):
+    """Insert the job and its event (given as fields) with the queue's room check in a
+    single statement: one round trip instead of five, which is most of a submission's
+    cost. Returns the job's id, or None when nothing was inserted: a retry whose
+    Idempotency-Key already exists (ON CONFLICT on the partial unique index), a full
+    queue, a failed `only_if`; the caller tells them apart. PostgreSQL only (a
+    data-modifying WITH).
+
+    Replaces actions.jobs._insert_with_orm: in one transaction, the key looked up
+    (`Job.objects.filter(team=…, idempotency_key=…).exists()`), the room counted
+    (`Job.objects.filter(queue=…, state="pending").count()`), `job.save()` and the
+    JobEvent's `save()`."""
+    sql, job_fields, event_fields = submit_statement(only_if[0] if only_if else "")
+    queue = job["queue"]
+    params = [queue.max_pending_jobs, queue.pk, Job.State.PENDING]
+    params += [col[0] for col in row_columns(job_fields, [job])]
+    params += list(only_if[1]) if only_if else []
+    params += [col[0] for col in row_columns(event_fields, [event])]
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+@functools.lru_cache(maxsize=64)
+def submit_statement(only_if: str = "") -> tuple[str, list, list]:
+    """The statement of insert_job_with_event and the fields it writes (built once:
+    the same text every time is also what lets PostgreSQL keep it prepared)."""
+    job_fields = insert_fields(Job)
+    event_fields = [f for f in insert_fields(JobEvent) if f.name != "job"]
+    job_cols = ", ".join(f'"{f.column}"' for f in job_fields)
+    event_cols = ", ".join(f'"{f.column}"' for f in event_fields)
+    condition = f" AND EXISTS ({only_if})" if only_if else ""
+    sql = f"""
+        WITH room AS (
+            SELECT count(*) < %s AS ok FROM {Job._meta.db_table}
+            WHERE queue_id = %s AND state = %s
+        ), job AS (
+            INSERT INTO {Job._meta.db_table} ({job_cols})
+            SELECT {", ".join(["%s"] * len(job_fields))} WHERE (SELECT ok FROM room){condition}
+            ON CONFLICT (team_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+            RETURNING id
+        )
+        INSERT INTO {JobEvent._meta.db_table} (job_id, {event_cols})
+        SELECT id, {", ".join(["%s"] * len(event_fields))} FROM job RETURNING job_id"""
+    return sql, job_fields, event_fields
+
+
+# --- the agent API: which node calls, what it runs (agentapi/) ------------------------
+
+
+def node_by_token(token_digest: str) -> Node | None:
+    """The node with this token digest. Runs on both backends; the agent API uses it
+    on PostgreSQL, where it is kept prepared (it runs for every heartbeat).
+
+    Replaces node_by_token_orm."""
+    with server_binding_cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(Node, 'n')} FROM {Node._meta.db_table} n WHERE n.token_hash = %s",
+            [token_digest],
+        )
+        row = cursor.fetchone()
+    return split_row(row, Node)[0][0] if row else None
+
+
+def node_by_token_orm(token_digest: str) -> Node | None:
+    return Node.objects.filter(token_hash=token_digest).first()
+
+
+def gpu_uuids(worker_ids: list[int]) -> list[tuple[int, str]]:
+    """(worker id, GPU UUID) of the workers' active allocations. PostgreSQL only
+    (`= ANY(array)`: one prepared statement for any number of workers).
+
+    Replaces gpu_uuids_orm."""
+    with server_binding_cursor() as cursor:
+        cursor.execute(
+            f"SELECT a.worker_id, g.uuid FROM {Allocation._meta.db_table} a "
+            f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.active AND a.worker_id = ANY(%s)",
+            [worker_ids],
+        )
+        return cursor.fetchall()
+
+
+def gpu_uuids_orm(worker_ids: list[int]) -> list[tuple[int, str]]:
+    return list(
+        Allocation.objects.filter(worker__in=worker_ids, active=True).values_list(
+            "worker_id", "gpu__uuid"
+        )
+    )
+
+
+# --- recording a heartbeat (actions/heartbeat.py) -------------------------------------
+
+
+def node_workers(node: Node, ended: list[str], job_ids: set[int]) -> list[Worker]:
+    """The node's workers not in `ended` and its workers of `job_ids`, each with its
+    job and `gpu_uuids`, the UUIDs of its active allocations (the heartbeat's reply
+    needs them; asking here saves it a round trip). PostgreSQL only (ARRAY(…), ANY).
+
+    Replaces node_workers_orm (which leaves `gpu_uuids` unset: the reply then reads
+    them with gpu_uuids_orm)."""
+    sql = (
+        f"SELECT {columns(Worker, 'w')}, {columns(Job, 'j')}, "
+        f"ARRAY(SELECT g.uuid FROM {Allocation._meta.db_table} a "
+        f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.active AND a.worker_id = w.id) "
+        f"FROM {Worker._meta.db_table} w JOIN {Job._meta.db_table} j ON j.id = w.job_id "
+        "WHERE w.node_id = %s AND (w.state <> ALL(%s) OR w.job_id = ANY(%s))"
+    )
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, [node.pk, ended, list(job_ids)])
+        rows = cursor.fetchall()
+    workers = []
+    for row in rows:
+        (worker, job), (uuids,) = split_row(row, Worker, Job)
+        worker.job, worker.gpu_uuids = job, uuids
+        workers.append(worker)
+    return workers
+
+
+def node_workers_orm(node: Node, ended: list[str], job_ids: set[int]) -> list[Worker]:
+    live = ~Q(state__in=ended)
+    return list(
+        Worker.objects.filter(node=node).filter(live | Q(job_id__in=job_ids)).select_related("job")
+    )
+
+
+TELEMETRY_FIELDS = ("memory_used_mib", "utilization_pct", "temperature_c", "power_w")
+
+
+def write_telemetry(node: Node, reports: Sequence, now) -> bool:
+    """Write the reported GPUs' telemetry (`reports`: objects with `uuid` and the
+    TELEMETRY_FIELDS) onto the node's GPU rows in one UPDATE from arrays; whether
+    every report found its row. PostgreSQL only (UPDATE … FROM unnest).
+
+    Replaces write_telemetry_orm (one UPDATE per GPU)."""
+    with server_binding_cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Gpu._meta.db_table} g SET memory_used_mib = t.mem, "
+            "utilization_pct = t.util, temperature_c = t.temp, power_w = t.power, updated_at = %s "
+            "FROM unnest(%s::varchar[], %s::int[], %s::float8[], %s::float8[], %s::float8[]) "
+            "AS t(uuid, mem, util, temp, power) WHERE g.uuid = t.uuid AND g.node_id = %s",
+            [
+                now,
+                [r.uuid for r in reports],
+                *([getattr(r, f) for r in reports] for f in TELEMETRY_FIELDS),
+                node.pk,
+            ],
+        )
+        return cursor.rowcount == len(reports)
+
+
+def write_telemetry_orm(node: Node, reports: Sequence, now) -> bool:
+    found = 0
+    for r in reports:
+        values = {f: getattr(r, f) for f in TELEMETRY_FIELDS}
+        found += Gpu.objects.filter(node=node, uuid=r.uuid).update(updated_at=now, **values)
+    return found == len(reports)
