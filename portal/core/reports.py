@@ -82,8 +82,8 @@ def cohort_standing(team: Team, now: datetime | None = None) -> list[Standing]:
     """Fair-share standing of the team and its cohort peers, lowest share (served first)
     first, computed by the scheduler itself (scheduler.standing, docs/scheduling.md)."""
     now = now or timezone.now()
-    ids = list(Team.objects.filter(cohort=team.cohort).values_list("pk", flat=True))
-    ids = ids if team.cohort_id else [team.pk]
+    # The cohort's team ids as a subquery of each query below, not a query of its own.
+    ids = Team.objects.filter(cohort=team.cohort).values("pk") if team.cohort_id else [team.pk]
     teams = scheduler_teams(now, settings.BERTH["FAIRSHARE_HALF_LIFE_S"], team_ids=ids)
     used = {
         (teams[team_id].name, flavor): n

@@ -80,8 +80,8 @@ class RecordingSimulator(Simulator):
             Attempt(self.now, hosts, borrowed=admission.borrowed)
         )
 
-    def _preempt(self, r) -> None:
-        super()._preempt(r)
+    def _preempt(self, r, by: int) -> None:
+        super()._preempt(r, by)
         self.replayed[r.job.id].attempts[-1].preempted_at = self.now
 
     def _stop(self, r) -> None:

@@ -80,7 +80,7 @@ def _scenarios(cluster, personas):
         ("not JSON", member, b"{nope", {}, 400, "parse_error"),
         ("NaN", member, b'{"name": NaN}', {}, 400, "parse_error"),
         ("an array", member, b"[1, 2]", {}, 400, "invalid"),
-        ("escaped text", member, json.dumps(job_body(name="caf\u00e9")).encode(), {}, 201, None),
+        ("escaped text", member, json.dumps(job_body(command=["echo", "caf\u00e9"])).encode(), {}, 201, None),
         ("lone surrogate", member, b'{"name": "\\ud800"}', {}, 400, "parse_error"),
         ("asks for HTML", member, job_body(), {"Accept": "text/html"}, 406, "not_acceptable"),
         ("empty Accept", member, job_body(), {"Accept": ""}, 406, "not_acceptable"),
@@ -90,7 +90,7 @@ def _scenarios(cluster, personas):
         (
             "line separator, unescaped",
             member,
-            json.dumps(job_body(name="a\u2028b"), ensure_ascii=False).encode(),
+            json.dumps(job_body(command=["echo", "a\u2028b"]), ensure_ascii=False).encode(),
             {},
             201,
             None,
