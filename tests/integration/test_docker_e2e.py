@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from portal.agentapi.desired import master_port
 from portal.core.actions.jobs import cancel_job
 from portal.core.actions.nodes import issue_bootstrap_token
 from portal.core.models import Job, Node, Worker
@@ -89,12 +90,12 @@ def test_a_gang_runs_as_two_labelled_containers_and_succeeds(docker_portal, dock
     job = submit(team, user, ["sh", "-c", script], image=IMAGE)
     run_pass()
     wait_for(lambda: state_of(job) == State.SUCCEEDED, what="success")
-    master = workers(job)[0].node.hostname
+    master, port = workers(job)[0].node.hostname, master_port(job.pk)  # one port per job
     for rank, worker in workers(job).items():
         assert worker.exit_code == 0
         # stdout and stderr are separate streams: their lines may come in either order
         lines = sorted(worker.log_tail.splitlines())
-        assert lines == [f"rank {rank}/2 local 0 at {master}:29500", "warn"]
+        assert lines == [f"rank {rank}/2 local 0 at {master}:{port}", "warn"]
     # Acknowledged exits are removed from the engine.
     wait_for(lambda: not containers(docker_engine, job), what="containers removed")
 
