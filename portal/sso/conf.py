@@ -33,11 +33,13 @@ def sso_settings() -> dict:
     }
     if env_str("BERTH_OIDC_ISSUER"):
         values.update(_oidc())
-        values["AUTHENTICATION_BACKENDS"].append("portal.sso.oidc.OidcBackend")
+        # First: the callback's code exchange must not pass through the password throttle
+        # (OidcBackend.authenticate); it ignores password logins.
+        values["AUTHENTICATION_BACKENDS"].insert(0, "portal.sso.oidc.OidcBackend")
         values["BERTH_SSO"]["OIDC"] = _oidc_berth()
     if values["BERTH_SSO"]["LDAP"]:
         values.update(_ldap())
-        values["AUTHENTICATION_BACKENDS"].insert(0, "portal.sso.ldap.LdapBackend")
+        values["AUTHENTICATION_BACKENDS"].insert(-1, "portal.sso.ldap.LdapBackend")
     return values
 
 

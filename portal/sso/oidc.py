@@ -21,7 +21,7 @@ import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
-from django.core.exceptions import SuspiciousOperation
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -123,6 +123,21 @@ class OidcBackend(ActiveUsersOnly, OIDCAuthenticationBackend):
     OIDC_RP_CLIENT_SECRET = property(lambda self: settings.OIDC_RP_CLIENT_SECRET)
     OIDC_RP_SIGN_ALGO = property(lambda self: settings.OIDC_RP_SIGN_ALGO)
     OIDC_RP_IDP_SIGN_KEY = None
+
+    def authenticate(self, request, username=None, password=None, **kwargs):
+        """Only the callback's code exchange (it passes the nonce), never a password login.
+
+        Listed before the password backends (portal/sso/conf.py), and a sign-in it refuses
+        ends authenticate() here (PermissionDenied): an SSO sign-in is no password attempt,
+        so neither its success nor its refusal may reach ThrottledModelBackend, which counts
+        every attempt it sees as a failed login until a password succeeds
+        (portal/core/logins.py) and would lock the address out after a few sign-ins."""
+        if username is not None or password is not None or "nonce" not in kwargs:
+            return None
+        user = super().authenticate(request, **kwargs)
+        if user is None:
+            raise PermissionDenied("OIDC sign-in refused")
+        return user
 
     def _verify_jws(self, payload, key):
         """Signature, expiry, issuer and audience (the library skips the last two)."""

@@ -232,3 +232,21 @@ def test_a_code_the_provider_refuses_ends_on_the_refusal_page(mapped, oidc):
     response = client.get(forged)
     assert response.status_code == 403 and b"refused" in response.content
     assert client.get("/").status_code == 302
+
+
+def test_sso_sign_ins_are_not_failed_password_logins(mapped, oidc, login_throttle):
+    """The login throttle counts password attempts; an OIDC sign-in (signed in or refused)
+    passes it by, so many of them from one address lock nothing out."""
+    from portal.core.logins import lockout_for
+
+    oidc.set_groups("ada", ["gpu-alpha"])
+    oidc.set_groups(mapped.personas.admin.username, ["gpu-alpha"])
+    for _ in range(login_throttle + 1):
+        response, _ = sign_in(Client(), "ada")
+        assert response.status_code == 302 and response["Location"] == "/"
+        refused, _ = sign_in(Client(), mapped.personas.admin.username)  # a local account
+        assert refused.status_code == 403 and b"local account" in refused.content
+    request = Client().get("/login/").wsgi_request
+    assert lockout_for(request, "") is None and lockout_for(request, "ada") is None
+    assert Client().login(username=mapped.personas.admin.username, password="x") is False
+
