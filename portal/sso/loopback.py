@@ -21,8 +21,12 @@ from django.http import HttpResponseRedirect
 from django.shortcuts import render
 
 from portal.core.secrets import digest
+from portal.csp import POLICY
 
 CODE_TTL_S = 120
+# The confirm form posts to this page, which redirects to the CLI's loopback address;
+# browsers hold a form's redirects to form-action too (portal/csp.py: 'self' only).
+CONFIRM_POLICY = POLICY.replace("form-action 'self'", "form-action 'self' http://127.0.0.1:*")
 _STATE = re.compile(r"^[A-Za-z0-9_-]{8,128}$")
 
 
@@ -47,7 +51,9 @@ def cli_sign_in(request):
         return render(request, "sso/failed.html", context, status=400)
     port, state = target
     if request.method != "POST":
-        return render(request, "sso/cli_confirm.html", {"port": port, "state": state})
+        page = render(request, "sso/cli_confirm.html", {"port": port, "state": state})
+        page["Content-Security-Policy"] = CONFIRM_POLICY
+        return page
     code = secrets.token_urlsafe(32)
     cache.set(_key(code), request.user.pk, CODE_TTL_S)
     return HttpResponseRedirect(

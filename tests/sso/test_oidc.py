@@ -250,3 +250,13 @@ def test_sso_sign_ins_are_not_failed_password_logins(mapped, oidc, login_throttl
     assert lockout_for(request, "") is None and lockout_for(request, "ada") is None
     assert Client().login(username=mapped.personas.admin.username, password="x") is False
 
+
+def test_the_cli_confirm_page_may_post_its_way_to_the_loopback_address(cluster):
+    """Its form's answer redirects to http://127.0.0.1:PORT/; browsers hold that
+    redirect to the page's form-action, 'self' only everywhere else."""
+    client = Client()
+    client.force_login(cluster.personas.lead_a)
+    page = client.get("/sso/cli/", {"port": "8765", "state": "s" * 16})
+    assert page.status_code == 200
+    assert "form-action 'self' http://127.0.0.1:*;" in page["Content-Security-Policy"]
+    assert "form-action 'self';" in Client().get("/login/")["Content-Security-Policy"]
