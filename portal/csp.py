@@ -11,6 +11,10 @@ policy: they are never rendered as pages.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
 POLICY = "; ".join(
     [
         "default-src 'self'",
@@ -28,6 +32,19 @@ POLICY = "; ".join(
 )
 
 
+def policy() -> str:
+    """POLICY, and with single sign-on the OpenID Connect provider's origin among the
+    form targets: the Log out form posts to /logout/, which redirects to the provider's
+    end-session endpoint (portal/sso/oidc.py), and browsers hold a form's redirects to
+    form-action too."""
+    oidc = settings.BERTH_SSO.get("OIDC")
+    if not oidc:
+        return POLICY
+    issuer = urlsplit(oidc["ISSUER"])
+    origin = f"{issuer.scheme}://{issuer.netloc}"
+    return POLICY.replace("form-action 'self'", f"form-action 'self' {origin}")
+
+
 class ContentSecurityPolicyMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
@@ -35,5 +52,5 @@ class ContentSecurityPolicyMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         if response.get("Content-Type", "").startswith("text/html"):
-            response.headers.setdefault("Content-Security-Policy", POLICY)
+            response.headers.setdefault("Content-Security-Policy", policy())
         return response
