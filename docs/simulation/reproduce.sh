@@ -76,3 +76,17 @@ done
     --reclaim-backoff --reuse $OUT/scan-before.json --json $OUT/scan-age-1d-reclaim-backoff.json
 .venv/bin/python bench/scan_traces.py --load 0.8 --windows 1,2,4,5,6,7 --policy fairshare --age-weight 1 \
     --max-age 604800 --reuse $OUT/scan-before.json --json $OUT/scan-age-7d.json
+
+# The same scan on the merged issue-13 code (placement-aware reclaim; main at 7fa74d4): fair share
+# with the defaults, then the rules that are off by default (FIFO and FIFO + backfill reused).
+S=".venv/bin/python bench/scan_traces.py --load 0.7,0.8 --policy fairshare --reuse $OUT/scan-before.json"
+$S --worst 3 --json $OUT/scan-merged.json
+$S --age-weight 1 --max-age 604800 --json $OUT/scan-merged-age-7d.json
+$S --age-weight 1 --max-age 604800 --reclaim-backoff --json $OUT/scan-merged-age-7d-reclaim-backoff.json
+$S --backfill-reservations 3 --json $OUT/scan-merged-bf3.json
+$S --age-weight 1 --max-age 86400 --json $OUT/scan-merged-age-1d.json
+$S --age-weight 1 --max-age 86400 --reclaim-backoff --json $OUT/scan-merged-age-1d-reclaim-backoff.json
+for fl in single model; do
+  $SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors $fl \
+      --policy fairshare --json $OUT/openb-8n-$fl-merged.json
+done
