@@ -64,6 +64,7 @@ class Client:
     ):
         self.base = url.rstrip("/")
         self.retries = retries
+        self.retry_statuses = RETRY_STATUSES  # `berth login` leaves 429 out
         self.timeout = timeout
         self.backoff = backoff
         self.verbose = verbose
@@ -100,7 +101,7 @@ class Client:
                 self._wait(attempt, None, "no answer")
                 continue
             retry = safe or response.status_code in NOT_PROCESSED
-            if response.status_code in RETRY_STATUSES and retry and not last:
+            if response.status_code in self.retry_statuses and retry and not last:
                 self._wait(attempt, response, _describe(response))
                 continue
             return _reply(response)

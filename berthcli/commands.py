@@ -11,7 +11,7 @@ import uuid
 from urllib.parse import urlsplit
 
 from berthcli import config, exitcodes
-from berthcli.client import ApiError, Client
+from berthcli.client import RETRY_STATUSES, ApiError, Client
 from berthcli.explain import explain
 from berthcli.jobfile import SpecFileError, load_file, normalise, parse_duration, parse_env
 from berthcli.output import (
@@ -45,7 +45,8 @@ class UsageError(Exception):
 
 
 def login(args, client_for) -> int:
-    """Trade a username and password for an API token and store it (mode 0600)."""
+    """Trade a username and password (or, with --sso, a single sign-on) for an API token
+    and store it (mode 0600)."""
     if getattr(args, "sso", False):
         from berthcli import sso
 
@@ -57,6 +58,9 @@ def login(args, client_for) -> int:
     if args.team:
         body["teams"] = args.team
     client = client_for(url=url, auth=(username, password), token=None)
+    # A 429 here is the login lockout (portal/core/logins.py), which lasts the rest of its
+    # window (minutes): say so now, not after sending the password again for up to 25.
+    client.retry_statuses = RETRY_STATUSES - {429}
     token = client.post("/api/v1/tokens/", body).body
     return save_token(args, url, token, as_whom=f" as {username}")
 

@@ -79,6 +79,21 @@ def test_login_with_a_wrong_password_fails_with_the_auth_code(berth, live_server
     assert not home.exists()
 
 
+def test_a_locked_out_login_says_so_at_once(
+    berth, live_server, cluster, home, waits, login_throttle
+):
+    """The lockout lasts the rest of its window: no retrying (and resending the password)."""
+    login = ("--url", live_server.url, "login", "-u", "member_a", "--password-stdin")
+    for _ in range(login_throttle - 1):
+        assert berth(*login, stdin="nope\n").code == exitcodes.NOT_AUTHENTICATED
+    assert "Too many failed logins" in berth(*login, stdin="nope\n").err  # the last guess
+    result = berth(*login, stdin=PASSWORD)  # the right password, while locked out
+    assert result.code == exitcodes.UNAVAILABLE
+    assert "Too many failed logins" in result.err
+    assert "retrying" not in result.err and waits == []
+    assert not home.exists()
+
+
 def test_login_takes_url_after_the_command_as_the_docs_write_it(berth, live_server, cluster):
     result = berth(
         "login", "--url", live_server.url, "-u", "member_a", "--password-stdin", stdin=PASSWORD
