@@ -108,6 +108,10 @@ def _database(url: str) -> dict:
             "timeout": 30,
         }
         config["CONN_MAX_AGE"] = 0
+        # Tests use a file beside it, as `make run` does, not Django's shared in-memory
+        # database: the live server's threads then get connections of their own.
+        if config.get("NAME") not in (None, "", ":memory:"):
+            config["TEST"] = {"NAME": f"{config['NAME']}.test"}
     else:
         config["CONN_HEALTH_CHECKS"] = True
         if config["ENGINE"] == "django.db.backends.postgresql":

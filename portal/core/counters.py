@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
@@ -30,6 +31,10 @@ return n
 """
 COUNT_SHA = hashlib.sha1(COUNT_SCRIPT.encode()).hexdigest()
 
+# Without Redis (`make run`), counts are made atomic within the process by this lock;
+# across processes the file cache can still lose a count (docs/security.md).
+_LOCAL = threading.Lock()
+
 
 def hit(key: str, period: int) -> int:
     """Count one hit in the window's counter and return the count (raises if the cache is down)."""
@@ -41,11 +46,12 @@ def hit(key: str, period: int) -> int:
             return client.evalsha(COUNT_SHA, 1, redis_key, period + 1)
         except NoScriptError:  # first use on this Redis, or after SCRIPT FLUSH / restart
             return client.eval(COUNT_SCRIPT, 1, redis_key, period + 1)
-    try:
-        return cache.incr(key)
-    except ValueError:
-        if cache.add(key, 1, timeout=period + 1):
-            return 1
+    with _LOCAL:  # the file and memory caches' incr is a read then a write
+        try:
+            return cache.incr(key)
+        except ValueError:
+            if cache.add(key, 1, timeout=period + 1):
+                return 1
         return cache.incr(key)
 
 
@@ -71,8 +77,9 @@ def uncount(key: str) -> None:
     """Take one hit back (never below zero, never past the window's end), or nothing when
     the cache is away."""
     try:
-        if cache.decr(key) < 0:
-            cache.incr(key)
+        with _LOCAL:
+            if cache.decr(key) < 0:
+                cache.incr(key)
     except ValueError:  # the window ended and its counter with it
         pass
     except Exception:  # noqa: BLE001
