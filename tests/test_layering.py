@@ -75,3 +75,19 @@ def test_hand_written_sql_lives_in_the_statements_module():
         and ("cursor.execute(" in (text := path.read_text()) or "server_binding_cursor()" in text)
     )
     assert set(found) <= SQL_HOMES, sorted(set(found) - SQL_HOMES)
+
+
+def test_the_core_sends_tasks_by_name_and_never_imports_them():
+    """tasks → scheduling → apply → actions must not close into a circle: the actions
+    send the pass by its name, so no core module imports the task module, at any level."""
+    found = []
+    for path in sorted((ROOT / "portal" / "core").rglob("*.py")):
+        if path.name == "tasks.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            names = {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            if "portal.core.tasks" in names:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []

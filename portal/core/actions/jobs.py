@@ -4,7 +4,10 @@ race on one job cannot both win (healthchecks' sendalerts does the same)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,15 +15,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from portal.celery import app as celery_app
 from portal.core import statements
 from portal.core.db import insert_rows
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
 from scheduler.requeue import requeue_backoff
+
+log = logging.getLogger(__name__)
 
 State = Job.State
 
@@ -332,11 +339,36 @@ def _requeue(ids: list[int], requeues: int, now: datetime, kind, message, from_s
     )
 
 
-def request_scheduling_pass() -> None:
-    """Ask for a pass soon, debounced so a burst of submits triggers one pass."""
-    from portal.core.tasks import request_pass
+PASS_TASK = "portal.core.tasks.scheduling_pass"
+PASS_REQUESTED_KEY = "berth:pass-requested"
+_last_pass_request = float("-inf")
 
-    request_pass()
+
+def request_scheduling_pass() -> None:
+    """Ask for a pass a moment from now, unless one is already queued.
+
+    A burst of submits or job ends thus costs one extra pass, not one each. The task
+    is sent by name (``PASS_TASK``), so the actions never import the task module that
+    runs the pass (tasks → scheduling → apply → actions). Failure to reach the broker
+    is logged, never raised: the job is already committed and the periodic pass
+    will pick it up.
+    """
+    global _last_pass_request
+    delay = settings.BERTH["SCHEDULE_DEBOUNCE_S"]
+    now = time.monotonic()
+    if now - _last_pass_request < delay:
+        return  # this process asked moments ago; spare the shared cache a round trip
+    _last_pass_request = now
+    try:
+        if not cache.add(PASS_REQUESTED_KEY, 1, timeout=max(delay * 2, 1)):
+            return
+        celery_app.send_task(PASS_TASK, countdown=delay, expires=delay + 30, retry=False)
+    except Exception:  # noqa: BLE001 — the broker being down must not fail a submit
+        log.warning(
+            "could not queue an early scheduling pass; the periodic one will run", exc_info=True
+        )
+        with contextlib.suppress(Exception):
+            cache.delete(PASS_REQUESTED_KEY)
 
 
 def _user(actor):
