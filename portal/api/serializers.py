@@ -114,6 +114,22 @@ class StrictSerializer(serializers.Serializer):
         return values
 
 
+class NotifySerializer(StrictSerializer):
+    """Where a job's state changes are sent (docs/api.md "Notifications")."""
+
+    url = TextField(
+        max_length=2000,
+        required=False,
+        help_text="An http(s) URL that gets a signed JSON POST on each chosen event.",
+    )
+    on = serializers.ListField(
+        child=TextField(max_length=16),
+        required=False,
+        help_text='Events: `started`, `preempted`, `failed`, `ended`; default `["ended"]`.',
+    )
+    email = BooleanField(required=False, help_text="Also e-mail the submitter; default false.")
+
+
 class JobSpecSerializer(StrictSerializer):
     """One job as submitted. Omitted optional fields take the queue's defaults."""
 
@@ -160,6 +176,9 @@ class JobSpecSerializer(StrictSerializer):
         max_value=3600,
         required=False,
         help_text="Seconds between the signal and the kill; default 30.",
+    )
+    notify = NotifySerializer(
+        required=False, help_text="Webhook and e-mail on this job's state changes."
     )
 
 
@@ -353,6 +372,9 @@ class JobDetailSerializer(JobSerializer):
     env = serializers.DictField(child=serializers.CharField())
     checkpoint_signal = serializers.CharField()
     grace_period_seconds = serializers.IntegerField()
+    notify = NotifySerializer(
+        source="notify_spec", allow_null=True, help_text="Its own notifications, or null."
+    )
     idempotency_key = serializers.CharField(allow_null=True)
     allocations = AllocationSerializer(
         many=True, source="allocations_now", help_text="GPUs of the latest attempt."
