@@ -421,3 +421,54 @@ def test_a_webhook_with_a_refused_url_or_unknown_event_is_not_created(cluster, p
 
 def test_backoff_doubles_up_to_its_cap(local_targets):
     assert [backoff(n) for n in (1, 2, 3, 4, 5)] == [10.0, 20.0, 40.0, 60.0, 60.0]
+
+
+def test_the_pass_and_the_agents_state_changes_are_notified(client, cluster, personas):
+    """Through the real writers: the pass admits (no event), the agent reports the gang
+    running (`started`), the pass preempts (`preempted`), the agent's exit requeues it
+    (no event), a cancel ends it (`ended`)."""
+    from portal.core.scheduling import run_pass
+    from tests.portal.test_requeue_backoff import preempt_and_stop
+    from tests.portal.test_scheduling_pass import submit as submit_to_pass
+
+    job = submit_to_pass(
+        cluster,
+        personas.lead_a,
+        workers=1,
+        gpus_per_worker=8,
+        notify={"url": "https://hooks.example.com/x", "on": ["started", "preempted", "ended"]},
+    )
+    run_pass()
+    job.refresh_from_db()
+    assert job.state == State.ADMITTED and not Delivery.objects.exists()
+    preempt_and_stop(client, cluster, job)  # reports it running first, then stopped
+    assert job.state == State.PENDING
+    cancel_job(job, actor=personas.lead_a)
+    assert list(Delivery.objects.order_by("pk").values_list("event", flat=True)) == [
+        "started",
+        "preempted",
+        "ended",
+    ]
+
+
+def test_the_task_sent_by_name_attempts_and_queues_its_retry(
+    cluster, personas, receiver, local_targets
+):
+    from portal.celery import app
+    from portal.core import tasks
+    from portal.core.actions.notifications import DELIVER_TASK
+
+    assert app.tasks[DELIVER_TASK].name == tasks.deliver_notifications.name == DELIVER_TASK
+    assert app.amqp.router.route({}, DELIVER_TASK)["queue"].name == "notifications"
+    receiver.answer(500)
+    job = submit(cluster.team_a, personas.member_a, notify={"url": receiver.url})
+    cancel_job(job, actor=personas.lead_a)
+    (delivery,) = Delivery.objects.all()
+    eager, app.conf.task_always_eager = app.conf.task_always_eager, True  # retries in-process
+    try:
+        assert tasks.deliver_notifications.apply(args=[[delivery.pk]]).get() == {"retry": 1}
+    finally:
+        app.conf.task_always_eager = eager
+    assert len(receiver.received) == 1  # the queued retry found it not yet due
+    delivery.refresh_from_db()
+    assert delivery.state == "pending" and delivery.attempts == 1
