@@ -301,6 +301,8 @@ BERTH["NOTIFY_BACKOFF_BASE_S"] = env_float("BERTH_NOTIFY_BACKOFF_BASE_S", 15.0, 
 BERTH["NOTIFY_BACKOFF_MAX_S"] = env_float("BERTH_NOTIFY_BACKOFF_MAX_S", 3600.0, minimum=0.0)
 # The sweep that sends what is due (a lost task message, a broker that was down).
 BERTH["NOTIFY_SWEEP_INTERVAL_S"] = env_float("BERTH_NOTIFY_SWEEP_INTERVAL_S", 30.0, minimum=1.0)
+# Deliveries that ended are kept this long for the leads to see, then deleted by the sweep.
+BERTH["NOTIFY_KEEP_DAYS"] = env_int("BERTH_NOTIFY_KEEP_DAYS", 30, minimum=1)
 # Notification tasks have their own queue, so a slow endpoint never holds a worker the
 # scheduling pass needs (deploy/: the notify worker consumes it).
 BERTH["NOTIFY_QUEUE"] = env_str("BERTH_NOTIFY_QUEUE", "notifications")

@@ -472,3 +472,17 @@ def test_the_task_sent_by_name_attempts_and_queues_its_retry(
     assert len(receiver.received) == 1  # the queued retry found it not yet due
     delivery.refresh_from_db()
     assert delivery.state == "pending" and delivery.attempts == 1
+
+
+def test_the_sweep_forgets_deliveries_that_ended_long_ago(cluster, personas, settings):
+    from portal.core.actions.notifications import prune
+
+    settings.BERTH = settings.BERTH | {"NOTIFY_KEEP_DAYS": 30}
+    job = submit(cluster.team_a, personas.member_a, notify={"url": "https://hooks.example.com/x"})
+    cancel_job(job, actor=personas.lead_a)
+    (delivery,) = Delivery.objects.all()
+    later = timezone.now() + timedelta(days=31)
+    assert prune(later) == 0  # still pending: kept, whatever its age
+    Delivery.objects.update(state="delivered")
+    assert prune(later - timedelta(days=2)) == 0
+    assert prune(later) == 1 and not Delivery.objects.exists()

@@ -275,11 +275,20 @@ def deliver(ids: Iterable[int], *, now: datetime | None = None) -> dict[int, flo
 
 def sweep(*, now: datetime | None = None) -> list[int]:
     """Send every delivery that is due and not held (a lost task message, a broker that
-    was down, a worker that died mid-attempt); return their ids."""
-    due = due_deliveries(now or timezone.now())
+    was down, a worker that died mid-attempt), and prune old ones; return the ids sent."""
+    now = now or timezone.now()
+    due = due_deliveries(now)
     if due:
         send_deliveries(due)
+    prune(now)
     return due
+
+
+def prune(now: datetime) -> int:
+    """Forget deliveries that ended more than BERTH_NOTIFY_KEEP_DAYS ago; return how many."""
+    cutoff = now - timedelta(days=settings.BERTH["NOTIFY_KEEP_DAYS"])
+    ended = Delivery.objects.exclude(state=Delivery.State.PENDING).filter(created_at__lt=cutoff)
+    return ended.delete()[0]
 
 
 def due_deliveries(now: datetime, limit: int = SWEEP_LIMIT) -> list[int]:
