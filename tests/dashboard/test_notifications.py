@@ -100,3 +100,25 @@ def test_a_bad_notify_url_in_the_submit_form_is_an_error_next_to_it(story, login
     response = client.post("/teams/alpha/submit/", valid_form(notify_url=HOOK, notify_on=[]))
     assert "at least one" in response.context["form"].errors["notify_on"][0]
     assert not Job.objects.filter(name="resnet-50").exists()
+
+
+def test_the_job_page_shows_its_notify_and_deliveries(story, login):
+    from portal.core.actions.notifications import create_webhook
+
+    personas = story.cluster.personas
+    create_webhook(
+        story.cluster.team_a,
+        url="https://team.example.com/hook",
+        events=["ended"],
+        acting_user=personas.lead_a,
+    )
+    member = login(personas.member_a)
+    member.post("/teams/alpha/submit/", valid_form(notify_url=HOOK, notify_on=["ended"]))
+    job = Job.objects.get(name="resnet-50")
+    cancel_job(job, actor=personas.member_a)
+    page = member.get(f"/jobs/{job.pk}/").content.decode()
+    assert f"<code>{HOOK}</code>" in page and " on ended" in page
+    assert page.count("data-delivery=") == 1  # the member sees the job's own only
+    assert "team.example.com" not in page
+    lead_page = login(personas.lead_a).get(f"/jobs/{job.pk}/").content.decode()
+    assert lead_page.count("data-delivery=") == 2 and "team.example.com/hook" in lead_page
