@@ -74,7 +74,7 @@ def url_problem(url: str, *, allow_private: bool) -> str | None:
     if host == "localhost" or host.endswith(".localhost"):
         return "Refused: localhost is this machine (private addresses are not called)."
     try:
-        address = ipaddress.ip_address(host)
+        address = ipaddress.ip_address(host.split("%")[0])  # fe80::1%eth0: a zone
     except ValueError:
         return None  # a name: judged on what it resolves to, when it is called
     return _address_problem(address)

@@ -343,6 +343,7 @@ def test_jobs_without_notify_in_teams_without_webhooks_cost_nothing(
         ("http://api.localhost/", "localhost"),
         ("http://hooks.example.com:99999/", "Not a URL"),
         ("https://hooks.example.com/a b", "no spaces"),
+        ("http://[fe80::1%25eth0]/", "link-local"),
     ],
 )
 def test_url_rules(url, refused):
@@ -486,3 +487,17 @@ def test_the_sweep_forgets_deliveries_that_ended_long_ago(cluster, personas, set
     Delivery.objects.update(state="delivered")
     assert prune(later - timedelta(days=2)) == 0
     assert prune(later) == 1 and not Delivery.objects.exists()
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0x7f000001", "127.1", "0177.0.0.1"])
+def test_other_spellings_of_loopback_are_refused_when_called(cluster, personas, receiver, host):
+    """Not address literals to ipaddress, so judged at the call on what they resolve
+    to (the C library reads them all as 127.0.0.1)."""
+    port = int(receiver.url.split(":")[2].split("/")[0])
+    job = submit(cluster.team_a, personas.member_a, notify={"url": f"http://{host}:{port}/"})
+    cancel_job(job, actor=personas.lead_a)
+    (delivery,) = Delivery.objects.all()
+    assert deliver([delivery.pk]) == {}
+    delivery.refresh_from_db()
+    assert delivery.state == "failed" and "resolves to 127.0.0.1" in delivery.last_error
+    assert receiver.received == []
