@@ -501,3 +501,31 @@ def test_other_spellings_of_loopback_are_refused_when_called(cluster, personas, 
     delivery.refresh_from_db()
     assert delivery.state == "failed" and "resolves to 127.0.0.1" in delivery.last_error
     assert receiver.received == []
+
+
+def test_https_is_pinned_and_checks_the_certificate_for_the_name(
+    cluster, personas, monkeypatch, local_targets, tmp_path
+):
+    """The socket goes to the checked address while TLS verifies the URL's name (SNI and
+    the certificate); a certificate for another name is refused, and retried."""
+    from tests.receiver import start_tls_receiver
+
+    tls, stop, cert = start_tls_receiver(tmp_path, "hooks.example.com")
+    try:
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the test's CA, for the default context
+        fake_dns(monkeypatch, {"hooks.example.com": "127.0.0.1", "other.example.com": "127.0.0.1"})
+        job = submit(cluster.team_a, personas.member_a, notify={"url": tls.url})
+        cancel_job(job, actor=personas.lead_a)
+        assert deliver(Delivery.objects.values_list("pk", flat=True)) == {}
+        (got,) = tls.received
+        assert verify(team_secret(cluster.team_a), got.headers, got.body)
+
+        wrong = tls.url.replace("hooks.example.com", "other.example.com")
+        other = submit(cluster.team_a, personas.member_a, name="other", notify={"url": wrong})
+        cancel_job(other, actor=personas.lead_a)
+        delivery = Delivery.objects.get(job=other)
+        assert deliver([delivery.pk]) == {delivery.pk: 10.0}
+        delivery.refresh_from_db()
+        assert "CERTIFICATE_VERIFY_FAILED" in delivery.last_error and len(tls.received) == 1
+    finally:
+        stop()
