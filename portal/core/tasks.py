@@ -1,5 +1,6 @@
 """Celery tasks. They stay thin: the work lives in portal.core.scheduling and
-portal.core.actions.node_monitor, which tests call directly."""
+portal.core.actions.node_monitor and portal.core.actions.notifications, which tests
+call directly."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from django.core.cache import cache
 
 from portal.core.actions.jobs import PASS_REQUESTED_KEY, PASS_TASK
 from portal.core.actions.node_monitor import monitor_nodes
+from portal.core.actions.notifications import DELIVER_TASK, deliver, sweep
 from portal.core.scheduling import run_pass
 
 
@@ -23,3 +25,19 @@ def scheduling_pass() -> dict | None:
 def node_monitor() -> dict:
     """Mark silent nodes not ready, evict long-silent ones, stop over-time jobs."""
     return monitor_nodes()
+
+
+@shared_task(name=DELIVER_TASK, bind=True, ignore_result=True)
+def deliver_notifications(self, ids: list[int]) -> dict:
+    """Attempt these deliveries once; each that failed is retried by a task of its own
+    after its backoff (the sweep sends it should that message be lost)."""
+    retry = deliver(ids)
+    for pk, delay in retry.items():
+        self.apply_async(([pk],), countdown=delay)
+    return {"retry": len(retry)}
+
+
+@shared_task(name="portal.core.tasks.sweep_notifications", ignore_result=True)
+def sweep_notifications() -> int:
+    """Send every delivery that is due and held by no sender."""
+    return len(sweep())

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from portal.celery import app as celery_app
 from portal.core import statements
+from portal.core.actions.notifications import notify_job_events, store_job_notify, with_job_notify
 from portal.core.db import insert_rows
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
@@ -97,7 +98,7 @@ def transition(
     if rows:
         Job.objects.filter(pk__in=rows).update(state=to_state, **fields)
         own = per_job or {}
-        JobEvent.objects.bulk_create(
+        events = JobEvent.objects.bulk_create(
             JobEvent(
                 job_id=pk,
                 kind=kind,
@@ -109,9 +110,11 @@ def transition(
             )
             for pk, old in rows.items()
         )
+        notify_job_events(events)  # webhooks and e-mail, as outbox rows (actions/notifications)
     return list(rows)
 
 
+@with_job_notify  # a spec with `notify`: its row commits with the job
 def submit_job(
     *,
     team: Team,
@@ -223,6 +226,7 @@ def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
             insert_rows(JobEvent, events)
         else:
             JobEvent.objects.bulk_create(JobEvent(**event) for event in events)
+        store_job_notify(zip(ids, (spec.notify for spec in specs), strict=True))
         transaction.on_commit(request_scheduling_pass)
     return ids
 
