@@ -1,7 +1,7 @@
 """Benchmark a job's whole path on a live stack: submit → admitted → running → finished.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench \\
-    REDIS_URL=redis://127.0.0.1:6379/12 \\
+    REDIS_URL=redis://127.0.0.1:6379/14 \\
         .venv/bin/python bench/bench_e2e.py [--json PATH] [--nodes 8] [--gpus-per-node 8] \\
         [--idle-jobs 50] [--backlog-jobs 2000]
 
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/berth_bench")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/12")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
 
 import django  # noqa: E402
 
@@ -127,6 +127,44 @@ class Stack:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _proc_times() -> dict[int, tuple[int, float]]:
+    """pid → (parent pid, CPU seconds of it and its reaped children) for every process."""
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+    return out
+
+
+def cpu_by_part(stack: Stack) -> dict[str, float]:
+    """CPU seconds so far of each part of the stack (a process with its descendants), and
+    of this database's PostgreSQL sessions."""
+    procs = _proc_times()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+
+    def tree(pid: int) -> float:
+        return procs.get(pid, (0, 0.0))[1] + sum(tree(c) for c in children.get(pid, []))
+
+    out: dict[str, float] = {}
+    for name, proc in stack.procs.items():
+        part = "agents (and their workers)" if name.startswith("agent") else name
+        out[part] = out.get(part, 0.0) + tree(proc.pid)
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+        out["postgres"] = sum(procs.get(row[0], (0, 0.0))[1] for row in cur.fetchall())
+    out["bench"] = time.process_time()
+    return out
 
 
 def portal_env(web: int, watch: int) -> dict[str, str]:
@@ -241,8 +279,9 @@ def _ended(job_id: int) -> Job | None:
     return Job.objects.filter(pk=job_id, state__in=TERMINAL).first()
 
 
-def backlog(api: Api, count: int, gpus: int) -> dict:
+def backlog(api: Api, count: int, gpus: int, stack: Stack) -> dict:
     """A backlog of jobs in bulk requests; the time from the first submit until all ended."""
+    cpu0 = cpu_by_part(stack)
     before = Job.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     t0 = time.time()
     for start in range(0, count, BULK):
@@ -255,6 +294,12 @@ def backlog(api: Api, count: int, gpus: int) -> dict:
     done = Job.objects.filter(pk__in=ids, state=Job.State.SUCCEEDED).count()
     if done != len(ids):
         print(f"warning: {len(ids) - done} of {len(ids)} backlog jobs did not succeed")
+    cpu = {k: v - cpu0.get(k, 0.0) for k, v in cpu_by_part(stack).items()}
+    print(
+        "backlog CPU per job: "
+        + ", ".join(f"{k} {1000 * v / max(1, done):.1f} ms" for k, v in cpu.items())
+        + f" = {1000 * sum(cpu.values()) / max(1, done):.1f} ms"
+    )
     return {
         "gpus": gpus,
         "jobs": len(ids),
@@ -312,7 +357,7 @@ def main() -> None:
         api = Api(url, api_token)
         result = {
             "idle": idle(api, args.idle_jobs),
-            "backlog": backlog(api, args.backlog_jobs, gpus),
+            "backlog": backlog(api, args.backlog_jobs, gpus, stack),
         }
         if dead := stack.dead():
             print(f"warning: these processes ended during the run: {', '.join(dead)}")

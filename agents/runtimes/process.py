@@ -125,6 +125,7 @@ class ProcessRuntime(Runtime):
         argv = [
             self._python,
             "-I",
+            "-S",  # the shim is standard library only: skipping `site` saves ~6 ms a start
             str(SHIM_PATH),
             str(wdir),
             "--lease",

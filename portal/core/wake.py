@@ -90,6 +90,15 @@ def wake_nodes_on_commit(node_ids: Iterable[int]) -> None:
         transaction.on_commit(lambda: wake_nodes(ids))
 
 
+def wake_job_nodes_on_commit(job_ids: Iterable[int]) -> None:
+    """Wake, on commit, the nodes holding live workers of these jobs (their stop orders)."""
+    from portal.core.actions.workers import LIVE
+    from portal.core.models import Worker
+
+    live = Worker.objects.filter(job_id__in=list(job_ids), state__in=LIVE)
+    wake_nodes_on_commit(live.values_list("node_id", flat=True))
+
+
 def watch_reply(node_id: int, seen: int) -> dict | None:
     """The heartbeat reply's `watch` entry: where to wait, for how long, the version this
     reply reflects and the ticket that names the node; None when there is no watch."""

@@ -157,3 +157,19 @@ def test_the_watch_refuses_forged_tickets_bad_versions_and_other_methods(cluster
     answers = run(scenario)
     assert [status for status, _ in answers] == [401, 401, 400, 400, 405]
     assert all(set(body["error"]) == {"code", "message", "detail"} for _, body in answers)
+
+
+def test_cancelling_an_admitted_job_wakes_its_node(
+    cluster, watching, django_capture_on_commit_callbacks
+):
+    from portal.core.actions.jobs import cancel_job
+
+    node, other = cluster.nodes[0], cluster.nodes[1]
+    job = make_job(cluster)
+    with django_capture_on_commit_callbacks(execute=True):
+        admit(job, [node])
+    seen = wake.version(node.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        cancel_job(job, actor=cluster.personas.lead_a)
+    assert wake.version(node.pk) == seen + 1
+    assert wake.version(other.pk) == 0
