@@ -235,19 +235,34 @@ def wait_for(check, timeout_s: float, what: str, every: float = 0.2):
 
 
 class Api:
-    """One keep-alive connection to the REST API."""
+    """A keep-alive connection to the REST API that opens again when the server closed it
+    (gunicorn keeps an idle one 5 s); each request has its own Idempotency-Key, so sending
+    it again cannot submit twice."""
 
     def __init__(self, url: str, token: str):
-        import http.client
-
         host, port = url.removeprefix("http://").split(":")
-        self._conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        self._address = (host, int(port))
+        self._conn = None
         self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def post(self, path: str, body: dict) -> dict:
-        self._conn.request("POST", path, json.dumps(body), self._headers)
-        response = self._conn.getresponse()
-        data = response.read()
+        import http.client
+        import uuid
+
+        headers = self._headers | {"Idempotency-Key": uuid.uuid4().hex}
+        for attempt in (1, 2):
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(*self._address, timeout=60)
+            try:
+                self._conn.request("POST", path, json.dumps(body), headers)
+                response = self._conn.getresponse()
+                data = response.read()
+                break
+            except (ConnectionError, http.client.HTTPException):
+                self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise
         if response.status >= 300:
             raise SystemExit(f"POST {path} answered {response.status}: {data[:300]!r}")
         return json.loads(data)

@@ -28,6 +28,7 @@ from urllib.parse import parse_qs
 log = logging.getLogger("portal.agentapi.watch")
 
 MAX_SINCE = 2**63 - 1
+REDIS_CONNECTIONS = 16
 
 
 class Watch:
@@ -74,7 +75,13 @@ class Watch:
         url = settings.BERTH["REDIS_URL"]
         if not url:
             raise RuntimeError("the agents' watch needs Redis: set REDIS_URL")
-        self._redis = aioredis.Redis.from_url(url, socket_connect_timeout=2)
+        # A bounded pool that makes a request wait for a connection: 2,000 agents watching
+        # again at once must queue for Redis, not fail (an unbounded burst hit redis-py's
+        # connection limit and answered 503s).
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=REDIS_CONNECTIONS, timeout=10, socket_connect_timeout=2
+        )
+        self._redis = aioredis.Redis(connection_pool=pool)
         self._timeout_s = settings.BERTH["WATCH_TIMEOUT_S"]
         self._listener = asyncio.create_task(self._listen())
 
