@@ -113,7 +113,7 @@ def heartbeat_view(request):
     beat = parse_heartbeat(_body(request))
     # Read before the workers are: a change committed after this bumps the version after
     # its commit, so the watch sees it even if this reply does not (portal.core.wake).
-    seen = wake.version(node.pk) if wake.enabled() else 0
+    seen = wake.version(node.pk) if wake.enabled() else None
     recorded = record_heartbeat(
         node, agent_version=beat.agent_version, gpus=beat.gpus, workers=beat.workers
     )

@@ -12,15 +12,18 @@ reads the node's workers, and a change bumps it only *after* its commit, so a ch
 the reply missed always shows as a newer version on the watch, even if its message
 went out before the agent started watching.
 
-Without Redis (the zero-setup demo) there is no watch: versions are 0, waking is a
+Without Redis (the zero-setup demo) there is no watch: replies carry none, waking is a
 no-op, and agents learn of changes at their next beat as before. Redis being away
-never fails the write that asked for a wake: the next beat carries the change.
+never fails the write that asked for a wake, nor slows the heartbeats: after a failure
+this process leaves Redis alone for `BACK_OFF_S` and its replies carry no watch (the
+agents beat as before); the next beat carries every change.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 
 import redis
@@ -37,7 +40,14 @@ TICKET_SALT = "berth.agent-watch"
 # for a while can still watch; an old ticket only ever tells "changed" or "not".
 TICKET_MAX_AGE_S = 3600
 
+# Short timeouts (Redis is on the local network) and a pause after a failure: with 2,000
+# agents a heartbeat that waited seconds on a Redis that is away would hold a web thread
+# each, and the nodes would go not ready for want of answered beats.
+TIMEOUT_S = 0.5
+BACK_OFF_S = 10.0
+
 _client: redis.Redis | None = None
+_away_until = float("-inf")
 
 
 def client() -> redis.Redis | None:
@@ -47,30 +57,43 @@ def client() -> redis.Redis | None:
     if not url:
         return None
     if _client is None:
-        _client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        _client = redis.Redis.from_url(
+            url, socket_connect_timeout=TIMEOUT_S, socket_timeout=TIMEOUT_S
+        )
     return _client
+
+
+def _reachable() -> redis.Redis | None:
+    """The client, unless Redis failed in this process within the last BACK_OFF_S."""
+    return client() if time.monotonic() >= _away_until else None
+
+
+def _failed(what: str) -> None:
+    global _away_until
+    _away_until = time.monotonic() + BACK_OFF_S
+    log.warning("%s; leaving Redis alone for %.0f s", what, BACK_OFF_S, exc_info=True)
 
 
 def enabled() -> bool:
     return bool(settings.BERTH["WATCH_URL"] and settings.BERTH["REDIS_URL"])
 
 
-def version(node_id: int) -> int:
-    """The node's desired-state version now (0 when unknown or Redis is away)."""
-    redis_ = client()
+def version(node_id: int) -> int | None:
+    """The node's desired-state version now (0 if never bumped); None when Redis is away."""
+    redis_ = _reachable()
     if redis_ is None:
-        return 0
+        return None
     try:
         return int(redis_.get(VERSION_KEY.format(node_id)) or 0)
     except (redis.RedisError, ValueError):
-        log.warning("cannot read node %s's desired-state version", node_id, exc_info=True)
-        return 0
+        _failed(f"cannot read node {node_id}'s desired-state version")
+        return None
 
 
 def wake_nodes(node_ids: Iterable[int]) -> None:
     """Bump each node's version and tell the watchers (one round trip). Call after commit."""
     ids = sorted(set(node_ids))
-    redis_ = client()
+    redis_ = _reachable()
     if not ids or redis_ is None:
         return
     try:
@@ -80,7 +103,7 @@ def wake_nodes(node_ids: Iterable[int]) -> None:
         pipe.publish(CHANNEL, ",".join(map(str, ids)))
         pipe.execute()
     except redis.RedisError:
-        log.warning("could not wake nodes %s; they learn at their next beat", ids, exc_info=True)
+        _failed(f"could not wake nodes {ids}; they learn at their next beat")
 
 
 def wake_nodes_on_commit(node_ids: Iterable[int]) -> None:
@@ -99,10 +122,11 @@ def wake_job_nodes_on_commit(job_ids: Iterable[int]) -> None:
     wake_nodes_on_commit(live.values_list("node_id", flat=True))
 
 
-def watch_reply(node_id: int, seen: int) -> dict | None:
+def watch_reply(node_id: int, seen: int | None) -> dict | None:
     """The heartbeat reply's `watch` entry: where to wait, for how long, the version this
-    reply reflects and the ticket that names the node; None when there is no watch."""
-    if not enabled():
+    reply reflects (`seen`, None when Redis was away) and the ticket that names the node;
+    None when there is no watch."""
+    if not enabled() or seen is None:
         return None
     return {
         "url": settings.BERTH["WATCH_URL"],

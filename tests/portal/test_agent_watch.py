@@ -173,3 +173,24 @@ def test_cancelling_an_admitted_job_wakes_its_node(
         cancel_job(job, actor=cluster.personas.lead_a)
     assert wake.version(node.pk) == seen + 1
     assert wake.version(other.pk) == 0
+
+
+def test_with_redis_away_replies_carry_no_watch_and_redis_is_left_alone(
+    client, cluster, settings, monkeypatch
+):
+    settings.BERTH = {
+        **settings.BERTH,
+        "WATCH_URL": "/api/agent/v1/watch",
+        "REDIS_URL": "redis://127.0.0.1:1/0",  # nothing listens there
+    }
+    monkeypatch.setattr(wake, "_client", None)
+    monkeypatch.setattr(wake, "_away_until", float("-inf"))
+    node = cluster.nodes[0]
+    token = node_token(node)
+
+    reply = beat(client, node, token)
+    assert reply.status_code == 200 and "watch" not in reply.json()
+    assert wake._away_until > time.monotonic()  # the next beats do not try Redis again
+    assert wake.version(node.pk) is None
+    assert "watch" not in beat(client, node, token).json()
+    wake.wake_nodes([node.pk])  # a commit's wake gives way too
