@@ -296,6 +296,8 @@ def _ended(job_id: int) -> Job | None:
 
 def backlog(api: Api, count: int, gpus: int, stack: Stack) -> dict:
     """A backlog of jobs in bulk requests; the time from the first submit until all ended."""
+    if count <= 0:
+        return {"gpus": gpus, "jobs": 0, "seconds": 0.0, "jobs_completed_per_s": 0.0}
     cpu0 = cpu_by_part(stack)
     before = Job.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     t0 = time.time()
