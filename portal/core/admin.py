@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 
 from portal.core import reports
 from portal.core.actions.audit import record_changes, record_event
+from portal.core.actions.budgets import remove_budget, set_budget
 from portal.core.actions.jobs import InvalidTransition, cancel_job
 from portal.core.actions.nodes import (
     EDITABLE,
@@ -29,6 +30,7 @@ from portal.core.models import (
     Allocation,
     ApiToken,
     AuditEntry,
+    Budget,
     Cohort,
     Gpu,
     GpuFlavor,
@@ -262,6 +264,40 @@ class QuotaAdmin(OvercommitWarning, AuditedAdmin):
     search_fields = ("team__slug", "flavor__name")
     list_select_related = ("team", "flavor")
     audited_fields = ("team", "flavor", "nominal", "borrowing_limit", "lending_limit")
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    """GPU-hour budgets; every save and delete goes through actions.budgets (audited)."""
+
+    list_display = ("team", "flavor", "period", "window_days", "soft_gpu_hours", "limit_gpu_hours")
+    list_filter = ("flavor", "period")
+    search_fields = ("team__slug", "flavor__name")
+    list_select_related = ("team", "flavor")
+    fields = ("team", "flavor", "period", "window_days", "soft_gpu_hours", "limit_gpu_hours")
+
+    def get_readonly_fields(self, request, obj=None):
+        # a budget belongs to its team and flavor: another pair is another budget
+        return ("team", "flavor") if obj is not None else ()
+
+    def save_model(self, request, obj, form, change):
+        saved = set_budget(
+            obj.team,
+            obj.flavor,
+            acting_user=request.user,
+            limit_gpu_hours=obj.limit_gpu_hours,
+            soft_gpu_hours=obj.soft_gpu_hours,
+            period=obj.period,
+            window_days=obj.window_days,
+        )
+        obj.pk = saved.pk
+
+    def delete_model(self, request, obj):
+        remove_budget(obj, acting_user=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for budget in queryset:
+            remove_budget(budget, acting_user=request.user)
 
 
 @admin.register(Queue)
@@ -538,7 +574,7 @@ class UsageAdmin(ReadOnlyAdmin):
 
     @admin.display(description="GPU-hours")
     def gpu_hours(self, usage):
-        return f"{usage.gpu_seconds / 3600:.2f}"
+        return f"{reports.gpu_hours(usage.gpu_seconds):.2f}"
 
 
 @admin.register(AuditEntry)

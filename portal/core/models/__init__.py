@@ -4,13 +4,14 @@ from .audit import AuditEntry
 from .cluster import Gpu, Node, NodeBootstrapToken
 from .jobs import Allocation, DecayedUsage, Job, JobEvent, Usage, Worker
 from .ops import SchedulingPass
-from .tenancy import Cohort, GpuFlavor, Membership, Queue, Quota, Team
+from .tenancy import Budget, Cohort, GpuFlavor, Membership, Queue, Quota, Team
 from .tokens import ApiToken
 
 __all__ = [
     "Allocation",
     "ApiToken",
     "AuditEntry",
+    "Budget",
     "Cohort",
     "DecayedUsage",
     "Gpu",
