@@ -442,7 +442,11 @@ class BudgetSerializer(serializers.Serializer):
         allow_null=True,
         help_text="Used at month end if the last 24 hours' burn rate goes on; null if rolling.",
     )
-    state = serializers.ChoiceField(choices=["ok", "warn", "exhausted"])
+    # A CharField, not a ChoiceField: the schema's enums are named by field, and jobs
+    # already own "state".
+    state = serializers.CharField(
+        help_text="`ok`, `warn` (past the soft threshold) or `exhausted` (at the limit)."
+    )
     starts_at = serializers.DateTimeField()
     resets_at = serializers.DateTimeField(allow_null=True, help_text="Null for a rolling window.")
 
