@@ -1,0 +1,52 @@
+"""The simulator replays with GPU-hour budgets (--budget): what a budget does to waits."""
+
+import argparse
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from scheduler.sim import SimConfig, TraceJob, homogeneous, quota_teams, simulate
+from scheduler.sim.budgets import BudgetSpec, budget_arg, month_bounds
+
+EVE = datetime(2026, 12, 31, 20, 0, tzinfo=UTC).timestamp()
+NEW_YEAR = datetime(2027, 1, 1, tzinfo=UTC).timestamp()
+HOUR = 3600.0
+
+
+def run(budgets=()):
+    jobs = [
+        TraceJob(1, "a", EVE, HOUR, 1, 8),
+        TraceJob(2, "a", EVE + 10, HOUR, 1, 8),
+        TraceJob(3, "b", EVE + 20, HOUR, 1, 8),
+    ]
+    nodes = homogeneous(2, 8)
+    jobs = [replace(j, flavor=nodes[0].flavor) for j in jobs]
+    return simulate(jobs, nodes, quota_teams(jobs, nodes), SimConfig(budgets=tuple(budgets)))
+
+
+def test_a_budget_holds_the_second_job_until_the_month_resets():
+    free = run()
+    assert free.summary["max_wait_s"] == pytest.approx(HOUR - 20)  # job 3 waits for a node
+    assert "budget_blocked_jobs" not in free.summary
+
+    held = run([BudgetSpec("a", "*", 10.0)])  # 8 GPU-hours used + 8 more > 10
+    assert held.summary["budget_blocked_jobs"] == 1
+    assert held.summary["max_wait_s"] == pytest.approx(NEW_YEAR - (EVE + 10))
+
+
+def test_every_team_with_a_star():
+    held = run([BudgetSpec("*", "*", 10.0)])
+    assert held.summary["budget_blocked_jobs"] == 1  # team b's one job fits its own budget
+
+
+@pytest.mark.parametrize("text", ["a", "a=0", "a=-1", "=5", "a=many"])
+def test_bad_flags_are_refused(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        budget_arg(text)
+
+
+def test_flag_and_month():
+    assert budget_arg("vision:h100=5000") == BudgetSpec("vision", "h100", 5000.0)
+    assert budget_arg("*=10") == BudgetSpec("*", "*", 10.0)
+    assert month_bounds(EVE) == (datetime(2026, 12, 1, tzinfo=UTC).timestamp(), NEW_YEAR)
