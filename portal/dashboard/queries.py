@@ -64,13 +64,18 @@ def gauges(team: Team) -> list[Gauge]:
 @dataclass
 class BudgetGauge:
     """One GPU-hour budget drawn as a bar: used, the soft threshold and the forecast,
-    on a scale of the limit (or the forecast, if it goes past the limit)."""
+    on a scale of the limit (of the use, past it); a forecast past the end is cut there
+    and said in words (`forecast_over`)."""
 
     status: budgets.BudgetStatus
 
     @property
     def scale(self) -> float:
-        return max(self.status.limit, self.status.used, self.status.forecast or 0.0)
+        return max(self.status.limit, self.status.used)
+
+    @property
+    def forecast_over(self) -> bool:
+        return (self.status.forecast or 0.0) > self.status.limit
 
     def _pct(self, value: float | None) -> float | None:
         return None if value is None else round(100 * min(value, self.scale) / self.scale, 1)
