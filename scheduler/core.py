@@ -59,7 +59,8 @@ def schedule(snapshot: Snapshot) -> Plan:
        preemption, reservation).
     4. Jobs not reached wait with reason `priority`; jobs set aside wait with
        reason `backoff` or else `previous_attempt`, after every other job in
-       pass order (only `never_fits` and `no_nodes` outrank them).
+       pass order (only `never_fits`, `no_nodes` and `budget_exhausted`
+       outrank them).
     5. Explain: a verdict with reason, position and estimated start for every
        job not admitted.
     """
@@ -178,11 +179,9 @@ class Pass:
         if self.demand is not None:
             self._considered(job, book)
         wait = self.static_wait(job, pool, book)
-        if wait is None and self.budgets is not None:
-            over = self.budgets.wait(job)
-            if over is not None:
-                self.waits[job.id] = over
-                return
+        if wait is None and (over := self.budget_wait(job)) is not None:
+            self.waits[job.id] = over  # no reservation, preemption or gate hold (step a)
+            return
         wait = wait or self.gate.blocked(self, job) or self.quota_wait(job, book)
         if wait is None:
             wait = self.gate.try_admit(self, job, pool)

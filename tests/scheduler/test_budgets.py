@@ -5,10 +5,13 @@ the limit (Slurm's GrpTRESMins with AccountingStorageEnforce=safe)."""
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scheduler import REASONS, Budget, schedule
 from scheduler.timewords import instant
 from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, reasons, verdict
+from tests.scheduler.test_properties import snapshots
 
 RESETS = NOW + 10 * 24 * HOUR
 OVER = "budget_exhausted"
@@ -169,3 +172,49 @@ def test_without_explanations_the_fixed_summary():
     c.job(1, "vision", gpus=8)
     v = verdict(schedule(with_budgets(c, budget(5000.0), explain=False)), 1)
     assert (v.reason_code, v.message) == (OVER, REASONS[OVER])
+
+
+# --- property: whatever the snapshot, admissions never overrun a budget ------------------
+
+
+@st.composite
+def budgeted(draw):
+    snap = draw(snapshots())
+    pairs = sorted({(j.team, j.flavor) for j in snap.pending})
+    chosen = draw(st.lists(st.sampled_from(pairs), unique=True)) if pairs else []
+    budgets = []
+    for team, flavor in chosen:
+        limit = draw(st.sampled_from([1.0, 10.0, 100.0, 1000.0]))
+        budgets.append(Budget(team, flavor, limit, draw(st.floats(0, 1.2 * limit))))
+    return replace(snap, budgets=tuple(budgets))
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(budgeted())
+def test_admissions_never_overrun_a_budget(snap):
+    plan = schedule(snap)
+    # Preemptors named by their victims (stopping, or requeued) are admitted first
+    # (scheduler.preemption): they passed the budget gate when they preempted.
+    named = {r.preempted_by for r in snap.running} | {j.preempted_by for j in snap.pending}
+    jobs = {j.id: j for j in snap.pending}
+    for b in snap.budgets:
+        key = (b.team, b.flavor)
+        taken = [
+            jobs[a.job_id]
+            for a in plan.admissions
+            if (jobs[a.job_id].team, jobs[a.job_id].flavor) == key
+        ]
+        checked = [j for j in taken if j.id not in named]
+        if not checked:
+            continue
+        committed = sum(
+            r.gpus * max(0.0, r.started_at + r.max_runtime - snap.now) / HOUR
+            for r in snap.running
+            if (r.team, r.flavor) == key and not r.stopping
+        )
+        spent = sum(j.gpus * j.max_runtime / HOUR for j in taken)
+        assert b.used + committed + spent <= b.limit + 1e-6
+    over = {v.job_id for v in plan.verdicts if v.reason_code == OVER}
+    assert all(
+        (jobs[i].team, jobs[i].flavor) in {(b.team, b.flavor) for b in snap.budgets} for i in over
+    )
