@@ -11,11 +11,13 @@ month (ended attempts, plus running jobs up to now), hands the core one
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scheduler.model import Budget, RunningJob, Team
+from scheduler.budgets import job_gpu_hours
+from scheduler.model import Budget, PendingJob, RunningJob, Team
 from scheduler.reasons import BUDGET_EXHAUSTED
 
 HOUR = 3600.0
@@ -97,6 +99,10 @@ class BudgetLedger:
     def note(self, verdicts) -> None:
         """Remember the jobs told `budget_exhausted` (the summary's budget_blocked_jobs)."""
         self.blocked.update(v.job_id for v in verdicts if v.reason_code == BUDGET_EXHAUSTED)
+
+    def fits(self, job: PendingJob) -> bool:
+        """Return whether the job fits its whole budget, so that a reset may start it."""
+        return job_gpu_hours(job) <= self.limits.get((job.team, job.flavor), math.inf)
 
     def next_reset(self) -> float:
         return self.month[1]

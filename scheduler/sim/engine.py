@@ -513,13 +513,15 @@ class Simulator:
             self._check_plan(plan, snap)
 
     def _budget_wake(self, plan: Plan) -> None:
-        """Note the jobs over budget, and make sure a pass runs when the month resets."""
+        """Note the jobs over budget, and make sure a pass runs when the month resets
+        (unless every such job is bigger than its whole budget: it never starts, as a
+        never_fits job, and the replay ends without it)."""
         self.budgets.note(plan.verdicts)
         reset = self.budgets.next_reset()
         if self.reset_wake == reset:
             return
         for v in plan.verdicts:
-            if v.reason_code == BUDGET_EXHAUSTED:
+            if v.reason_code == BUDGET_EXHAUSTED and self.budgets.fits(self.recs[v.job_id].pending):
                 r = self.recs[v.job_id]
                 heapq.heappush(self.events, (reset, WAKE, r.job.id, r.attempt))
                 self.reset_wake = reset

@@ -50,3 +50,13 @@ def test_flag_and_month():
     assert budget_arg("vision:h100=5000") == BudgetSpec("vision", "h100", 5000.0)
     assert budget_arg("*=10") == BudgetSpec("*", "*", 10.0)
     assert month_bounds(EVE) == (datetime(2026, 12, 1, tzinfo=UTC).timestamp(), NEW_YEAR)
+
+
+def test_a_job_bigger_than_its_whole_budget_never_starts_and_the_replay_ends():
+    jobs = [TraceJob(1, "a", EVE, 10 * HOUR, 1, 8), TraceJob(2, "a", EVE + 10, HOUR, 1, 1)]
+    nodes = homogeneous(1, 8)
+    jobs = [replace(j, flavor=nodes[0].flavor) for j in jobs]
+    config = SimConfig(budgets=(BudgetSpec("a", "*", 50.0),))  # job 1 needs 80
+    result = simulate(jobs, nodes, quota_teams(jobs, nodes), config)
+    assert (result.summary["jobs"], result.summary["unfinished"]) == (1, 1)
+    assert result.summary["budget_blocked_jobs"] == 1
