@@ -228,7 +228,7 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
             requeue_backoff_s=args.requeue_backoff[0],
             requeue_backoff_max_s=args.requeue_backoff[1],
             check=args.check,
-            budgets=tuple(args.budget),
+            budgets=tuple(getattr(args, "budget", ())),
         )
         result = simulate(jobs, nodes, teams, config, progress=Progress(name, jobs))
         result.summary["peak_rss_mib"] = round(peak_rss_mib(), 1)
@@ -312,6 +312,7 @@ def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
         "max_age_s": args.max_age,
         "backfill_reservations": args.backfill_reservations,
         "reclaim_backoff": args.reclaim_backoff,
+        "budgets": [f"{b.team}:{b.flavor}={b.gpu_hours:g}" for b in getattr(args, "budget", ())],
         "trace_jobs": len(jobs),
         "notes": notes,
     }

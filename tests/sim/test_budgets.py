@@ -1,6 +1,7 @@
 """The simulator replays with GPU-hour budgets (--budget): what a budget does to waits."""
 
 import argparse
+import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -8,6 +9,7 @@ import pytest
 
 from scheduler.sim import SimConfig, TraceJob, homogeneous, quota_teams, simulate
 from scheduler.sim.budgets import BudgetSpec, budget_arg, month_bounds
+from scheduler.sim.cli import main
 
 EVE = datetime(2026, 12, 31, 20, 0, tzinfo=UTC).timestamp()
 NEW_YEAR = datetime(2027, 1, 1, tzinfo=UTC).timestamp()
@@ -60,3 +62,18 @@ def test_a_job_bigger_than_its_whole_budget_never_starts_and_the_replay_ends():
     result = simulate(jobs, nodes, quota_teams(jobs, nodes), config)
     assert (result.summary["jobs"], result.summary["unfinished"]) == (1, 1)
     assert result.summary["budget_blocked_jobs"] == 1
+
+
+def test_the_flag_through_the_cli_is_recorded_and_holds_jobs(tmp_path):
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    rows += [f"2017-10-01 00:{i:02d}:00,3600.0,8,0,abc" for i in range(6)]
+    trace = tmp_path / "philly.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    args = ["--trace", str(trace), "--nodes", "4", "--gpus-per-node", "8"]
+    free, held = tmp_path / "free.json", tmp_path / "held.json"
+    assert main([*args, "--json", str(free)]) == 0
+    assert main([*args, "--budget", "abc=20", "--json", str(held)]) == 0
+    free, held = json.loads(free.read_text()), json.loads(held.read_text())
+    assert held["setup"]["budgets"] == ["abc:*=20"]
+    assert held["budget_blocked_jobs"] == 4  # 8 GPU-hours each: two fit in 20
+    assert held["max_wait_s"] > 29 * 24 * HOUR > free["max_wait_s"]  # until 1 November
