@@ -211,7 +211,7 @@ class TeamAdmin(OvercommitWarning, AuditedAdmin):
     def quota_summary(self, team):
         return ", ".join(f"{q.flavor.name}: {q.nominal}" for q in team.quotas.all()) or "—"
 
-    @admin.display(description="Audit trail (team, quotas, queues, members)")
+    @admin.display(description="Audit trail (team, quotas, queues, members, budgets)")
     def audit_trail(self, team):
         if team.pk is None:
             return "—"
@@ -225,13 +225,15 @@ def _team_audit_filter(team) -> Q:
         "quota": list(team.quotas.values_list("pk", flat=True)),
         "queue": list(team.queues.values_list("pk", flat=True)),
         "membership": list(team.memberships.values_list("pk", flat=True)),
+        "budget": list(team.budgets.values_list("pk", flat=True)),
     }
     query = Q(target_type="team", target_id=str(team.pk))
     for kind, pks in ids.items():
         query |= Q(target_type=kind, target_id__in=[str(pk) for pk in pks])
     # Deleted quotas and queues no longer have ids to find; their repr names the team.
     query |= Q(
-        target_type__in=["quota", "queue", "membership"], target_repr__startswith=f"{team.slug}/"
+        target_type__in=["quota", "queue", "membership", "budget"],
+        target_repr__startswith=f"{team.slug}/",
     )
     return query
 

@@ -127,6 +127,25 @@ def test_the_admin_form_goes_through_the_action(client, cluster):
     assert Budget.objects.get().soft_gpu_hours == 80
 
 
+def test_the_admin_deletes_through_the_action_and_the_team_page_shows_the_trail(client, cluster):
+    b = budget(cluster, limit=100, soft=50)
+    used(cluster, 60.0)
+    warn_budget_thresholds(budget_statuses(timezone.now()))
+    client.force_login(cluster.personas.admin)
+
+    page = client.get(f"/admin/core/team/{cluster.team_a.pk}/change/").content.decode()
+    assert "limit_gpu_hours" in page and THRESHOLD_EVENT in page
+
+    pk = b.pk
+    response = client.post(f"/admin/core/budget/{pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert not Budget.objects.exists()
+    (gone,) = AuditEntry.objects.filter(target_type="budget", target_id=str(pk), action="delete")
+    assert gone.actor == cluster.personas.admin
+    page = client.get(f"/admin/core/team/{cluster.team_a.pk}/change/").content.decode()
+    assert "alpha/h100-80gb: 100 GPU-hours per month" in page  # deleted, still in the trail
+
+
 # --- the pass -------------------------------------------------------------------------
 
 
