@@ -225,6 +225,23 @@ def test_the_soft_threshold_is_recorded_once_per_month(cluster):
     assert AuditEntry.objects.filter(action=THRESHOLD_EVENT).count() == 2
 
 
+def test_the_crossing_notifies_the_team_after_commit(
+    cluster, django_capture_on_commit_callbacks, caplog
+):
+    budget(cluster, limit=100, soft=50)
+    used(cluster, 60.0)
+    with (
+        caplog.at_level("INFO", logger="portal.core.actions.budgets"),
+        django_capture_on_commit_callbacks(execute=True) as callbacks,
+    ):
+        warn_budget_thresholds(budget_statuses(timezone.now()))
+    assert len(callbacks) == 1  # notify_threshold, the one place that sends it
+    (record,) = [r for r in caplog.records if r.getMessage() == "budget threshold crossed"]
+    assert record.team == "alpha"
+    assert record.budget["used_gpu_hours"] == 60.0 and record.budget["soft_gpu_hours"] == 50.0
+    assert record.budget["resets_at"] == month_bounds(timezone.now())[1].isoformat()
+
+
 def test_two_readers_of_the_same_crossing_warn_once(cluster):
     """Both saw the crossing before either wrote: the conditional update lets one win."""
     budget(cluster, limit=100, soft=50)
