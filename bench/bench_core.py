@@ -21,12 +21,14 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import cpu_model  # noqa: E402
 from scheduler import (  # noqa: E402
+    Budget,
     Node,
     PendingJob,
     PolicyConfig,
@@ -187,6 +189,17 @@ def build_snapshot(
     )
 
 
+def with_budgets(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with a GPU-hour budget for every team and flavor: every third one
+    used up, the others with room (docs/scheduling.md, "GPU-hour budgets")."""
+    flavors = sorted({n.flavor for n in snapshot.nodes})
+    budgets = tuple(
+        Budget(t.name, f, 10_000.0, 10_000.0 if i % 3 == 0 else 1_000.0, "month", NOW + 86400)
+        for i, (t, f) in enumerate((t, f) for t in snapshot.teams for f in flavors)
+    )
+    return replace(snapshot, budgets=budgets)
+
+
 def time_pass(snapshot: Snapshot, repeat: int) -> tuple[float, float, float, object]:
     """Return (median wall, best wall, median CPU) seconds of schedule(snapshot), and the plan.
 
@@ -258,6 +271,7 @@ def main() -> None:
             "fairshare", build_snapshot(n), args.repeat if n <= 20_000 else max(1, args.repeat // 2)
         )
     row("fairshare, explain off", build_snapshot(10_000, explain=False), args.repeat)
+    row("fairshare, 100 budgets", with_budgets(build_snapshot(10_000)), args.repeat)
     row("fifo-backfill", build_snapshot(10_000, policy="fifo-backfill"), args.repeat)
     row("fifo", build_snapshot(10_000, policy="fifo"), args.repeat)
     small_overhead(1000)

@@ -396,7 +396,24 @@ def share(args, client_for) -> int:
         for s in sorted(standings.values(), key=lambda s: (s["share"], s["team"]))
     ]
     print(table(rows, ["TEAM", "WEIGHT", "CURRENT", "HISTORICAL", "SHARE"]))
+    budgets = [(t["slug"], b) for t in teams for b in t.get("budgets", [])]
+    if budgets:
+        print("\nGPU-hour budgets (at the limit new jobs wait: budget_exhausted):")
+        print(table([budget_row(slug, b) for slug, b in budgets], BUDGET_HEADERS))
     return exitcodes.OK
+
+
+BUDGET_HEADERS = ["TEAM", "FLAVOR", "PERIOD", "USED", "SOFT", "LIMIT", "USED%", "FORECAST", "STATE"]
+
+
+def budget_row(team: str, b: dict) -> list:
+    """One budget of `berth share`: GPU-hours used, soft threshold, limit, month-end forecast."""
+    period = "month" if b["period"] == "month" else f"{b['window_days']}d"
+    hours = [b["used_gpu_hours"], b["soft_gpu_hours"], b["limit_gpu_hours"]]
+    forecast = b["forecast_gpu_hours"]
+    return [team, b["flavor"], period, *(None if h is None else f"{h:,.0f}" for h in hours),
+            f"{b['percent_used']:.0f}%", None if forecast is None else f"{forecast:,.0f}",
+            b["state"]]  # fmt: skip
 
 
 def logs(args, client_for) -> int:

@@ -11,6 +11,7 @@ from .core import schedule
 from .fairshare import accrue, decay
 from .model import (
     Admission,
+    Budget,
     Node,
     PendingJob,
     Plan,
@@ -31,6 +32,7 @@ __all__ = [
     "POLICIES",
     "REASONS",
     "Admission",
+    "Budget",
     "Node",
     "PendingJob",
     "Plan",

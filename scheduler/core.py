@@ -11,6 +11,7 @@ import math
 from itertools import islice
 
 from . import placement
+from .budgets import Budgets
 from .explain import verdicts
 from .model import Admission, PendingJob, Plan, Snapshot
 from .ordering import queue_key, stopping_key
@@ -54,11 +55,12 @@ def schedule(snapshot: Snapshot) -> Plan:
     2. Order the eligible pending jobs with the policy's order (fair share or
        submit).
     3. Consider each job in that order, up to max_backfill_candidates
-       (Pass.consider: static checks, gate, quota, placement, preemption,
-       reservation).
+       (Pass.consider: static checks, budget, gate, quota, placement,
+       preemption, reservation).
     4. Jobs not reached wait with reason `priority`; jobs set aside wait with
        reason `backoff` or else `previous_attempt`, after every other job in
-       pass order (only `never_fits` and `no_nodes` outrank them).
+       pass order (only `never_fits`, `no_nodes` and `budget_exhausted`
+       outrank them).
     5. Explain: a verdict with reason, position and estimated start for every
        job not admitted.
     """
@@ -92,6 +94,7 @@ class Pass:
         "backing_off",
         "old_attempts",
         "gate",
+        "budgets",
         "preempting",
         "admissions",
         "preemptions",
@@ -133,6 +136,8 @@ class Pass:
                 j for j in self.queued if j.eligible_at <= now and not j.previous_attempt_stopping
             ]
         self.gate = self.policy.gate(cfg)
+        # GPU-hour budgets (scheduler.budgets); None when no team has one
+        self.budgets = Budgets(snapshot) if snapshot.budgets else None
         self.preempting = self.policy.preemption and cfg.preemption
         self.admissions: list[Admission] = []
         self.preemptions: list = []
@@ -157,7 +162,9 @@ class Pass:
     def consider(self, job: PendingJob) -> None:
         """Admit the job or record why it waits.
 
-        a. static checks: never_fits, no_nodes
+        a. static checks: never_fits, no_nodes; then the GPU-hour budget
+           (budget_exhausted), which ends the job's turn: no reservation, no
+           preemption, no gate hold (freed GPUs would not start it)
         b. the gate: is a job ahead blocking this one (strict FIFO)?
         c. quota: nominal, borrowing and lending limits (scheduler.quota)
         d. placement, under the gate's rules (backfill reservation)
@@ -171,11 +178,11 @@ class Pass:
         book = self.ledger.book(job.team)
         if self.demand is not None:
             self._considered(job, book)
-        wait = (
-            self.static_wait(job, pool, book)
-            or self.gate.blocked(self, job)
-            or self.quota_wait(job, book)
-        )
+        wait = self.static_wait(job, pool, book)
+        if wait is None and (over := self.budget_wait(job)) is not None:
+            self.waits[job.id] = over  # no reservation, preemption or gate hold (step a)
+            return
+        wait = wait or self.gate.blocked(self, job) or self.quota_wait(job, book)
         if wait is None:
             wait = self.gate.try_admit(self, job, pool)
             if wait is None:
@@ -203,6 +210,10 @@ class Pass:
         if job.gpus > most:
             return Wait(NEVER_FITS, ("quota", most))
         return None
+
+    def budget_wait(self, job: PendingJob) -> Wait | None:
+        """Return budget_exhausted if the job could cross its team's GPU-hour budget."""
+        return None if self.budgets is None else self.budgets.wait(job)
 
     def quota_wait(self, job: PendingJob, book: TeamBook) -> Wait | None:
         """Return quota or cohort_busy if the team may not take the job's GPUs now.
@@ -336,6 +347,8 @@ class Pass:
         borrowed = self.ledger.borrowed(book, job.flavor, job.gpus)
         tx.add(self.ledger, book, job.flavor, job.gpus)
         tx.commit()
+        if self.budgets is not None:
+            self.budgets.charge(job)
         pool.invalidate()
         self.admissions.append(Admission(job.id, pool.assign(nodes, job.gpus_per_worker), borrowed))
         self.admitted.setdefault(job.flavor, []).append(Started(job, self.now, nodes))
@@ -375,22 +388,25 @@ class Pass:
 
         It is not ordered, gated, placed, given a reservation or a quota hold,
         and preempts nothing: a reservation for a job that may not start would
-        keep GPUs idle for it. Only never_fits and no_nodes outrank it.
+        keep GPUs idle for it. Only never_fits, no_nodes and budget_exhausted
+        outrank it.
         """
         self.order.append(job)
         static = self.static_wait(job, self.pools.get(job.flavor), self.ledger.book(job.team))
-        self.waits[job.id] = static or Wait(BACKOFF, (job.eligible_at, job.restart_count))
+        over = static or self.budget_wait(job)
+        self.waits[job.id] = over or Wait(BACKOFF, (job.eligible_at, job.restart_count))
 
     def await_old_attempt(self, job: PendingJob) -> None:
         """Record that a requeued job waits for its previous attempt's workers to stop.
 
         Set aside as a job in its backoff is (back_off), for the same reason: its
         old workers may still use its GPUs and write its checkpoint. Only
-        never_fits and no_nodes outrank it; `backoff` does too (back_off).
+        never_fits, no_nodes and budget_exhausted outrank it; `backoff` does too
+        (back_off).
         """
         self.order.append(job)
         static = self.static_wait(job, self.pools.get(job.flavor), self.ledger.book(job.team))
-        self.waits[job.id] = static or Wait(PREVIOUS_ATTEMPT)
+        self.waits[job.id] = static or self.budget_wait(job) or Wait(PREVIOUS_ATTEMPT)
 
     def waiting(self) -> list[PendingJob]:
         """Return the jobs not admitted, in the order they were considered."""

@@ -10,7 +10,8 @@ starts the waiting jobs in pass order, each once enough GPUs of its flavor are
 free and never before the job before it (so a small job that backfill might
 start early gets a pessimistic estimate). A reserved job starts no earlier
 than its reservation; a job waiting for preemption no earlier than its victims'
-grace periods end; a job in its requeue backoff, last in pass order, no
+grace periods end; a job over its GPU-hour budget when the budget resets
+(_budget_start); a job in its requeue backoff, last in pass order, no
 earlier than it becomes eligible; a job waiting for its previous attempt to
 stop, after those, once GPUs are free for it. Jobs that can never fit get None.
 """
@@ -24,6 +25,7 @@ from .backfill import COHORT_HOLD
 from .model import PendingJob, Verdict
 from .reasons import (
     BACKOFF,
+    BUDGET_EXHAUSTED,
     CAPACITY,
     COHORT_BUSY,
     FIFO_BLOCKED,
@@ -130,8 +132,23 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
             floor = max(floor, wait.info[1])
         elif wait.code == BACKOFF:
             floor = max(floor, job.eligible_at)
+        elif wait.code == BUDGET_EXHAUSTED:
+            out[job.id] = _budget_start(job, *wait.info)
+            continue
         out[job.id] = shadow.start(job.gpus, job.max_runtime, floor)
     return out
+
+
+def _budget_start(job: PendingJob, budget, committed: float, need: float) -> float | None:
+    """Return when a job over its budget may start at the earliest: when the budget resets.
+
+    Not booked in the shadow: a job of another team after it in pass order must not
+    inherit a start a month away. None for a rolling window (when enough usage leaves
+    it is not in the snapshot) and for a job bigger than the whole budget.
+    """
+    if budget.resets_at is None or need > budget.limit:
+        return None
+    return budget.resets_at
 
 
 def message(p: Pass, job: PendingJob, wait: Wait, position: int) -> str:
@@ -204,6 +221,35 @@ def _never_fits(p: Pass, job: PendingJob, why: str, *facts) -> str:
 
 def _no_nodes(p: Pass, job: PendingJob) -> str:
     return f"{_needs(p, job)}; no {job.flavor} node is Ready and uncordoned"
+
+
+def _budget(p: Pass, job: PendingJob, budget, committed: float, need: float) -> str:
+    """Return 'team vision used 4,980 of 5,000 h100 GPU-hours this month; resets at …'."""
+    when = "this month" if budget.period == "month" else f"in the last {budget.window_days} days"
+    text = (
+        f"team {job.team} used {_hours(budget.used)} of {_hours(budget.limit)} {job.flavor} "
+        f"GPU-hours {when}"
+    )
+    if need > budget.limit:
+        text += (
+            f"; this job alone may use {_hours(need)} ({job.gpus} GPUs x "
+            f"{duration(job.max_runtime)} max run time), more than the whole budget: it needs a "
+            f"shorter max run time, fewer GPUs or a bigger budget"
+        )
+    elif budget.used < budget.limit:
+        running = f"its running jobs may use {_hours(committed)} more and " if committed else ""
+        text += (
+            f"; {running}this job up to {_hours(need)} ({job.gpus} GPUs x "
+            f"{duration(job.max_runtime)} max run time), which would cross the limit"
+        )
+    if budget.resets_at is not None:
+        return f"{text}; resets at {_at(p, budget.resets_at)}"
+    return f"{text}; usage older than {budget.window_days} days leaves the window"
+
+
+def _hours(x: float) -> str:
+    """Return GPU-hours as people read them: '4,980', '12.5', '0.3'."""
+    return f"{x:,.0f}" if abs(x) >= 100 or x == int(x) else f"{x:,.1f}"
 
 
 def _backoff(p: Pass, job: PendingJob, eligible_at: float, requeues: int) -> str:
@@ -319,6 +365,7 @@ def _topology(
 _MESSAGES = {
     NEVER_FITS: _never_fits,
     NO_NODES: _no_nodes,
+    BUDGET_EXHAUSTED: _budget,
     BACKOFF: _backoff,
     PREVIOUS_ATTEMPT: _previous_attempt,
     FIFO_BLOCKED: _fifo_blocked,

@@ -163,6 +163,25 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Budget:
+    """A team's GPU-hour budget of one flavor for a period (scheduler.budgets).
+
+    `used`: GPU-hours the team's jobs of the flavor used in the period so far,
+    running jobs included up to the snapshot. `limit`: the hard limit in
+    GPU-hours. `period` "month" (a calendar month, UTC, ending at `resets_at`)
+    or "rolling" (the last `window_days` days; `resets_at` None).
+    """
+
+    team: str
+    flavor: str
+    limit: float
+    used: float
+    period: str = "month"
+    resets_at: float | None = None
+    window_days: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[Node, ...]
@@ -170,6 +189,8 @@ class Snapshot:
     running: tuple[RunningJob, ...]
     pending: tuple[PendingJob, ...]
     config: PolicyConfig = field(default_factory=PolicyConfig)
+    # GPU-hour budgets by (team, flavor); a pair without one is not limited.
+    budgets: tuple[Budget, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

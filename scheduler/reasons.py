@@ -5,8 +5,9 @@ finds (Kueue ranks its reasons the same way): a job that can never fit is told
 so before it is told the cluster is busy. The pass checks them in this order,
 except that `waiting_for_preemption` replaces the quota or capacity reason that
 triggered the preemption, and `priority` replaces a capacity reason when jobs
-ahead of it in its own queue took the GPUs. A job in its requeue backoff
-(`backoff`), or requeued while its previous attempt's workers still stop
+ahead of it in its own queue took the GPUs. `budget_exhausted` comes right
+after `no_nodes`: no freed GPU would start the job before its budget allows
+it. A job in its requeue backoff (`backoff`), or requeued while its previous attempt's workers still stop
 (`previous_attempt`), is not considered at all: only `never_fits` and
 `no_nodes`, which no wait would change, are told before it, and `backoff`,
 whose end is known, before `previous_attempt`.
@@ -18,6 +19,7 @@ from typing import NamedTuple
 
 NEVER_FITS = "never_fits"
 NO_NODES = "no_nodes"
+BUDGET_EXHAUSTED = "budget_exhausted"
 BACKOFF = "backoff"
 PREVIOUS_ATTEMPT = "previous_attempt"
 FIFO_BLOCKED = "fifo_blocked"
@@ -34,6 +36,8 @@ NO_CAPACITY = "no_capacity"
 REASONS: dict[str, str] = {
     NEVER_FITS: "It can never run: bigger than any node, topology domain or its quota allows.",
     NO_NODES: "No schedulable node of its GPU flavor is Ready and uncordoned.",
+    BUDGET_EXHAUSTED: "Its team's GPU-hour budget for its flavor is used up, or would be "
+    "if it ran to its max run time.",
     BACKOFF: "Requeued after a preemption or a lost node, it backs off before it may start again.",
     PREVIOUS_ATTEMPT: "Waiting for the workers of its previous attempt to stop before it can "
     "be admitted again.",
@@ -58,6 +62,8 @@ REMEDIES: dict[str, str] = {
     "or ask an admin for more quota or bigger nodes; then cancel it and submit again.",
     NO_NODES: "A node of its GPU flavor becoming Ready and uncordoned (ask an admin), "
     "or submitting to another flavor.",
+    BUDGET_EXHAUSTED: "The budget period resetting (see the reason), a shorter max run time "
+    "or fewer GPUs so that it fits what is left, or an admin raising the team's budget.",
     BACKOFF: "Nothing: after a preemption or a lost node it waits out its requeue backoff, "
     "then keeps its place in the queue.",
     FIFO_BLOCKED: "The blocked job ahead of it starting or being cancelled.",
@@ -91,6 +97,8 @@ class Wait(NamedTuple):
     `info` by code (see scheduler.explain for how each is worded):
       never_fits: ("shape",) | ("node", largest node) |
                   ("topology", most workers one domain holds) | ("quota", most ever)
+      budget_exhausted: (the Budget, GPU-hours its running jobs may still use, the
+                         job's GPU-hours: GPUs x max run time)  (scheduler.budgets)
       backoff: (when it becomes eligible, how many times it was requeued)
       fifo_blocked: (id of the blocked job ahead, its reason code)
       waiting_for_preemption: (ids waited for, their latest end, how many preempted now)

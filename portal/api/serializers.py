@@ -445,8 +445,38 @@ class StandingSerializer(serializers.Serializer):
     share = serializers.FloatField(help_text="(current + historical) / weight; lowest goes first.")
 
 
+class BudgetSerializer(serializers.Serializer):
+    flavor = serializers.CharField()
+    period = serializers.ChoiceField(
+        choices=["month", "rolling"], help_text="A calendar month (UTC) or a rolling window."
+    )
+    window_days = serializers.IntegerField(
+        allow_null=True, help_text="Days of a rolling window; null for a month."
+    )
+    used_gpu_hours = serializers.FloatField(help_text="GPU-hours used in the period so far.")
+    soft_gpu_hours = serializers.FloatField(
+        allow_null=True, help_text="Soft threshold: a warning when crossed."
+    )
+    limit_gpu_hours = serializers.FloatField(
+        help_text="Hard limit: new jobs wait (budget_exhausted) once it would be crossed."
+    )
+    percent_used = serializers.FloatField()
+    forecast_gpu_hours = serializers.FloatField(
+        allow_null=True,
+        help_text="Used at month end if the last 24 hours' burn rate goes on; null if rolling.",
+    )
+    # A CharField, not a ChoiceField: the schema's enums are named by field, and jobs
+    # already own "state".
+    state = serializers.CharField(
+        help_text="`ok`, `warn` (past the soft threshold) or `exhausted` (at the limit)."
+    )
+    starts_at = serializers.DateTimeField()
+    resets_at = serializers.DateTimeField(allow_null=True, help_text="Null for a rolling window.")
+
+
 class TeamDetailSerializer(TeamSerializer):
     quota = QuotaUsageSerializer(many=True)
+    budgets = BudgetSerializer(many=True, help_text="GPU-hour budgets per flavor.")
     fair_share = StandingSerializer(many=True, help_text="The cohort, lowest share first.")
     gpu_hours_by_day = serializers.ListField(
         child=serializers.DictField(), help_text='`{"date": "2025-01-31", "<flavor>": hours, …}`'

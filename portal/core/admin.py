@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 
 from portal.core import reports
 from portal.core.actions.audit import record_changes, record_event
+from portal.core.actions.budgets import remove_budget, set_budget
 from portal.core.actions.jobs import InvalidTransition, cancel_job
 from portal.core.actions.nodes import (
     EDITABLE,
@@ -31,6 +32,7 @@ from portal.core.models import (
     Allocation,
     ApiToken,
     AuditEntry,
+    Budget,
     Cohort,
     Delivery,
     Gpu,
@@ -213,7 +215,7 @@ class TeamAdmin(OvercommitWarning, AuditedAdmin):
     def quota_summary(self, team):
         return ", ".join(f"{q.flavor.name}: {q.nominal}" for q in team.quotas.all()) or "—"
 
-    @admin.display(description="Audit trail (team, quotas, queues, members)")
+    @admin.display(description="Audit trail (team, quotas, queues, members, budgets)")
     def audit_trail(self, team):
         if team.pk is None:
             return "—"
@@ -227,13 +229,15 @@ def _team_audit_filter(team) -> Q:
         "quota": list(team.quotas.values_list("pk", flat=True)),
         "queue": list(team.queues.values_list("pk", flat=True)),
         "membership": list(team.memberships.values_list("pk", flat=True)),
+        "budget": list(team.budgets.values_list("pk", flat=True)),
     }
     query = Q(target_type="team", target_id=str(team.pk))
     for kind, pks in ids.items():
         query |= Q(target_type=kind, target_id__in=[str(pk) for pk in pks])
     # Deleted quotas and queues no longer have ids to find; their repr names the team.
     query |= Q(
-        target_type__in=["quota", "queue", "membership"], target_repr__startswith=f"{team.slug}/"
+        target_type__in=["quota", "queue", "membership", "budget"],
+        target_repr__startswith=f"{team.slug}/",
     )
     return query
 
@@ -266,6 +270,40 @@ class QuotaAdmin(OvercommitWarning, AuditedAdmin):
     search_fields = ("team__slug", "flavor__name")
     list_select_related = ("team", "flavor")
     audited_fields = ("team", "flavor", "nominal", "borrowing_limit", "lending_limit")
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    """GPU-hour budgets; every save and delete goes through actions.budgets (audited)."""
+
+    list_display = ("team", "flavor", "period", "window_days", "soft_gpu_hours", "limit_gpu_hours")
+    list_filter = ("flavor", "period")
+    search_fields = ("team__slug", "flavor__name")
+    list_select_related = ("team", "flavor")
+    fields = ("team", "flavor", "period", "window_days", "soft_gpu_hours", "limit_gpu_hours")
+
+    def get_readonly_fields(self, request, obj=None):
+        # a budget belongs to its team and flavor: another pair is another budget
+        return ("team", "flavor") if obj is not None else ()
+
+    def save_model(self, request, obj, form, change):
+        saved = set_budget(
+            obj.team,
+            obj.flavor,
+            acting_user=request.user,
+            limit_gpu_hours=obj.limit_gpu_hours,
+            soft_gpu_hours=obj.soft_gpu_hours,
+            period=obj.period,
+            window_days=obj.window_days,
+        )
+        obj.pk = saved.pk
+
+    def delete_model(self, request, obj):
+        remove_budget(obj, acting_user=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for budget in queryset:
+            remove_budget(budget, acting_user=request.user)
 
 
 @admin.register(Queue)
@@ -542,7 +580,7 @@ class UsageAdmin(ReadOnlyAdmin):
 
     @admin.display(description="GPU-hours")
     def gpu_hours(self, usage):
-        return f"{usage.gpu_seconds / 3600:.2f}"
+        return f"{reports.gpu_hours(usage.gpu_seconds):.2f}"
 
 
 @admin.register(AuditEntry)

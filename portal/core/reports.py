@@ -12,7 +12,18 @@ from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Aggregate, Avg, Count, F, FloatField, Func, OuterRef, Subquery, Sum
+from django.db.models import (
+    Aggregate,
+    Avg,
+    Count,
+    F,
+    FloatField,
+    Func,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import TruncDate, TruncWeek
 from django.utils import timezone
 
@@ -120,9 +131,42 @@ def gpu_hours_by_day(team: Team, days: int = 30, today: date | None = None) -> l
         out.append(
             {
                 "date": day.isoformat(),
-                **{f: round(table.get((day, f), 0.0) / 3600, 2) for f in flavors},
+                **{f: round(gpu_hours(table.get((day, f), 0.0)), 2) for f in flavors},
             }
         )
+    return out
+
+
+def gpu_hours(gpu_seconds: float) -> float:
+    """GPU-hours from the GPU-seconds of Usage rows: the one unit of showback and budgets."""
+    return gpu_seconds / 3600
+
+
+def gpu_hours_used(
+    since: dict[tuple[int, int], datetime], recent: datetime
+) -> dict[tuple[int, int], tuple[float, float]]:
+    """GPU-hours each (team id, flavor id) used since its own start, and since `recent`.
+
+    What showback counts (the pass's hourly Usage rows, up to the last pass), summed
+    over the hours that begin at or after the start: the used figure of GPU-hour
+    budgets (portal.core.budgets). One query for all pairs; pairs with no usage get
+    (0.0, 0.0).
+    """
+    if not since:
+        return {}
+    within = Q()
+    for (team_id, flavor_id), start in since.items():
+        within |= Q(team_id=team_id, flavor_id=flavor_id, hour__gte=start)
+    rows = (
+        Usage.objects.filter(within)
+        .values_list("team_id", "flavor_id")
+        .annotate(s=Sum("gpu_seconds"), r=Sum("gpu_seconds", filter=Q(hour__gte=recent)))
+        .values_list("team_id", "flavor_id", "s", "r")
+        .order_by()
+    )
+    out = dict.fromkeys(since, (0.0, 0.0))
+    for team_id, flavor_id, total, last in rows:
+        out[(team_id, flavor_id)] = (gpu_hours(total or 0.0), gpu_hours(last or 0.0))
     return out
 
 

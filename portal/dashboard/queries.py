@@ -13,8 +13,9 @@ from datetime import datetime, timedelta
 
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q
+from django.utils import timezone
 
-from portal.core import reports
+from portal.core import budgets, reports
 from portal.core.models import Allocation, Gpu, Job, JobEvent, Node, Team, Worker
 from portal.dashboard.format import duration, relative
 from scheduler.reasons import remedy
@@ -58,6 +59,46 @@ class Gauge:
 
 def gauges(team: Team) -> list[Gauge]:
     return [Gauge(u) for u in reports.quota_usage(team)]
+
+
+@dataclass
+class BudgetGauge:
+    """One GPU-hour budget drawn as a bar: used, the soft threshold and the forecast,
+    on a scale of the limit (of the use, past it); a forecast past the end is cut there
+    and said in words (`forecast_over`)."""
+
+    status: budgets.BudgetStatus
+
+    @property
+    def scale(self) -> float:
+        return max(self.status.limit, self.status.used)
+
+    @property
+    def forecast_over(self) -> bool:
+        return (self.status.forecast or 0.0) > self.status.limit
+
+    def _pct(self, value: float | None) -> float | None:
+        return None if value is None else round(100 * min(value, self.scale) / self.scale, 1)
+
+    @property
+    def used_pct(self) -> float:
+        return self._pct(self.status.used)
+
+    @property
+    def soft_pct(self) -> float | None:
+        return self._pct(self.status.soft)
+
+    @property
+    def limit_pct(self) -> float:
+        return self._pct(self.status.limit)
+
+    @property
+    def forecast_pct(self) -> float | None:
+        return self._pct(self.status.forecast)
+
+
+def budget_gauges(team: Team) -> list[BudgetGauge]:
+    return [BudgetGauge(b) for b in budgets.team_budgets(team.pk, timezone.now())]
 
 
 @dataclass

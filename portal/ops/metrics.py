@@ -34,6 +34,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from portal.core.budgets import budget_statuses
 from portal.core.models import (
     Allocation,
     Gpu,
@@ -84,6 +85,7 @@ class ClusterCollector(Collector):
             teams = scheduler_teams(now, settings.BERTH["FAIRSHARE_HALF_LIFE_S"])
             yield from _job_metrics(teams)
             yield from _quota_metrics(teams, now)
+            yield from _budget_metrics(now)
             yield from _node_metrics()
             yield _gpu_states(rows)
             yield from _pass_metrics()
@@ -238,6 +240,34 @@ def _share_metrics(teams: dict[int, m.Team], used: Counter, now: datetime) -> It
         weight.add_metric([info.name], info.weight)
     yield share
     yield weight
+
+
+def _budget_metrics(now: datetime) -> Iterator[Metric]:
+    """GPU-hour budgets: used in the period so far, the hard limit and the soft threshold."""
+    rows = budget_statuses(now)
+    labels = ["team", "flavor", "period"]
+
+    def series(value) -> dict:
+        return {(b.team, b.flavor, b.period): v for b in rows if (v := value(b)) is not None}
+
+    yield _gauge(
+        "berth_budget_used_gpu_hours",
+        "GPU-hours a team used of a flavor in its budget's period so far (month or window).",
+        labels,
+        series(lambda b: b.used),
+    )
+    yield _gauge(
+        "berth_budget_limit_gpu_hours",
+        "A team's GPU-hour budget of a flavor: at it, new jobs wait (budget_exhausted).",
+        labels,
+        series(lambda b: b.limit),
+    )
+    yield _gauge(
+        "berth_budget_soft_gpu_hours",
+        "A budget's soft threshold in GPU-hours: crossing it warns once per period.",
+        labels,
+        series(lambda b: b.soft),
+    )
 
 
 # --- nodes and GPUs -----------------------------------------------------------------------

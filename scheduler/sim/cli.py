@@ -3,6 +3,7 @@
     python -m scheduler.sim --trace PATH [--format philly|openb|berth] [--start ISO] [--end ISO]
         --nodes N --gpus-per-node G [--racks R] [--policy fifo|fifo-backfill|fairshare|all]...
         [--quota proportional|equal] [--runtime-estimate exact|double|queue-max|declared]
+        [--budget TEAM[:FLAVOR]=GPU_HOURS]...
         [--json OUT.json] [--plots DIR]
 
 These flags and the JSON keys are stable: scripts depend on them. With one
@@ -30,6 +31,7 @@ from scheduler.model import (
 from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S
 
 from . import POLICY_NAMES, simulate
+from .budgets import budget_arg
 from .cluster import (
     QUOTA_MODES,
     assign_flavors,
@@ -108,6 +110,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         default=RECLAIM_BACKOFF,
         help="fair share: a team may not borrow a flavor while one of its jobs of it backs off",
+    )
+    p.add_argument(
+        "--budget",
+        action="append",
+        type=budget_arg,
+        default=[],
+        metavar="TEAM[:FLAVOR]=GPU_HOURS",
+        help="a GPU-hour budget per calendar month (UTC) for a team ('*': every team) and "
+        "flavor (default every flavor); repeat for more; jobs past it wait (budget_exhausted)",
     )
     p.add_argument(
         "--node-file", help="openb: the nodes CSV (default: openb_gpu_nodes.csv beside the trace)"
@@ -217,6 +228,7 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
             requeue_backoff_s=args.requeue_backoff[0],
             requeue_backoff_max_s=args.requeue_backoff[1],
             check=args.check,
+            budgets=tuple(getattr(args, "budget", ())),
         )
         result = simulate(jobs, nodes, teams, config, progress=Progress(name, jobs))
         result.summary["peak_rss_mib"] = round(peak_rss_mib(), 1)
@@ -300,6 +312,7 @@ def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
         "max_age_s": args.max_age,
         "backfill_reservations": args.backfill_reservations,
         "reclaim_backoff": args.reclaim_backoff,
+        "budgets": [f"{b.team}:{b.flavor}={b.gpu_hours:g}" for b in getattr(args, "budget", ())],
         "trace_jobs": len(jobs),
         "notes": notes,
     }

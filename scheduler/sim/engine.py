@@ -42,9 +42,10 @@ from scheduler.model import (
     Snapshot,
     Team,
 )
-from scheduler.reasons import NEVER_FITS, NO_NODES
+from scheduler.reasons import BUDGET_EXHAUSTED, NEVER_FITS, NO_NODES
 from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S, requeue_backoff
 
+from .budgets import BudgetLedger, BudgetSpec
 from .cluster import NodeSpec, capacity
 from .metrics import Recorder, fragmentation_share
 from .trace import TraceJob
@@ -74,6 +75,8 @@ class SimConfig:
     requeue_backoff_max_s: float = DEFAULT_MAX_S
     bin_s: float = 3600.0  # utilization time series resolution
     check: bool = False  # verify every plan against the simulated cluster (slow)
+    # GPU-hour budgets per calendar month (scheduler.sim.budgets); none by default.
+    budgets: tuple[BudgetSpec, ...] = ()
 
 
 def max_runtime(job: TraceJob, how: str, queue_max: float) -> float:
@@ -178,6 +181,12 @@ class Simulator:
         # reclaim moment has not come: checked before each pass (_watch_reclaim).
         self.watch: dict[int, JobRec] = {}
         self.reclaim_latency: list[float] = []
+        self.budgets = (
+            BudgetLedger(self.config.budgets, self.teams, self.capacity)
+            if self.config.budgets
+            else None
+        )
+        self.reset_wake = -1.0  # the month end a wake is queued for (budgets)
 
     # -- the cluster ----------------------------------------------------------
 
@@ -337,6 +346,8 @@ class Simulator:
             self._give(self.node_at[w.node], w.gpus)
         del self.running[r.job.id]
         self._charge(run.team, run.flavor, -run.gpus)
+        if self.budgets is not None:
+            self.budgets.release(run, self.now)
         r.running = None
         r.stopping_at = None
 
@@ -487,9 +498,12 @@ class Simulator:
             tuple(self.running.values()),
             tuple(self.pending.values()),
             self.policy,
+            self.budgets.budgets(self.now, self.running.values()) if self.budgets else (),
         )
         plan = schedule(snap)
         self.passes += 1
+        if self.budgets is not None:
+            self._budget_wake(plan)
         for p in plan.preemptions:
             self._preempt(self.recs[p.job_id], p.preemptor_id)
         for a in plan.admissions:
@@ -497,6 +511,21 @@ class Simulator:
         self._fragmentation(plan)
         if self.config.check:
             self._check_plan(plan, snap)
+
+    def _budget_wake(self, plan: Plan) -> None:
+        """Note the jobs over budget, and make sure a pass runs when the month resets
+        (unless every such job is bigger than its whole budget: it never starts, as a
+        never_fits job, and the replay ends without it)."""
+        self.budgets.note(plan.verdicts)
+        reset = self.budgets.next_reset()
+        if self.reset_wake == reset:
+            return
+        for v in plan.verdicts:
+            if v.reason_code == BUDGET_EXHAUSTED and self.budgets.fits(self.recs[v.job_id].pending):
+                r = self.recs[v.job_id]
+                heapq.heappush(self.events, (reset, WAKE, r.job.id, r.attempt))
+                self.reset_wake = reset
+                return
 
     def _fragmentation(self, plan: Plan) -> None:
         """Record the share of free GPUs the first waiting gang in pass order cannot use."""

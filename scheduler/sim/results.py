@@ -97,6 +97,8 @@ def summarize(sim: Simulator, wall_s: float) -> SimResult:
         "per_team": per_team(sim, ratios),
         "wait_by_gpus": wait_by_gpus(done),
     }
+    if sim.budgets is not None:  # --budget: how many jobs waited for a budget at least once
+        summary["budget_blocked_jobs"] = len(sim.budgets.blocked)
     last = sim.arrivals[-1].job.submitted_at - t0 if sim.arrivals else 0.0
     return SimResult(summary, waits, rec.utilization_series(), rec.bin_s, t0, last)
 

@@ -15,8 +15,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from berthcli import exitcodes
+from portal.core.actions.budgets import set_budget
 from portal.core.actions.jobs import transition
-from portal.core.models import ApiToken, Job, Worker
+from portal.core.budgets import month_bounds
+from portal.core.models import ApiToken, Job, Usage, Worker
 from tests.factories import PASSWORD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -440,6 +442,23 @@ def test_share_shows_quota_usage_and_fair_share(berth, logged_in, personas):
     assert result.code == 0, result.err
     assert "alpha  h100-80gb  16" in result.out
     assert "Fair share" in result.out and "beta" in result.out
+    assert "GPU-hour budgets" not in result.out  # none set
+
+
+def test_share_shows_the_gpu_hour_budgets(berth, logged_in, personas, cluster):
+    set_budget(cluster.team_a, cluster.h100, acting_user=personas.admin, limit_gpu_hours=5000,
+               soft_gpu_hours=4000)  # fmt: skip
+    start, _ = month_bounds(timezone.now())
+    Usage.objects.create(team=cluster.team_a, flavor=cluster.h100, hour=start,
+                         gpu_seconds=4100 * 3600)  # fmt: skip
+    logged_in(personas.viewer_a)
+    result = berth("share")
+    assert result.code == 0, result.err
+    lines = result.out.split("GPU-hour budgets", 1)[1].splitlines()
+    assert lines[1].split() == ["TEAM", "FLAVOR", "PERIOD", "USED", "SOFT", "LIMIT", "USED%",
+                                "FORECAST", "STATE"]  # fmt: skip
+    assert lines[2].split()[:7] == ["alpha", "h100-80gb", "month", "4,100", "4,000", "5,000", "82%"]
+    assert lines[2].split()[-1] == "warn"
 
 
 def test_logs_print_each_ranks_tail(berth, logged_in, personas, cluster):

@@ -19,14 +19,14 @@ from tests.dashboard.story import make_job, start
 
 # Page → most queries it may make (session, user, team, role and switcher included).
 PAGES = {
-    "/teams/alpha/": 20,
+    "/teams/alpha/": 22,  # +2: GPU-hour budgets and their usage
     "/teams/alpha/?fragment=live": 17,
     "/teams/alpha/queue/": 18,
     "/teams/alpha/queue/?fragment=live": 17,
     "/teams/alpha/cluster/": 9,
     "/teams/alpha/cluster/?fragment=live": 8,
     "/teams/alpha/submit/": 12,
-    "/teams/alpha/usage.csv": 5,
+    "/teams/alpha/usage.csv": 7,  # +2: GPU-hour budgets and their usage
     "/tokens/": 6,
 }
 JOB_PAGE_QUERIES = 13  # the full page also reads the job's notify and its deliveries, a query each

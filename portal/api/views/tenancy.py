@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from django.db.models import Count, Prefetch, Q
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -13,7 +14,7 @@ from rest_framework.views import APIView
 from portal.api import serializers as s
 from portal.api.auth import api_token, scope_of
 from portal.api.views.tokens import token_data
-from portal.core import access, reports
+from portal.core import access, budgets, reports
 from portal.core.models import Allocation, Gpu, Job, Membership, Node, Queue
 
 ACTIVE = list(Job.ACTIVE_STATES)
@@ -70,8 +71,8 @@ class TeamDetailView(APIView):
     @extend_schema(
         operation_id="teams_retrieve",
         responses={200: s.TeamDetailSerializer},
-        description="Quota, borrowed and used GPUs per flavor, the cohort's fair-share "
-        "standing, GPU-hours per day (30 days) and job counts.",
+        description="Quota, borrowed and used GPUs per flavor, GPU-hour budgets, the cohort's "
+        "fair-share standing, GPU-hours per day (30 days) and job counts.",
     )
     def get(self, request, slug: str):
         team = access.get_team_for_user(request.user, slug, scope=scope_of(request))
@@ -82,6 +83,10 @@ class TeamDetailView(APIView):
         ]
         detail = s.TeamSerializer(team).data | {
             "quota": s.QuotaUsageSerializer(quota, many=True).data,
+            "budgets": s.BudgetSerializer(
+                [budgets.as_row(b) for b in budgets.team_budgets(team.pk, timezone.now())],
+                many=True,
+            ).data,
             "fair_share": [asdict(row) for row in reports.cohort_standing(team)],
             "gpu_hours_by_day": reports.gpu_hours_by_day(team),
             "jobs": reports.job_counts(team),

@@ -5,13 +5,14 @@ from .cluster import Gpu, Node, NodeBootstrapToken
 from .jobs import Allocation, DecayedUsage, Job, JobEvent, Usage, Worker
 from .notifications import Delivery, JobNotify, TeamWebhook, WebhookSecret
 from .ops import SchedulingPass
-from .tenancy import Cohort, GpuFlavor, Membership, Queue, Quota, Team
+from .tenancy import Budget, Cohort, GpuFlavor, Membership, Queue, Quota, Team
 from .tokens import ApiToken
 
 __all__ = [
     "Allocation",
     "ApiToken",
     "AuditEntry",
+    "Budget",
     "Cohort",
     "DecayedUsage",
     "Delivery",

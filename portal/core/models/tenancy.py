@@ -158,3 +158,53 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team}/{self.name}"
+
+
+class BudgetPeriod(models.TextChoices):
+    MONTH = "month", "Calendar month (UTC)"
+    ROLLING = "rolling", "Rolling window"
+
+
+class Budget(models.Model):
+    """A team's GPU-hours of one flavor per calendar month or rolling window.
+
+    At `limit_gpu_hours` the team's new jobs of the flavor wait (reason
+    `budget_exhausted`, scheduler.budgets); running jobs continue. Crossing
+    `soft_gpu_hours` warns once per period (actions.budgets.warn_budget_threshold).
+    """
+
+    Period = BudgetPeriod
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="budgets")
+    period = models.CharField(max_length=16, choices=Period.choices, default=Period.MONTH)
+    window_days = models.PositiveIntegerField(
+        default=30, help_text="Length of a rolling window in days (ignored for a calendar month)."
+    )
+    limit_gpu_hours = models.FloatField(
+        help_text="Hard limit: new jobs of this team and flavor wait once it would be crossed."
+    )
+    soft_gpu_hours = models.FloatField(
+        null=True, blank=True, help_text="Soft threshold: warn once per period (blank: no warning)."
+    )
+    # The period (budgets.BudgetStatus.period_key) whose soft-threshold crossing was
+    # recorded; written only by actions.budgets.warn_budget_threshold.
+    warned_period = models.CharField(max_length=16, blank=True, default="", editable=False)
+
+    class Meta:
+        ordering = ["team__slug", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "flavor"], name="one_budget_per_team_flavor"),
+            valid_choice("period", BudgetPeriod),
+            positive("limit_gpu_hours"),
+            positive("window_days"),
+            models.CheckConstraint(
+                condition=Q(soft_gpu_hours__isnull=True)
+                | (Q(soft_gpu_hours__gte=0) & Q(soft_gpu_hours__lte=F("limit_gpu_hours"))),
+                name="budget_soft_within_limit",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        per = "month" if self.period == BudgetPeriod.MONTH else f"{self.window_days} days"
+        return f"{self.team}/{self.flavor}: {self.limit_gpu_hours:g} GPU-hours per {per}"

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from portal.core.actions.budgets import warn_budget_thresholds
 from portal.core.models import SchedulingPass
 from portal.core.scheduling.apply import apply_plan
 from portal.core.scheduling.snapshot import build_snapshot
@@ -75,6 +76,7 @@ def run_pass(*, dry_run: bool = False) -> PassResult | None:
             applied = apply_plan(plan, ctx)
             result.admitted, result.preempted = applied.admitted, applied.preempted
             account_usage(now, config.half_life)
+            warn_budget_thresholds(ctx.budgets)
         result.duration_ms = (time.perf_counter() - started) * 1000
         result.queries = counter[0]
         _record(result, now, config.policy)

@@ -2,7 +2,8 @@
 
 Nothing here loops over jobs issuing queries: every read is one query over a
 whole table slice (nodes, GPUs, active allocations, teams, quotas, usage,
-pending jobs), so a pass costs the same round trips at 10 or 10,000 jobs.
+pending jobs, GPU-hour budgets), so a pass costs the same round trips at 10 or
+10,000 jobs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import datetime
 
 from django.db.models import Exists, OuterRef
 
+from portal.core.budgets import BudgetStatus, budget_statuses
 from portal.core.models import Allocation, Gpu, Job, Node, Worker
 from portal.core.scheduling.teams import scheduler_teams
 from scheduler import model as m
@@ -28,6 +30,7 @@ class PassContext:
     flavor_ids: dict[str, int] = field(default_factory=dict)  # name → GpuFlavor.pk
     pending_rows: dict[int, dict] = field(default_factory=dict)  # Job.pk → current verdict fields
     running_rows: dict[int, dict] = field(default_factory=dict)
+    budgets: list[BudgetStatus] = field(default_factory=list)  # behind Snapshot.budgets
 
 
 def build_snapshot(now: datetime, config: m.PolicyConfig) -> tuple[m.Snapshot, PassContext]:
@@ -36,6 +39,7 @@ def build_snapshot(now: datetime, config: m.PolicyConfig) -> tuple[m.Snapshot, P
     running = _running(ctx, now)
     teams = _teams(ctx, now, config)
     pending = _pending(ctx)
+    ctx.budgets = budget_statuses(now)
     snapshot = m.Snapshot(
         now=now.timestamp(),
         nodes=tuple(nodes),
@@ -43,6 +47,7 @@ def build_snapshot(now: datetime, config: m.PolicyConfig) -> tuple[m.Snapshot, P
         running=tuple(running),
         pending=tuple(pending),
         config=config,
+        budgets=tuple(b.for_scheduler() for b in ctx.budgets),
     )
     return snapshot, ctx
 

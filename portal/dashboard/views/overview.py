@@ -6,7 +6,7 @@ from datetime import date, timedelta
 from django.http import HttpResponse
 from django.utils import timezone
 
-from portal.core import reports
+from portal.core import budgets, reports
 from portal.dashboard import queries
 from portal.dashboard.shortcuts import is_fragment, render_page, team_page
 
@@ -28,6 +28,7 @@ def overview(request, ctx):
         usage = queries.showback(team)
         waits = queries.waits(team)
         context |= {
+            "budgets": queries.budget_gauges(team),
             "overcommit": reports.overcommitted_flavors(
                 [g.usage.flavor for g in context["gauges"]]
             ),
@@ -56,7 +57,37 @@ def usage_csv(request, ctx):
     writer.writerow(["date", *usage.flavors, "total"])
     for day, values, total in usage.table():
         writer.writerow([day, *values, total])
+    _budget_rows(writer, ctx.team)
     return response
+
+
+BUDGET_COLUMNS = [
+    "budget",
+    "period",
+    "window_days",
+    "starts_at",
+    "resets_at",
+    "used_gpu_hours",
+    "soft_gpu_hours",
+    "limit_gpu_hours",
+    "forecast_gpu_hours",
+    "state",
+]
+
+
+def _budget_rows(writer, team) -> None:
+    """The team's GPU-hour budgets after the daily rows: a blank row, a header, one row
+    per flavor (the first column names the flavor)."""
+    rows = [budgets.as_row(b) for b in budgets.team_budgets(team.pk, timezone.now())]
+    if not rows:
+        return
+    writer.writerow([])
+    writer.writerow(BUDGET_COLUMNS)
+    for row in rows:
+        values = row | {"budget": row["flavor"]}
+        for key in ("starts_at", "resets_at"):
+            values[key] = values[key].isoformat() if values[key] else ""
+        writer.writerow(["" if values[c] is None else values[c] for c in BUDGET_COLUMNS])
 
 
 def _csv_name(slug: str, first: date, last: date) -> str:

@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from portal.core.actions.budgets import set_budget
 from portal.core.actions.history import import_finished_jobs
 from portal.core.actions.jobs import submit_job
 from portal.core.actions.nodes import issue_bootstrap_token
@@ -36,6 +37,9 @@ TEAMS = [
     ("nlp", "Language", 2.0, {"h100-80gb": 12, "a100-40gb": 4}),
     ("speech", "Speech", 1.0, {"h100-80gb": 4, "a100-40gb": 8}),
 ]
+# slug -> [(flavor, soft, limit GPU-hours per month)]: high enough that the demo's
+# jobs never wait for it, so the overview shows the gauge without changing the story.
+BUDGETS = {"vision": [("h100-80gb", 6000.0, 20000.0)]}
 USERS = [
     # username, staff, [(team, role)]
     ("admin", True, []),
@@ -171,6 +175,15 @@ class Command(BaseCommand):
                         GpuFlavor.objects.get(name=flavor),
                         nominal=nominal,
                         acting_user=admin,
+                        note="demo seed",
+                    )
+                for flavor, soft, limit in BUDGETS.get(slug, ()):
+                    set_budget(
+                        team,
+                        GpuFlavor.objects.get(name=flavor),
+                        acting_user=admin,
+                        soft_gpu_hours=soft,
+                        limit_gpu_hours=limit,
                         note="demo seed",
                     )
         User = get_user_model()

@@ -1,0 +1,69 @@
+"""GPU-hour budgets: a team's jobs of a flavor may not be admitted past its budget.
+
+The rule is Slurm's GrpTRESMins with `AccountingStorageEnforce=safe`: a job
+starts only if it could run to its time limit without the association going
+over its limit, counting what was used, what the running jobs may still use
+until their time limits, and the job's own request. Here, per team and flavor:
+
+    used + committed + gpus x max_runtime  <=  limit      (all in GPU-hours)
+
+`used` comes in the snapshot (scheduler.model.Budget); `committed` is the
+running jobs' GPUs times the rest of their max run time (a stopping job
+commits nothing more: it is ending); jobs admitted earlier in the same pass
+commit their whole max run time. Running jobs are never stopped by a budget:
+only admissions wait (reason `budget_exhausted`), with no reservation and no
+preemption, since freeing GPUs would not let them start.
+"""
+
+from __future__ import annotations
+
+from .model import Budget, PendingJob, Snapshot
+from .reasons import BUDGET_EXHAUSTED, Wait
+
+HOUR = 3600.0
+# Float sums of GPU-hours: a job that lands exactly on the limit is admitted.
+EPSILON = 1e-9
+
+
+class Budgets:
+    """What is left of each budget during one pass, charged as jobs are admitted."""
+
+    __slots__ = ("by_key", "committed")
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.by_key: dict[tuple[str, str], Budget] = {
+            (b.team, b.flavor): b for b in snapshot.budgets
+        }
+        self.committed: dict[tuple[str, str], float] = dict.fromkeys(self.by_key, 0.0)
+        now = snapshot.now
+        for r in snapshot.running:
+            key = (r.team, r.flavor)
+            if key in self.by_key and not r.stopping:
+                left = max(0.0, r.started_at + r.max_runtime - now)
+                self.committed[key] += r.gpus * left / HOUR
+
+    def wait(self, job: PendingJob) -> Wait | None:
+        """Return `budget_exhausted` if the job could cross its team's budget, else None.
+
+        info: (the Budget, GPU-hours committed to running jobs, the job's GPU-hours)
+        """
+        key = (job.team, job.flavor)
+        budget = self.by_key.get(key)
+        if budget is None:
+            return None
+        committed = self.committed[key]
+        need = job_gpu_hours(job)
+        if budget.used + committed + need <= budget.limit + EPSILON:
+            return None
+        return Wait(BUDGET_EXHAUSTED, (budget, committed, need))
+
+    def charge(self, job: PendingJob) -> None:
+        """Commit an admitted job's whole max run time to its budget, if it has one."""
+        key = (job.team, job.flavor)
+        if key in self.committed:
+            self.committed[key] += job_gpu_hours(job)
+
+
+def job_gpu_hours(job: PendingJob) -> float:
+    """Return the most GPU-hours a job may use: its GPUs times its max run time."""
+    return job.gpus * job.max_runtime / HOUR

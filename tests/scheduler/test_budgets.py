@@ -1,0 +1,220 @@
+"""GPU-hour budgets at the boundary: a job is admitted only if the team's used GPU-hours,
+what its running jobs may still use and the job's own GPUs x max run time stay within
+the limit (Slurm's GrpTRESMins with AccountingStorageEnforce=safe)."""
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler import REASONS, Budget, schedule
+from scheduler.timewords import instant
+from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, reasons, verdict
+from tests.scheduler.test_properties import snapshots
+
+RESETS = NOW + 10 * 24 * HOUR
+OVER = "budget_exhausted"
+
+
+def budget(used, limit=5000.0, team="vision", flavor="h100", **kw) -> Budget:
+    kw.setdefault("resets_at", RESETS)
+    return Budget(team, flavor, limit, used, **kw)
+
+
+def with_budgets(c: Cluster, *budgets, **config):
+    return replace(c.snapshot(**config), budgets=budgets)
+
+
+def cluster() -> Cluster:
+    c = Cluster().nodes_(4)
+    c.team("vision", nominal=32)
+    c.team("speech", nominal=32)
+    return c
+
+
+# (name, used GPU-hours, job gpus, job max run time in hours, admitted?)
+BOUNDARY = [
+    ("far under", 1000.0, 8, 10.0, True),
+    ("just under", 4980.0, 4, 4.75, True),  # 4,999
+    ("exactly at", 4980.0, 4, 5.0, True),  # 5,000: lands on the limit
+    ("just over", 4980.0, 4, 5.25, False),  # 5,001: its max run time would cross
+    ("at the limit", 5000.0, 1, 1 / 60, False),  # nothing is left, however small
+    ("past the limit", 5100.0, 1, 1.0, False),
+]
+
+
+@pytest.mark.parametrize(("name", "used", "gpus", "hours", "starts"), BOUNDARY, ids=lambda x: x)
+def test_the_boundary(name, used, gpus, hours, starts):
+    c = cluster()
+    c.job(1, "vision", gpus=gpus, runtime=hours * HOUR)
+    plan = schedule(with_budgets(c, budget(used)))
+    assert admitted(plan) == ([1] if starts else [])
+    assert reasons(plan) == ({} if starts else {1: OVER})
+
+
+def test_running_jobs_count_with_the_rest_of_their_max_run_time():
+    """4,900 used + 8 GPUs x 10 h still allowed to a running job = 4,980: a 30 GPU-hour
+    job would cross; without the running job it fits."""
+    c = cluster()
+    c.run(10, "vision", on={"n0": 8}, started=NOW - 2 * HOUR, runtime=12 * HOUR)
+    c.job(1, "vision", gpus=3, runtime=10 * HOUR)
+    plan = schedule(with_budgets(c, budget(4900.0)))
+    assert reasons(plan) == {1: OVER}
+    assert plan.preemptions == ()  # running jobs continue
+
+    c.running = [replace(c.running[0], stopping=True)]  # ending: commits nothing more
+    assert admitted(schedule(with_budgets(c, budget(4900.0)))) == [1]
+
+
+def test_jobs_admitted_in_the_same_pass_are_charged():
+    """20 GPU-hours left: the first 15 GPU-hour job goes, the second would cross."""
+    c = cluster()
+    c.job(1, "vision", gpus=3, runtime=5 * HOUR)
+    c.job(2, "vision", gpus=3, runtime=5 * HOUR)
+    c.job(3, "vision", gpus=1, runtime=5 * HOUR)  # 5 more: exactly at the limit
+    plan = schedule(with_budgets(c, budget(4980.0)))
+    assert admitted(plan) == [1, 3]
+    assert reasons(plan) == {2: OVER}
+
+
+def test_only_its_team_and_flavor_wait():
+    c = cluster().node("a0", flavor="a100")
+    c.teams = [replace(t, quotas={**t.quotas, "a100": t.quotas["h100"]}) for t in c.teams]
+    c.job(1, "vision", gpus=8)
+    c.job(2, "vision", gpus=8, flavor="a100")
+    c.job(3, "speech", gpus=8)
+    plan = schedule(with_budgets(c, budget(5000.0)))
+    assert admitted(plan) == [2, 3]
+    assert reasons(plan) == {1: OVER}
+
+
+def test_it_holds_nothing_back_no_reservation_no_preemption():
+    """A blocked vision job first in line would get the backfill reservation (or preempt
+    speech's borrowed GPUs); over its budget it gets neither and speech's job starts."""
+    c = Cluster().nodes_(1)
+    c.team("vision", nominal=8)
+    c.team("speech", nominal=0)
+    c.run(10, "speech", on={"n0": 4}, runtime=HOUR)
+    c.job(1, "vision", gpus=8, submitted=NOW - 5000)
+    c.job(2, "speech", gpus=4, runtime=10 * HOUR)
+    plan = schedule(with_budgets(c, budget(5000.0)))
+    assert plan.preemptions == ()
+    assert plan.stats["reservations"] == 0
+    assert reasons(plan) == {1: OVER, 2: reasons(plan)[2]}
+    assert reasons(plan)[2] != "reserved"
+
+
+@pytest.mark.parametrize("policy", ["fifo", "fifo-backfill", "fairshare"])
+def test_strict_fifo_is_not_blocked_by_a_job_over_its_budget(policy):
+    c = cluster()
+    c.job(1, "vision", gpus=8, submitted=NOW - 5000)
+    c.job(2, "speech", gpus=8)
+    plan = schedule(with_budgets(c, budget(5000.0), policy=policy))
+    assert (admitted(plan), reasons(plan)) == ([2], {1: OVER})
+
+
+def test_never_fits_and_no_nodes_outrank_it_and_it_outranks_backoff():
+    c = cluster()
+    c.job(1, "vision", gpus=8, workers=9)  # more than the team may ever hold
+    c.job(2, "vision", gpus=8, flavor="mi300")
+    c.job(3, "vision", gpus=1, restarts=1, eligible_at=NOW + 600)
+    c.job(4, "vision", gpus=1, restarts=1, old_attempt=True)
+    plan = schedule(with_budgets(c, budget(5000.0)))
+    assert reasons(plan) == {1: "never_fits", 2: "no_nodes", 3: OVER, 4: OVER}
+
+
+def test_the_sentence_at_the_limit_and_the_estimate_is_the_reset():
+    c = cluster()
+    c.job(1, "vision", gpus=8)
+    v = verdict(schedule(with_budgets(c, budget(5012.5))), 1)
+    assert v.message == (
+        f"team vision used 5,012 of 5,000 h100 GPU-hours this month; resets at {instant(RESETS)}"
+    )
+    assert v.estimated_start == RESETS
+
+
+def test_the_sentence_when_its_max_run_time_would_cross():
+    c = cluster()
+    c.run(10, "vision", on={"n0": 8}, started=NOW - 2 * HOUR, runtime=12 * HOUR)
+    c.job(1, "vision", gpus=4, runtime=6 * HOUR)
+    v = verdict(schedule(with_budgets(c, budget(4900.0))), 1)
+    assert v.message == (
+        "team vision used 4,900 of 5,000 h100 GPU-hours this month; its running jobs may use "
+        "80 more and this job up to 24 (4 GPUs x 6 h max run time), which would cross the "
+        f"limit; resets at {instant(RESETS)}"
+    )
+
+
+def test_a_rolling_window_has_no_reset_and_no_estimate():
+    c = cluster()
+    c.job(1, "vision", gpus=8)
+    rolling = budget(700.0, limit=700.0, period="rolling", resets_at=None, window_days=30)
+    v = verdict(schedule(with_budgets(c, rolling)), 1)
+    assert v.message == (
+        "team vision used 700 of 700 h100 GPU-hours in the last 30 days; usage older than "
+        "30 days leaves the window"
+    )
+    assert v.estimated_start is None
+
+
+def test_a_job_bigger_than_the_whole_budget_is_told_so():
+    c = cluster()
+    c.job(1, "vision", gpus=8, runtime=100 * HOUR)
+    v = verdict(schedule(with_budgets(c, budget(0.0, limit=500.0))), 1)
+    assert v.reason_code == OVER
+    assert "this job alone may use 800 (8 GPUs x 4 d 4 h max run time)" in v.message
+    assert v.estimated_start is None
+
+
+def test_without_explanations_the_fixed_summary():
+    c = cluster()
+    c.job(1, "vision", gpus=8)
+    v = verdict(schedule(with_budgets(c, budget(5000.0), explain=False)), 1)
+    assert (v.reason_code, v.message) == (OVER, REASONS[OVER])
+
+
+# --- property: whatever the snapshot, admissions never overrun a budget ------------------
+
+
+@st.composite
+def budgeted(draw):
+    snap = draw(snapshots())
+    pairs = sorted({(j.team, j.flavor) for j in snap.pending})
+    chosen = draw(st.lists(st.sampled_from(pairs), unique=True)) if pairs else []
+    budgets = []
+    for team, flavor in chosen:
+        limit = draw(st.sampled_from([1.0, 10.0, 100.0, 1000.0]))
+        budgets.append(Budget(team, flavor, limit, draw(st.floats(0, 1.2 * limit))))
+    return replace(snap, budgets=tuple(budgets))
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(budgeted())
+def test_admissions_never_overrun_a_budget(snap):
+    plan = schedule(snap)
+    # Preemptors named by their victims (stopping, or requeued) are admitted first
+    # (scheduler.preemption): they passed the budget gate when they preempted.
+    named = {r.preempted_by for r in snap.running} | {j.preempted_by for j in snap.pending}
+    jobs = {j.id: j for j in snap.pending}
+    for b in snap.budgets:
+        key = (b.team, b.flavor)
+        taken = [
+            jobs[a.job_id]
+            for a in plan.admissions
+            if (jobs[a.job_id].team, jobs[a.job_id].flavor) == key
+        ]
+        checked = [j for j in taken if j.id not in named]
+        if not checked:
+            continue
+        committed = sum(
+            r.gpus * max(0.0, r.started_at + r.max_runtime - snap.now) / HOUR
+            for r in snap.running
+            if (r.team, r.flavor) == key and not r.stopping
+        )
+        spent = sum(j.gpus * j.max_runtime / HOUR for j in taken)
+        assert b.used + committed + spent <= b.limit + 1e-6
+    over = {v.job_id for v in plan.verdicts if v.reason_code == OVER}
+    assert all(
+        (jobs[i].team, jobs[i].flavor) in {(b.team, b.flavor) for b in snap.budgets} for i in over
+    )
