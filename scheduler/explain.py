@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from .backfill import COHORT_HOLD
 from .model import PendingJob, Verdict
 from .reasons import (
+    ARRAY_LIMIT,
     BACKOFF,
     CAPACITY,
     COHORT_BUSY,
@@ -223,6 +224,13 @@ def _previous_attempt(p: Pass, job: PendingJob) -> str:
     )
 
 
+def _array_limit(p: Pass, job: PendingJob, array_id: int, limit: int) -> str:
+    return (
+        f"{_needs(p, job)}; array {array_id} already has {limit} task{'s' if limit != 1 else ''} "
+        f"running, its limit (%{limit}); it starts when one of them ends"
+    )
+
+
 def _ordinal(n: int) -> str:
     """Return '1st', '2nd', '3rd', '4th', ..., '11th', '12th', '13th', '21st'."""
     if n % 100 in (11, 12, 13):
@@ -321,6 +329,7 @@ _MESSAGES = {
     NO_NODES: _no_nodes,
     BACKOFF: _backoff,
     PREVIOUS_ATTEMPT: _previous_attempt,
+    ARRAY_LIMIT: _array_limit,
     FIFO_BLOCKED: _fifo_blocked,
     WAITING_FOR_PREEMPTION: _waiting,
     QUOTA: _quota,

@@ -307,6 +307,10 @@ class JobSerializer(serializers.Serializer):
     admitted_at = serializers.DateTimeField(allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    array = serializers.IntegerField(
+        source="array_id", allow_null=True, help_text="The job array it is a task of, or null."
+    )
+    array_index = serializers.IntegerField(allow_null=True, help_text="Its index in the array.")
 
     def get_remedy(self, job) -> str:
         return remedy(job.reason_code) if job.state == JobState.PENDING else ""
@@ -506,3 +510,62 @@ class MeSerializer(serializers.Serializer):
     teams = MembershipSerializer(many=True)
     auth = serializers.ChoiceField(choices=["token", "session", "password"])
     token = TokenSerializer(allow_null=True, help_text="The token this request used, if any.")
+
+
+# --- job arrays -----------------------------------------------------------------------
+
+
+class ArraySubmitSerializer(JobSubmitSerializer):
+    """One job spec and the indices of its tasks; `{index}` in the name and the command
+    becomes each task's index."""
+
+    array = TextField(
+        max_length=2000,
+        help_text="Task indices as Slurm's --array takes them: `0-99`, `1,3,5-9`, `0-99:4`, "
+        "with an optional concurrency limit `%8` (at most 8 tasks hold GPUs at once).",
+    )
+
+
+class ArrayReceiptSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="The array id (its own numbering, not a job id).")
+    team = serializers.CharField()
+    name = serializers.CharField()
+    array = serializers.CharField(help_text="The index spec as submitted.")
+    size = serializers.IntegerField()
+    limit = serializers.IntegerField(allow_null=True)
+    ids = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The tasks' job ids, in index order."
+    )
+    indices = serializers.ListField(child=serializers.IntegerField())
+
+
+class ArraySerializer(serializers.Serializer):
+    """An array as it is now: its tasks counted per state."""
+
+    id = serializers.IntegerField()
+    team = serializers.CharField()
+    name = serializers.CharField()
+    array = serializers.CharField()
+    size = serializers.IntegerField()
+    limit = serializers.IntegerField(allow_null=True)
+    submitted_by = serializers.CharField(allow_null=True)
+    submitted_at = serializers.DateTimeField()
+    state = serializers.ChoiceField(
+        choices=["pending", "running", "succeeded", "failed", "cancelled"],
+        help_text="`running` while any task holds GPUs, `pending` while any waits, then "
+        "`succeeded` only if every task did, else `failed` if any failed, else `cancelled`.",
+    )
+    counts = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Tasks per state (every state, 0 included)."
+    )
+    pending_indices = serializers.CharField(
+        help_text="Indices of the pending tasks, as squeue writes them: `4-99`."
+    )
+    display = serializers.CharField(help_text="squeue's collapsed form: `12_[4-99%8]`.")
+
+
+class ArrayPageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = ArraySerializer(many=True)

@@ -83,6 +83,9 @@ class JobSpec:
     max_runtime_seconds: int = 3600
     checkpoint_signal: str = "SIGTERM"
     grace_period_seconds: int = 30
+    # A task of a job array: set by actions.arrays through submit_many, never from input.
+    array_id: int | None = None
+    array_index: int | None = None
 
     @property
     def gpus(self) -> int:

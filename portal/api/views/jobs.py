@@ -71,6 +71,9 @@ class JobFilterSerializer(serializers.Serializer):
         required=False, help_text="Username, or `me` for the caller."
     )
     since = serializers.DateTimeField(required=False, help_text="Submitted at or after.")
+    array = serializers.IntegerField(
+        required=False, min_value=1, max_value=10**18 - 1, help_text="Tasks of this job array."
+    )
     ordering = serializers.ChoiceField(
         choices=["-submitted_at", "submitted_at", "queue"],
         required=False,
@@ -107,6 +110,8 @@ def filtered_jobs(request, params: dict):
             if who == "me"
             else jobs.filter(submitted_by__username=who)
         )
+    if "array" in params:
+        jobs = jobs.filter(array_id=params["array"])
     if "since" in params:
         jobs = jobs.filter(submitted_at__gte=params["since"])
     return order_jobs(jobs, params.get("ordering", "-submitted_at"))
