@@ -74,6 +74,9 @@ class JobFilterSerializer(serializers.Serializer):
     array = serializers.IntegerField(
         required=False, min_value=1, max_value=10**18 - 1, help_text="Tasks of this job array."
     )
+    array_index = serializers.IntegerField(
+        required=False, min_value=0, max_value=10**9, help_text="With `array`: the task of this index."
+    )
     ordering = serializers.ChoiceField(
         choices=["-submitted_at", "submitted_at", "queue"],
         required=False,
@@ -112,6 +115,8 @@ def filtered_jobs(request, params: dict):
         )
     if "array" in params:
         jobs = jobs.filter(array_id=params["array"])
+    if "array_index" in params:
+        jobs = jobs.filter(array_index=params["array_index"])
     if "since" in params:
         jobs = jobs.filter(submitted_at__gte=params["since"])
     return order_jobs(jobs, params.get("ordering", "-submitted_at"))
