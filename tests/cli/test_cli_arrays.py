@@ -63,9 +63,7 @@ def test_one_id_cancels_the_whole_array(berth, logged_in, personas):
     result = berth("cancel", f"{array}_")
     assert result.code == 0, result.err
     assert result.out.strip() == f"Cancelled array {array}_"
-    assert set(Job.objects.filter(array_id=array).values_list("state", flat=True)) == {
-        "cancelled"
-    }
+    assert set(Job.objects.filter(array_id=array).values_list("state", flat=True)) == {"cancelled"}
     assert berth("cancel", f"{array}_").code == 0  # a retry finds it cancelled: success
 
 

@@ -75,7 +75,10 @@ class JobFilterSerializer(serializers.Serializer):
         required=False, min_value=1, max_value=10**18 - 1, help_text="Tasks of this job array."
     )
     array_index = serializers.IntegerField(
-        required=False, min_value=0, max_value=10**9, help_text="With `array`: the task of this index."
+        required=False,
+        min_value=0,
+        max_value=10**9,
+        help_text="With `array`: the task of this index.",
     )
     ordering = serializers.ChoiceField(
         choices=["-submitted_at", "submitted_at", "queue"],
