@@ -108,7 +108,7 @@ def test_a_bad_job_spec_is_said_once_not_per_task(as_member_a):
 def test_a_name_too_long_only_for_big_indices_names_the_first_such_task(as_member_a):
     name = "n" * 60 + "{index}"  # 61 characters at index 0-9, 63 at 100: 64 at 1000
     error = error_of(as_member_a.post(ARRAYS, array_body("998-1001") | {"name": name}), 400)
-    assert error["fields"]["name"][0].endswith("(task 1000)"), error
+    assert error["fields"]["name"][0].endswith("(checked on task 1001, the longest)"), error
 
 
 def test_the_array_names_are_berths_to_set(as_member_a):

@@ -15,6 +15,7 @@ The `%` limit is the scheduling pass's (scheduler.arrays, reason `array_limit`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from portal.core.actions.jobs import (
 from portal.core.actions.submit import Caller, submit_many
 from portal.core.actions.submit import _team as authorized_team
 from portal.core.arrayspec import ARRAY_ENV, ArraySpec, parse_array, task_env, task_values
-from portal.core.jobspec import SpecError
+from portal.core.jobspec import JobSpec, SpecError
 from portal.core.models import Job, JobArray
 
 
@@ -112,40 +113,59 @@ def _store(caller, team, spec: ArraySpec, values, parse_errors, key, fingerprint
         request_fingerprint=fingerprint,
         submitted_at=timezone.now(),
     )
-    env = values.get("env") or {}
-    items = [
-        (
-            task_values(values, i) | {"env": task_env(env, array.pk, i, spec)},
-            dict(parse_errors or {}),
-        )
-        for i in spec.indices
-    ]
+    tasks = _Tasks(array.pk, spec, values)
+    item = (tasks.values(tasks.longest), dict(parse_errors or {}))
     try:
-        _, result = submit_many(
-            caller, None, items, array=(array.pk, list(spec.indices)), team=team
-        )
+        _, result = submit_many(caller, None, [item], array=tasks, team=team)
     except SpecError as exc:
-        raise SpecError(_first_task_errors(exc.fields, spec)) from None
+        raise SpecError(_task_errors(exc.fields, tasks.longest)) from None
     return ArraySubmitted(array, result.ids, list(spec.indices), created=True)
 
 
-def _first_task_errors(fields: dict[str, list[str]], spec: ArraySpec) -> dict[str, list[str]]:
-    """Bulk errors name jobs by position (`jobs[3].name`); an array's tasks share one spec,
-    so say each field's problem once, naming the first task it concerns."""
+class _Tasks:
+    """The tasks of one array, for submit_many: their field values differ only in the
+    index written into the name, the command and the environment, all digits, so the
+    task with the longest index (`longest`: the largest) is valid exactly when every
+    task is (same characters, the most of them). submit_many validates that one; then
+    `tasks` makes every task's spec from it without validating 10,000 times."""
+
+    def __init__(self, array_id: int, spec: ArraySpec, values: dict):
+        self.array_id, self.spec, self._values = array_id, spec, values
+        self.longest = spec.indices[-1]
+
+    def values(self, index: int) -> dict:
+        env = self._values.get("env")
+        env = env if isinstance(env, dict) else {}
+        return task_values(self._values, index) | {
+            "env": task_env(env, self.array_id, index, self.spec)
+        }
+
+    def tasks(self, valid: JobSpec) -> list[JobSpec]:
+        out = []
+        for index in self.spec.indices:
+            values = self.values(index)
+            task = copy.copy(valid)  # a third of dataclasses.replace's cost, 10,000 times
+            task.name, task.command, task.env = values["name"], values["command"], values["env"]
+            task.array_id, task.array_index = self.array_id, index
+            out.append(task)
+        return out
+
+
+def _task_errors(fields: dict[str, list[str]], index: int) -> dict[str, list[str]]:
+    """Bulk errors name the job (`jobs[0].name`); say the field, and for a message that
+    may depend on the index, the task it was checked on."""
     out: dict[str, list[str]] = {}
     for name, messages in fields.items():
-        head, dot, field = name.partition(".")
         if name == "jobs":  # more tasks than the queue may ever hold pending
             out["array"] = messages
             continue
-        if not dot or not head.startswith("jobs["):
-            out.setdefault(name, messages)
-            continue
-        position = int(head[5:-1])
-        if field not in out:
-            index = spec.indices[position]
-            out[field] = [f"{m} (task {index})" for m in messages]
+        field = name.partition(".")[2] or name
+        where = f" (checked on task {index}, the longest)" if field in _INDEXED else ""
+        out.setdefault(field, []).extend(f"{m}{where}" for m in messages)
     return out
+
+
+_INDEXED = {"name", "command", "env"}  # the fields an index is written into
 
 
 def _fingerprint(values: dict, spec: ArraySpec) -> str:
