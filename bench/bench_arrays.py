@@ -93,7 +93,9 @@ def main() -> None:
                 assert status == 201, (status, body)
                 total += took
             times["bulk"].append(total)
-            print(f"round {round_ + 1}: array {times['array'][-1]:.3f} s, bulk 2×{half} {total:.3f} s")
+            print(
+                f"round {round_ + 1}: array {times['array'][-1]:.3f} s, bulk 2×{half} {total:.3f} s"
+            )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=10)
