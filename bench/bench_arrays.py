@@ -31,8 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/berth_bench_arrays")
 
-from bench.bench_api import JOB, ensure_database, machine, populate, start_server  # noqa: E402
 from django.db import connection  # noqa: E402
+
+from bench.bench_api import JOB, ensure_database, machine, populate, start_server  # noqa: E402
 
 TASK = JOB | {
     "name": "shard-{index}",

@@ -324,6 +324,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # A job array's state is a choice of its own (pending, running, then how it ended);
+    # a job's keeps its name.
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "portal.api.serializers.STATES",
+        "ArrayStateEnum": "portal.api.serializers.ARRAY_STATES",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api.schema.add_error_responses",

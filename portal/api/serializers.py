@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 
 from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import SkipField
 
@@ -515,11 +516,22 @@ class MeSerializer(serializers.Serializer):
 # --- job arrays -----------------------------------------------------------------------
 
 
+# The grammar of portal.core.arrayspec, for the schema (the server parses it there and
+# says what is wrong in words; a text that matches may still be refused: `9-3`).
+_RANGE = r"[0-9]+(-[0-9]+(:[0-9]+)?)?"
+ARRAY_PATTERN = rf"^\s*{_RANGE}(\s*,\s*{_RANGE})*\s*(%[0-9]+)?\s*$"
+
+
+@extend_schema_field({"type": "string", "maxLength": 2000, "pattern": ARRAY_PATTERN})
+class ArraySpecField(TextField):
+    pass
+
+
 class ArraySubmitSerializer(JobSubmitSerializer):
     """One job spec and the indices of its tasks; `{index}` in the name and the command
     becomes each task's index."""
 
-    array = TextField(
+    array = ArraySpecField(
         max_length=2000,
         help_text="Task indices as Slurm's --array takes them: `0-99`, `1,3,5-9`, `0-99:4`, "
         "with an optional concurrency limit `%8` (at most 8 tasks hold GPUs at once).",
@@ -539,6 +551,9 @@ class ArrayReceiptSerializer(serializers.Serializer):
     indices = serializers.ListField(child=serializers.IntegerField())
 
 
+ARRAY_STATES = ["pending", "running", "succeeded", "failed", "cancelled"]
+
+
 class ArraySerializer(serializers.Serializer):
     """An array as it is now: its tasks counted per state."""
 
@@ -551,7 +566,7 @@ class ArraySerializer(serializers.Serializer):
     submitted_by = serializers.CharField(allow_null=True)
     submitted_at = serializers.DateTimeField()
     state = serializers.ChoiceField(
-        choices=["pending", "running", "succeeded", "failed", "cancelled"],
+        choices=ARRAY_STATES,
         help_text="`running` while any task holds GPUs, `pending` while any waits, then "
         "`succeeded` only if every task did, else `failed` if any failed, else `cancelled`.",
     )

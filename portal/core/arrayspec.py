@@ -33,7 +33,8 @@ ARRAY_ENV = (
     "SLURM_ARRAY_TASK_MIN",
     "SLURM_ARRAY_TASK_MAX",
 )
-_PART = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?\Z")
+_PART = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?\Z")  # ASCII digits only
+_LIMIT = re.compile(r"[0-9]+\Z")
 EXAMPLES = "e.g. 0-99, 1,3,5-9, 0-99:4 or 0-99%8"
 
 
@@ -89,7 +90,7 @@ def _indices(part: str) -> list[int]:
 
 
 def _limit(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not _LIMIT.match(text) or int(text) < 1:
         raise _bad(f"After % give how many tasks may run at once, a whole number ≥ 1: {EXAMPLES}.")
     return int(text)
 

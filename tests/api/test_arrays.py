@@ -59,6 +59,7 @@ def test_an_array_is_one_job_per_index_with_its_index_everywhere(as_member_a):
         ("0-99:4", list(range(0, 100, 4)), None),
         ("0-9%2", list(range(10)), 2),
         (" 7 ", [7], None),
+        ("1, 3 ,5-6 %2", [1, 3, 5, 6], 2),
         ("10-12,0,3", [0, 3, 10, 11, 12], None),
     ],
 )
@@ -81,6 +82,8 @@ def test_the_spec_grammar(as_member_a, spec, indices, limit):
         ("0-1000000", "below 1,000,000"),
         ("1,,2", "'' is not an index"),
         ("-1-3", "is not an index or a range"),
+        ("\u0663", "is not an index or a range"),  # an Arabic-Indic 3: ASCII digits only
+        ("0-9%\u00b2", "After % give how many"),
     ],
 )
 def test_a_bad_spec_is_a_400_on_the_array_field(as_member_a, spec, says):
