@@ -40,3 +40,34 @@ def test_the_queue_page_costs_the_same_queries_with_arrays_of_any_size(
     array_of(story.cluster, "0-199%4")
     with django_assert_max_num_queries(limit):
         assert client.get("/teams/alpha/queue/").status_code == 200
+
+
+def test_the_submit_form_submits_an_array_once(story, login):
+    from tests.dashboard.test_permissions import valid_form
+
+    client = login(story.cluster.personas.member_a)
+    form = valid_form(name="eval-{index}", command="python eval.py --shard {index}", array="0-3%2")
+
+    response = client.post("/teams/alpha/submit/", form)
+    again = client.post("/teams/alpha/submit/", form)  # a double click
+
+    assert response.status_code == 302 and response.url == "/teams/alpha/queue/"
+    assert again.status_code == 302
+    (array,) = JobArray.objects.all()
+    tasks = Job.objects.filter(array=array).order_by("array_index")
+    assert [(t.name, t.command[-1]) for t in tasks] == [(f"eval-{i}", str(i)) for i in range(4)]
+    assert array.task_limit == 2 and array.submitted_by == story.cluster.personas.member_a
+
+
+def test_a_bad_array_spec_is_shown_next_to_its_field(story, login):
+    from tests.dashboard.test_permissions import valid_form
+
+    client = login(story.cluster.personas.member_a)
+    response = client.post("/teams/alpha/submit/", valid_form(array="9-3"))
+    assert response.status_code == 200
+    assert response.context["form"].errors["array"] == ["The range 9-3 ends before it starts."]
+    response = client.post(
+        "/teams/alpha/submit/", valid_form(array="0-3", gpus_per_worker="64", request_id="e" * 32)
+    )
+    assert "gpus_per_worker" in response.context["form"].errors
+    assert not JobArray.objects.exists()
