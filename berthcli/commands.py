@@ -285,6 +285,8 @@ def queue(args, client_for) -> int:
         params["submitted_by"] = "me"
     if args.array:
         params["array"] = args.array
+    elif not args.expand:
+        params["collapse"] = "true"  # an array's pending tasks: one row, and --limit counts it once
     client = client_for()
     jobs = _all_pages(client, "/api/v1/jobs/", params, args.limit)
     if args.json:

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.core.paginator import Paginator
-from django.db.models import Count, Max, Min, Q, Subquery
+from django.db.models import Count, Max, Q
 
 from portal.core import reports
-from portal.core.actions.arrays import ArrayState, array_states
+from portal.core.actions.arrays import ArrayState, array_states, collapse_arrays
 from portal.core.arrayspec import compact
 from portal.core.models import Allocation, Gpu, Job, JobArray, JobEvent, Node, Team, Worker
 from portal.dashboard.format import duration, relative
@@ -183,14 +183,7 @@ def pending_page(team: Team, page_number, now: datetime):
     array's pending tasks are one entry, at its first one, with the array's counts per
     state (as squeue collapses them): positions count entries.
     """
-    pending = Job.objects.filter(team=team, state=State.PENDING)
-    heads = (
-        pending.filter(array__isnull=False)
-        .values("array_id")
-        .annotate(first=Min("pk"))
-        .values("first")
-    )
-    pending = pending.filter(Q(array__isnull=True) | Q(pk__in=Subquery(heads)))
+    pending = collapse_arrays(Job.objects.filter(team=team, state=State.PENDING))
     sizes = dict(
         pending.values_list("queue__name").annotate(n=Count("pk")).values_list("queue__name", "n")
     )

@@ -204,3 +204,17 @@ def test_arrays_are_listed_per_team_and_hidden_from_outsiders(as_member_a, as_le
     assert listed["results"][0]["counts"]["pending"] == 3
     assert as_lead_b.get(ARRAYS).json()["count"] == 0
     error_of(as_lead_b.get(f"{ARRAYS}{body['id']}/"), 404, "not_found")
+
+
+def test_the_job_list_collapses_an_arrays_pending_tasks_on_request(as_member_a):
+    body = as_member_a.post(ARRAYS, array_body("0-9%2")).json()
+    run_pass()  # tasks 0 and 1 start
+    plain = as_member_a.post("/api/v1/jobs/", job_body(name="plain")).json()
+
+    listed = as_member_a.get("/api/v1/jobs/", {"collapse": "true", "ordering": "queue"}).json()
+
+    rows = [(j["array_index"], j["state"]) for j in listed["results"] if j["array"]]
+    assert rows == [(0, "admitted"), (1, "admitted"), (2, "pending")]  # 2 stands for 2-9
+    assert plain["id"] in [j["id"] for j in listed["results"]] and listed["count"] == 4
+    assert as_member_a.get("/api/v1/jobs/").json()["count"] == 11
+    assert as_member_a.get(f"{ARRAYS}{body['id']}/").json()["counts"]["pending"] == 8

@@ -20,6 +20,7 @@ from portal.api.views.submit import (
     submit_job_view,
 )
 from portal.core import access
+from portal.core.actions.arrays import collapse_arrays
 from portal.core.actions.jobs import cancel_job
 from portal.core.actions.submit import BulkSpecError, Caller, submit_many
 from portal.core.models import Allocation, Job, Worker
@@ -74,6 +75,11 @@ class JobFilterSerializer(serializers.Serializer):
     array = serializers.IntegerField(
         required=False, min_value=1, max_value=10**18 - 1, help_text="Tasks of this job array."
     )
+    collapse = serializers.BooleanField(
+        required=False,
+        help_text="`true`: of each job array's pending tasks only the first, which stands for "
+        "them (squeue's `12_[4-99%8]`; GET /api/v1/arrays/{id}/ has their count).",
+    )
     array_index = serializers.IntegerField(
         required=False,
         min_value=0,
@@ -120,6 +126,8 @@ def filtered_jobs(request, params: dict):
         jobs = jobs.filter(array_id=params["array"])
     if "array_index" in params:
         jobs = jobs.filter(array_index=params["array_index"])
+    if params.get("collapse"):
+        jobs = collapse_arrays(jobs)
     if "since" in params:
         jobs = jobs.filter(submitted_at__gte=params["since"])
     return order_jobs(jobs, params.get("ordering", "-submitted_at"))

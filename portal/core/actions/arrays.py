@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Min
+from django.db.models import Count, Min, Q, Subquery
 from django.utils import timezone
 
 from portal.core.actions.jobs import (
@@ -242,7 +242,14 @@ def array_states(arrays: list[JobArray]) -> dict[int, ArrayState]:
     return {a.pk: ArrayState(a, counts[a.pk], pending[a.pk], first.get(a.pk)) for a in arrays}
 
 
-def first_pending_ids(team) -> list[int]:
-    """The first pending task of each of the team's arrays (the dashboard's queue row)."""
-    rows = Job.objects.filter(team=team, state=Job.State.PENDING, array__isnull=False)
-    return list(rows.values("array_id").annotate(first=Min("pk")).values_list("first", flat=True))
+def collapse_arrays(jobs):
+    """`jobs` (a Job queryset) without each array's pending tasks but its first one, which
+    stands for them (squeue's `12_[4-99%8]`: the dashboard's queue, `berth queue`)."""
+    heads = (
+        Job.objects.filter(state=Job.State.PENDING, array__isnull=False)
+        .values("array_id")
+        .annotate(first=Min("pk"))
+        .values("first")
+    )
+    waiting_task = Q(state=Job.State.PENDING, array__isnull=False)
+    return jobs.filter(~waiting_task | Q(pk__in=Subquery(heads)))
