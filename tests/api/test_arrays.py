@@ -147,6 +147,12 @@ def test_idempotent_with_the_key(as_member_a):
     assert Job.objects.count() == 5
 
 
+def test_a_viewer_cannot_replay_an_array_either(as_member_a, as_viewer_a):
+    key = {"Idempotency-Key": "ci-eval-3"}
+    assert as_member_a.post(ARRAYS, array_body("0-2"), **key).status_code == 201
+    error_of(as_viewer_a.post(ARRAYS, array_body("0-2"), **key), 403)
+
+
 def test_viewer_and_outsider_cannot_submit_an_array(as_viewer_a, as_lead_b):
     error_of(as_viewer_a.post(ARRAYS, array_body("0-3") | {"team": "alpha"}), 403)
     error_of(as_lead_b.post(ARRAYS, array_body("0-3") | {"team": "alpha"}), 404, "not_found")

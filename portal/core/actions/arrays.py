@@ -31,6 +31,7 @@ from portal.core.actions.jobs import (
     request_scheduling_pass,
 )
 from portal.core.actions.submit import Caller, submit_many
+from portal.core.actions.submit import _bulk_lookups as submit_lookups
 from portal.core.actions.submit import _team as authorized_team
 from portal.core.arrayspec import ARRAY_ENV, ArraySpec, parse_array, task_env, task_values
 from portal.core.jobspec import JobSpec, SpecError
@@ -69,6 +70,7 @@ def submit_array(
     raise SpecError (fields `array`, `env`, or the spec's) before anything is stored."""
     spec = _parse(array_text, values, parse_errors or {})
     team = authorized_team(caller, slug)  # 1.
+    submit_lookups(caller, team, [values.get("queue") or "default"])  # may submit there
     fingerprint = _fingerprint(values, spec) if idempotency_key else ""
     if idempotency_key:
         earlier = _earlier(team, idempotency_key, fingerprint)  # 2.
