@@ -11,8 +11,13 @@ an array never holds more than `limit` tasks' GPUs at once.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
 
 from .model import PendingJob, RunningJob
+
+if TYPE_CHECKING:
+    from .core import Pass
 
 
 def beyond_limit(pending: list[PendingJob], running: Iterable[RunningJob]) -> list[PendingJob]:
@@ -35,3 +40,29 @@ def beyond_limit(pending: list[PendingJob], running: Iterable[RunningJob]) -> li
         else:
             holding[job.array_id] = n + 1
     return out
+
+
+class Slots:
+    """When the set-aside tasks of each array may start, for their estimated starts:
+    a task takes the slot of its array's task that ends first (running ones at their
+    end, those admitted in this pass after their max run time), in pass order."""
+
+    def __init__(self, p: Pass) -> None:
+        ends: dict[int, list[float]] = {}
+        for r in p.running:
+            if r.job.array_id is not None:
+                ends.setdefault(r.job.array_id, []).append(r.end)
+        admitted = {a.job_id for a in p.admissions}
+        for job in p.order:
+            if job.id in admitted and job.array_id is not None:
+                ends.setdefault(job.array_id, []).append(p.now + job.max_runtime)
+        for heap in ends.values():
+            heapify(heap)
+        self.ends, self.now = ends, p.now
+
+    def start(self, job: PendingJob) -> float:
+        """Return the earliest time a slot of the job's array frees, and take it."""
+        heap = self.ends.setdefault(job.array_id, [])
+        start = max(self.now, heappop(heap)) if heap else self.now
+        heappush(heap, start + job.max_runtime)
+        return start

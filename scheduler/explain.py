@@ -12,7 +12,9 @@ start early gets a pessimistic estimate). A reserved job starts no earlier
 than its reservation; a job waiting for preemption no earlier than its victims'
 grace periods end; a job in its requeue backoff, last in pass order, no
 earlier than it becomes eligible; a job waiting for its previous attempt to
-stop, after those, once GPUs are free for it. Jobs that can never fit get None.
+stop, after those, once GPUs are free for it; a task of a job array over its
+`%N` limit no earlier than a task of its array ends (scheduler.arrays.Slots). Jobs
+that can never fit get None.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
+from .arrays import Slots
 from .backfill import COHORT_HOLD
 from .model import PendingJob, Verdict
 from .reasons import (
@@ -118,6 +121,7 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     for res in (*p.gate.quota_holds.values(), *p.gate.cohort_holds.values()):
         reserved[res.job.id] = max(res.start, reserved.get(res.job.id, p.now))
     out: dict[int, float | None] = {}
+    slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     for job in waiting:
         wait = p.waits[job.id]
         if wait.code in (NEVER_FITS, NO_NODES) or job.flavor not in p.pools:
@@ -131,6 +135,9 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
             floor = max(floor, wait.info[1])
         elif wait.code == BACKOFF:
             floor = max(floor, job.eligible_at)
+        elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
+            slots = slots or Slots(p)
+            floor = max(floor, slots.start(job))
         out[job.id] = shadow.start(job.gpus, job.max_runtime, floor)
     return out
 

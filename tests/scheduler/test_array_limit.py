@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler import REASONS, schedule
-from tests.scheduler.helpers import Cluster, admitted, reasons, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, reasons, verdict
 
 LIMIT = "array_limit"
 
@@ -133,7 +133,7 @@ def test_the_verdict_says_which_array_and_its_limit():
         "needs 2 h100 GPUs; array 7 already has 2 tasks running, its limit (%2); "
         "it starts when one of them ends"
     )
-    assert v.estimated_start is not None
+    assert v.estimated_start == NOW + 3000  # when the first running task ends, not now
     assert plan.stats["array_limit"] == 1
     assert plan.preemptions == () and plan.stats["reservations"] == 0
 
@@ -156,3 +156,16 @@ def test_a_held_task_blocks_nothing_under_strict_fifo():
     c.job(3)
     plan = schedule(c.snapshot(policy="fifo"))
     assert admitted(plan) == [3]
+
+
+def test_held_tasks_start_one_slot_after_another():
+    """Limit 1, one task running to NOW+3000: the next waits for it, the one after that
+    for the next (each an hour), whatever GPUs are free."""
+    c = Cluster().node("n0")
+    c.team("a", nominal=8)
+    running_task(c, 1, on={"n0": 1})  # started NOW-600, runs an hour
+    task(c, 2, limit=1)
+    task(c, 3, limit=1)
+    plan = schedule(c.snapshot())
+    assert verdict(plan, 2).estimated_start == NOW + 3000
+    assert verdict(plan, 3).estimated_start == NOW + 3000 + HOUR
