@@ -16,7 +16,6 @@ from django.db.models import Count, Max, Q
 
 from portal.core import reports
 from portal.core.actions.arrays import ArrayState, array_states, collapse_arrays
-from portal.core.arrayspec import compact
 from portal.core.models import Allocation, Gpu, Job, JobArray, JobEvent, Node, Team, Worker
 from portal.dashboard.format import duration, relative
 from scheduler.reasons import remedy
@@ -165,9 +164,7 @@ class PendingRow:
     @property
     def array_display(self) -> str:
         """squeue's `12_[3-9%3]` for the array's pending tasks."""
-        a = self.array.array
-        limit = f"%{a.task_limit}" if a.task_limit else ""
-        return f"{a.pk}_[{compact(self.array.pending_indices)}{limit}]"
+        return self.array.display
 
     @property
     def array_counts(self) -> list[tuple[str, int]]:

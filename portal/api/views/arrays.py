@@ -33,8 +33,6 @@ def array_body(state: ArrayState) -> dict:
     """An array as ArraySerializer shows it."""
     a = state.array
     counts = {name: state.counts.get(name, 0) for name in s.STATES}
-    limit = f"%{a.task_limit}" if a.task_limit else ""
-    pending = compact(state.pending_indices)
     return {
         "id": a.pk,
         "team": a.team.slug,
@@ -46,8 +44,8 @@ def array_body(state: ArrayState) -> dict:
         "submitted_at": a.submitted_at,
         "state": state.state,
         "counts": counts,
-        "pending_indices": pending,
-        "display": f"{a.pk}_[{pending or a.spec.partition('%')[0]}{limit}]",
+        "pending_indices": compact(state.pending_indices),
+        "display": state.display,
     }
 
 

@@ -33,7 +33,14 @@ from portal.core.actions.jobs import (
 from portal.core.actions.submit import Caller, submit_many
 from portal.core.actions.submit import _bulk_lookups as submit_lookups
 from portal.core.actions.submit import _team as authorized_team
-from portal.core.arrayspec import ARRAY_ENV, ArraySpec, parse_array, task_env, task_values
+from portal.core.arrayspec import (
+    ARRAY_ENV,
+    ArraySpec,
+    compact,
+    parse_array,
+    task_env,
+    task_values,
+)
 from portal.core.jobspec import JobSpec, SpecError
 from portal.core.models import Job, JobArray
 
@@ -211,6 +218,14 @@ class ArrayState:
     counts: dict[str, int]
     pending_indices: list[int]
     first_pending: int | None = None  # the job id of its first pending task
+
+    @property
+    def display(self) -> str:
+        """squeue's collapsed form, `12_[4-99%8]`: its pending indices (all of them once
+        none waits) and its limit."""
+        a = self.array
+        limit = f"%{a.task_limit}" if a.task_limit else ""
+        return f"{a.pk}_[{compact(self.pending_indices) or a.spec.partition('%')[0]}{limit}]"
 
     @property
     def state(self) -> str:
