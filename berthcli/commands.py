@@ -245,6 +245,10 @@ def _status_lines(job: dict) -> list[str]:
         f"Job {job['id']}  {job['name']}  ({job['team']}/{job['queue']})",
         f"State:       {job['state']}" + (f" ({job['reason_code']})" if job["reason_code"] else ""),
     ]
+    if job.get("array") is not None:
+        lines.append(
+            f"Array task:  {job['array']}_{job['array_index']} (berth status {job['array']}_)"
+        )
     if job["reason"]:
         lines.append(f"Reason:      {times_in(job['reason'])}")
     if job["position"]:

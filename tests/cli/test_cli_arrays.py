@@ -73,6 +73,7 @@ def test_a_task_is_addressed_by_array_and_index(berth, logged_in, personas):
     task = Job.objects.get(array_id=array, array_index=4)
     status = berth("status", f"{array}_4")
     assert status.code == 0 and status.out.startswith(f"Job {task.pk}  shard-4")
+    assert f"Array task:  {array}_4 (berth status {array}_)" in status.out
     summary = berth("status", f"{array}_").out
     assert f"Array {array}_" in summary and "3 pending" in summary
     assert berth("cancel", f"{array}_4").code == 0
