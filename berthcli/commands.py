@@ -10,7 +10,7 @@ import time
 import uuid
 from urllib.parse import urlsplit
 
-from berthcli import config, exitcodes
+from berthcli import arrays, config, exitcodes
 from berthcli.client import RETRY_STATUSES, ApiError, Client
 from berthcli.explain import explain
 from berthcli.jobfile import SpecFileError, load_file, normalise, parse_duration, parse_env
@@ -144,6 +144,9 @@ def whoami(args, client_for) -> int:
 def submit(args, client_for) -> int:
     team, jobs, bulk = _specs(args)
     client = client_for()
+    if args.array:  # with a key, a retry returns the same array, never a second one
+        key = args.idempotency_key or f"berth-cli-{uuid.uuid4()}"
+        return arrays.submit(args, client, team, jobs[0], key)
     if bulk:
         body = {"jobs": jobs} | ({"team": team} if team else {})
         key = args.idempotency_key or f"berth-cli-{uuid.uuid4()}"
@@ -172,10 +175,8 @@ def _specs(args) -> tuple[str | None, list[dict], bool]:
     team = args.team or team
     flags = _flag_fields(args)
     jobs = [normalise(job | flags) for job in jobs]
-    if args.array:
-        if bulk:
-            raise SpecFileError("--array needs a single job, not a file of many")
-        jobs, bulk = _array(jobs[0], args.array), True
+    if args.array and bulk:
+        raise SpecFileError("--array needs a single job, not a file of many")
     return team, jobs, bulk
 
 
@@ -215,19 +216,6 @@ def _notify(args) -> dict:
     return notify
 
 
-def _array(job: dict, count: int) -> list[dict]:
-    """Copies of one job for a sweep, each told its index (like Slurm's SLURM_ARRAY_TASK_ID)."""
-    name = job.get("name") or "job"
-    return [
-        job
-        | {
-            "name": f"{name}-{i}",  # a container-name charset: no brackets
-            "env": dict(job.get("env") or {}) | {"BERTH_ARRAY_INDEX": str(i)},
-        }
-        for i in range(count)
-    ]
-
-
 def _print_bulk(args, body: dict) -> int:
     if args.json:
         print_json(body)
@@ -248,7 +236,15 @@ def _print_bulk(args, body: dict) -> int:
 
 
 def status(args, client_for) -> int:
-    job = client_for().get(f"/api/v1/jobs/{args.job}/").body
+    client = client_for()
+    if isinstance(args.job, arrays.ArrayRef) and args.job.index is None:
+        body = client.get(f"/api/v1/arrays/{args.job.array}/").body
+        if args.json:
+            print_json(body)
+        else:
+            print("\n".join(arrays.status_lines(body)))
+        return exitcodes.OK
+    job = client.get(f"/api/v1/jobs/{arrays.job_id(client, args.job)}/").body
     if args.json:
         print_json(job)
         return exitcodes.OK
@@ -266,6 +262,10 @@ def _status_lines(job: dict) -> list[str]:
         f"Job {job['id']}  {job['name']}  ({job['team']}/{job['queue']})",
         f"State:       {job['state']}" + (f" ({job['reason_code']})" if job["reason_code"] else ""),
     ]
+    if job.get("array") is not None:
+        lines.append(
+            f"Array task:  {job['array']}_{job['array_index']} (berth status {job['array']}_)"
+        )
     if job["reason"]:
         lines.append(f"Reason:      {times_in(job['reason'])}")
     if job["position"]:
@@ -306,11 +306,19 @@ def queue(args, client_for) -> int:
             params[key] = getattr(args, key)
     if args.me:
         params["submitted_by"] = "me"
-    jobs = _all_pages(client_for(), "/api/v1/jobs/", params, args.limit)
+    if args.array:
+        params["array"] = args.array
+    elif not args.expand:
+        params["collapse"] = "true"  # an array's pending tasks: one row, and --limit counts it once
+    client = client_for()
+    jobs = _all_pages(client, "/api/v1/jobs/", params, args.limit)
     if args.json:
         print_json(jobs)
         return exitcodes.OK
-    rows = [_queue_row(j) for j in jobs]
+    if args.expand or args.array:
+        rows = arrays.expand(jobs, _queue_row)
+    else:
+        rows = arrays.collapse(client, jobs, _queue_row)
     headers = ["JOBID", "TEAM", "QUEUE", "NAME", "USER", "STATE", "GPUS", "POS", "REASON", "START"]
     print(table(rows, headers))
     return exitcodes.OK
@@ -355,7 +363,8 @@ def _queue_row(job: dict) -> list:
 
 
 def why(args, client_for) -> int:
-    job = client_for().get(f"/api/v1/jobs/{args.job}/").body
+    client = client_for()
+    job = client.get(f"/api/v1/jobs/{arrays.job_id(client, args.job)}/").body
     lines = explain(job)
     if args.json:
         print_json({"id": job["id"], "state": job["state"], "reason_code": job["reason_code"],
@@ -418,7 +427,8 @@ def budget_row(team: str, b: dict) -> list:
 
 def logs(args, client_for) -> int:
     params = {"attempt": args.attempt} if args.attempt is not None else None
-    body = client_for().get(f"/api/v1/jobs/{args.job}/logs/", params).body
+    client = client_for()
+    body = client.get(f"/api/v1/jobs/{arrays.job_id(client, args.job)}/logs/", params).body
     workers = [w for w in body["workers"] if args.rank is None or w["rank"] == args.rank]
     if args.json:
         print_json(body | {"workers": workers})
@@ -441,18 +451,26 @@ def cancel(args, client_for) -> int:
     client, results, code = client_for(), [], exitcodes.OK
     for job_id in args.jobs:
         try:
-            job = _cancel_one(client, job_id, args.reason)
+            if isinstance(job_id, arrays.ArrayRef) and job_id.index is None:
+                job = arrays.cancel(client, job_id, args.reason)
+            else:
+                job_id = arrays.job_id(client, job_id)
+                job = _cancel_one(client, job_id, args.reason)
         except ApiError as exc:
-            results.append({"id": job_id, "error": exc.body or {"message": exc.message}})
+            results.append({"id": _ref_json(job_id), "error": exc.body or {"message": exc.message}})
             print(f"berth: job {job_id}: {exc.message}", file=sys.stderr)
             code = code or _code_for(exc)
             continue
-        results.append({"id": job_id, "state": job["state"]})
+        results.append({"id": _ref_json(job_id), "state": job["state"]})
         if not args.json:
-            print(f"Cancelled job {job_id}")
+            print(f"Cancelled {'array' if isinstance(job_id, arrays.ArrayRef) else 'job'} {job_id}")
     if args.json:
         print_json(results)
     return code
+
+
+def _ref_json(ref) -> int | str:
+    return ref if isinstance(ref, int) else str(ref)
 
 
 def _cancel_one(client: Client, job_id: int, reason: str | None) -> dict:
@@ -472,6 +490,9 @@ def _cancel_one(client: Client, job_id: int, reason: str | None) -> dict:
 def wait(args, client_for) -> int:
     """Poll until the job ends; exit 0 if it succeeded, else its own code (exitcodes)."""
     client, started, last = client_for(), _clock(), None
+    if isinstance(args.job, arrays.ArrayRef) and args.job.index is None:
+        return arrays.wait(args, client, args.job, _sleep, _clock)
+    args.job = arrays.job_id(client, args.job)
     progress = _Progress(args.job)
     while True:
         job = client.get(f"/api/v1/jobs/{args.job}/").body

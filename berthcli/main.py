@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from berthcli import __version__, commands, config, exitcodes
+from berthcli import __version__, arrays, commands, config, exitcodes
 from berthcli.client import ApiError, Client, Unavailable
 from berthcli.config import ConfigError
 from berthcli.jobfile import SpecFileError, parse_duration
@@ -164,15 +164,22 @@ def _submit_command(command) -> None:
         help="comma-separated: started,preempted,failed,ended (default ended)",
     )
     p.add_argument("--mail", action="store_true", help="e-mail you on those events")
-    p.add_argument("--array", type=int, metavar="N", help="N copies with $BERTH_ARRAY_INDEX")
+    p.add_argument(
+        "--array",
+        "-a",
+        metavar="SPEC",
+        help="a job array, as sbatch: 0-99, 1,3,5-9, 0-99:4, 0-99%%8 (at most 8 at once); "
+        "{index} in the name and command, $BERTH_ARRAY_INDEX / $SLURM_ARRAY_TASK_ID in the env",
+    )
     p.add_argument("--idempotency-key", help="retries and re-runs with this key submit once")
     p.add_argument("--parsable", action="store_true", help="print only the job id (as sbatch)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the command and its arguments")
 
 
 def _look_commands(command) -> None:
-    p = command("status", commands.status, "one job in detail")
-    p.add_argument("job", type=int)
+    ref = {"type": arrays.parse_ref, "metavar": "JOB", "help": "job id, array 12_ or task 12_4"}
+    p = command("status", commands.status, "one job (or array) in detail")
+    p.add_argument("job", **ref)
     p = command("queue", commands.queue, "jobs in the queues, like squeue")
     p.add_argument("--state", help=f"comma-separated states (default {commands.ACTIVE})")
     p.add_argument("--all", action="store_true", help="every state, finished jobs too")
@@ -180,19 +187,25 @@ def _look_commands(command) -> None:
     p.add_argument("--team", "-A")
     p.add_argument("--me", action="store_true", help="only jobs you submitted")
     p.add_argument("--limit", type=int, default=500)
-    p = command("cancel", commands.cancel, "cancel jobs, like scancel")
-    p.add_argument("jobs", type=int, nargs="+", metavar="JOB")
+    p.add_argument("--array", type=int, metavar="ID", help="only the tasks of this job array")
+    p.add_argument("--expand", "-r", action="store_true", help="one row per array task (squeue -r)")
+    p = command("cancel", commands.cancel, "cancel jobs or arrays (12_), like scancel")
+    p.add_argument("jobs", nargs="+", **ref)
     p.add_argument("--reason")
     p = command("why", commands.why, "why a job waits, in plain words, and what would change it")
-    p.add_argument("job", type=int)
+    p.add_argument("job", **ref)
     p = command("share", commands.share, "quota, usage and fair share per team, like sshare")
     p.add_argument("--team", "-A")
-    p = command("wait", commands.wait, "wait for a job to end; the exit code says how it ended")
-    p.add_argument("job", type=int)
+    p = command(
+        "wait",
+        commands.wait,
+        "wait for a job (or all of an array, 12_) to end; the exit code says how",
+    )
+    p.add_argument("job", **ref)
     p.add_argument("--timeout", type=_seconds, help="give up after this long (exit 12)")
     p.add_argument("--interval", type=_seconds, default=5.0, help="poll every (default 5s)")
     p = command("logs", commands.logs, "the log tail of each worker")
-    p.add_argument("job", type=int)
+    p.add_argument("job", **ref)
     p.add_argument("--rank", type=int)
     p.add_argument("--attempt", type=int)
 

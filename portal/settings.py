@@ -373,10 +373,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
-    # Two models have a `state`: name each choice set after its model.
+    # Several models have a `state`: name each choice set after its model.
     "ENUM_NAME_OVERRIDES": {
         "StateEnum": "portal.api.serializers.STATES",
         "DeliveryStateEnum": "portal.core.models.notifications.DeliveryState",
+        "ArrayStateEnum": "portal.api.serializers.ARRAY_STATES",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

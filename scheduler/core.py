@@ -11,6 +11,7 @@ import math
 from itertools import islice
 
 from . import placement
+from .arrays import beyond_limit
 from .budgets import Budgets
 from .explain import verdicts
 from .model import Admission, PendingJob, Plan, Snapshot
@@ -20,6 +21,7 @@ from .policies import get_policy
 from .preemption import PREEMPT_ON, honour_reservations, try_preempt, unreclaimable
 from .quota import Ledger, TeamBook, contribution
 from .reasons import (
+    ARRAY_LIMIT,
     BACKOFF,
     CAPACITY,
     COHORT_BUSY,
@@ -49,7 +51,8 @@ def schedule(snapshot: Snapshot) -> Plan:
        the running jobs, the policy named by snapshot.config.policy. Jobs in
        their requeue backoff (eligible_at > now) are set aside, and so are
        requeued jobs whose previous attempt's workers have not stopped yet
-       (previous_attempt_stopping). Preemptors of
+       (previous_attempt_stopping), and tasks of job arrays beyond their
+       `%N` limit (scheduler.arrays). Preemptors of
        earlier passes named by their victims are admitted, or get their
        reservation back, before any other job (scheduler.preemption).
     2. Order the eligible pending jobs with the policy's order (fair share or
@@ -58,7 +61,7 @@ def schedule(snapshot: Snapshot) -> Plan:
        (Pass.consider: static checks, budget, gate, quota, placement,
        preemption, reservation).
     4. Jobs not reached wait with reason `priority`; jobs set aside wait with
-       reason `backoff` or else `previous_attempt`, after every other job in
+       reason `backoff`, `previous_attempt` or `array_limit`, after every other job in
        pass order (only `never_fits`, `no_nodes` and `budget_exhausted`
        outrank them).
     5. Explain: a verdict with reason, position and estimated start for every
@@ -75,6 +78,8 @@ def schedule(snapshot: Snapshot) -> Plan:
         p.back_off(job)
     for job in p.old_attempts:
         p.await_old_attempt(job)
+    for job in p.array_held:
+        p.hold_for_array(job)
     return p.plan()
 
 
@@ -93,6 +98,7 @@ class Pass:
         "pending",
         "backing_off",
         "old_attempts",
+        "array_held",
         "gate",
         "budgets",
         "preempting",
@@ -135,6 +141,11 @@ class Pass:
             self.pending = [
                 j for j in self.queued if j.eligible_at <= now and not j.previous_attempt_stopping
             ]
+        # Tasks of job arrays beyond their %N limit (scheduler.arrays) are set aside too.
+        self.array_held = beyond_limit(self.pending, snapshot.running)
+        if self.array_held:
+            held = {j.id for j in self.array_held}
+            self.pending = [j for j in self.pending if j.id not in held]
         self.gate = self.policy.gate(cfg)
         # GPU-hour budgets (scheduler.budgets); None when no team has one
         self.budgets = Budgets(snapshot) if snapshot.budgets else None
@@ -408,6 +419,17 @@ class Pass:
         static = self.static_wait(job, self.pools.get(job.flavor), self.ledger.book(job.team))
         self.waits[job.id] = static or self.budget_wait(job) or Wait(PREVIOUS_ATTEMPT)
 
+    def hold_for_array(self, job: PendingJob) -> None:
+        """Record that a task of a job array waits for its array's `%N` limit.
+
+        Set aside as a job in its backoff is (back_off): admitting it would run more
+        of its array's tasks at once than the limit allows. Only never_fits and
+        no_nodes outrank it.
+        """
+        self.order.append(job)
+        static = self.static_wait(job, self.pools.get(job.flavor), self.ledger.book(job.team))
+        self.waits[job.id] = static or Wait(ARRAY_LIMIT, (job.array_id, job.array_limit))
+
     def waiting(self) -> list[PendingJob]:
         """Return the jobs not admitted, in the order they were considered."""
         return [job for job in self.order if job.id in self.waits]
@@ -418,6 +440,7 @@ class Pass:
             "pending": float(len(self.queued)),
             "backing_off": float(len(self.backing_off)),
             "previous_attempt": float(len(self.old_attempts)),
+            "array_limit": float(len(self.array_held)),
             "considered": float(len(self.order)),
             "admitted": float(len(self.admissions)),
             "preempted": float(len(self.preemptions)),

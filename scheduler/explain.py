@@ -13,7 +13,9 @@ than its reservation; a job waiting for preemption no earlier than its victims'
 grace periods end; a job over its GPU-hour budget when the budget resets
 (_budget_start); a job in its requeue backoff, last in pass order, no
 earlier than it becomes eligible; a job waiting for its previous attempt to
-stop, after those, once GPUs are free for it. Jobs that can never fit get None.
+stop, after those, once GPUs are free for it; a task of a job array over its
+`%N` limit no earlier than a task of its array ends (scheduler.arrays.Slots). Jobs
+that can never fit get None.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
+from .arrays import Slots
 from .backfill import COHORT_HOLD
 from .model import PendingJob, Verdict
 from .reasons import (
+    ARRAY_LIMIT,
     BACKOFF,
     BUDGET_EXHAUSTED,
     CAPACITY,
@@ -119,6 +123,7 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     for res in (*p.gate.quota_holds.values(), *p.gate.cohort_holds.values()):
         reserved[res.job.id] = max(res.start, reserved.get(res.job.id, p.now))
     out: dict[int, float | None] = {}
+    slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     for job in waiting:
         wait = p.waits[job.id]
         if wait.code in (NEVER_FITS, NO_NODES) or job.flavor not in p.pools:
@@ -135,6 +140,9 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         elif wait.code == BUDGET_EXHAUSTED:
             out[job.id] = _budget_start(job, *wait.info)
             continue
+        elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
+            slots = slots or Slots(p)
+            floor = max(floor, slots.start(job))
         out[job.id] = shadow.start(job.gpus, job.max_runtime, floor)
     return out
 
@@ -269,6 +277,13 @@ def _previous_attempt(p: Pass, job: PendingJob) -> str:
     )
 
 
+def _array_limit(p: Pass, job: PendingJob, array_id: int, limit: int) -> str:
+    return (
+        f"{_needs(p, job)}; array {array_id} already has {limit} task{'s' if limit != 1 else ''} "
+        f"running, its limit (%{limit}); it starts when one of them ends"
+    )
+
+
 def _ordinal(n: int) -> str:
     """Return '1st', '2nd', '3rd', '4th', ..., '11th', '12th', '13th', '21st'."""
     if n % 100 in (11, 12, 13):
@@ -368,6 +383,7 @@ _MESSAGES = {
     BUDGET_EXHAUSTED: _budget,
     BACKOFF: _backoff,
     PREVIOUS_ATTEMPT: _previous_attempt,
+    ARRAY_LIMIT: _array_limit,
     FIFO_BLOCKED: _fifo_blocked,
     WAITING_FOR_PREEMPTION: _waiting,
     QUOTA: _quota,

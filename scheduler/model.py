@@ -83,6 +83,9 @@ class PendingJob:
     `previous_attempt`) until they have. The portal sets it from its workers'
     states; the simulator releases a job's GPUs when it requeues it, so its
     jobs never have it.
+    `array_id`, `array_limit`: a task of a job array and how many of the array's
+    tasks may hold GPUs at once (Slurm's `--array=…%N`; None: no limit); the pass
+    sets aside the tasks beyond it (scheduler.arrays, reason `array_limit`).
     """
 
     id: JobId
@@ -99,6 +102,8 @@ class PendingJob:
     eligible_at: float = 0.0
     preempted_by: JobId | None = None
     previous_attempt_stopping: bool = False
+    array_id: int | None = None
+    array_limit: int | None = None
 
     @property
     def gpus(self) -> int:
@@ -114,6 +119,7 @@ class RunningJob:
     `checkpointed_at` (if known) bounds the work a preemption would lose.
     `preempted_by`: for a stopping job, the pending job that preempted it; the
     GPUs it frees are reserved for that job across passes.
+    `array_id`: the job array it is a task of (counted against the array's limit).
     """
 
     id: JobId
@@ -131,6 +137,7 @@ class RunningJob:
     checkpointed_at: float | None = None
     grace_period: float = 30.0
     preempted_by: JobId | None = None
+    array_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -449,7 +449,7 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
     for r in p.running:
         if r.stopping and r.job.preempted_by is not None:
             links.setdefault(r.job.preempted_by, []).append(r)
-    for j in (*p.pending, *p.backing_off, *p.old_attempts):
+    for j in (*p.pending, *p.backing_off, *p.old_attempts, *p.array_held):
         if j.preempted_by is not None:
             links.setdefault(j.preempted_by, [])
     done = []

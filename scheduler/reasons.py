@@ -10,7 +10,8 @@ after `no_nodes`: no freed GPU would start the job before its budget allows
 it. A job in its requeue backoff (`backoff`), or requeued while its previous attempt's workers still stop
 (`previous_attempt`), is not considered at all: only `never_fits` and
 `no_nodes`, which no wait would change, are told before it, and `backoff`,
-whose end is known, before `previous_attempt`.
+whose end is known, before `previous_attempt`. A task of a job array beyond its
+`%N` limit (`array_limit`) is set aside the same way, after those two.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ NO_NODES = "no_nodes"
 BUDGET_EXHAUSTED = "budget_exhausted"
 BACKOFF = "backoff"
 PREVIOUS_ATTEMPT = "previous_attempt"
+ARRAY_LIMIT = "array_limit"
 FIFO_BLOCKED = "fifo_blocked"
 WAITING_FOR_PREEMPTION = "waiting_for_preemption"
 QUOTA = "quota"
@@ -41,6 +43,7 @@ REASONS: dict[str, str] = {
     BACKOFF: "Requeued after a preemption or a lost node, it backs off before it may start again.",
     PREVIOUS_ATTEMPT: "Waiting for the workers of its previous attempt to stop before it can "
     "be admitted again.",
+    ARRAY_LIMIT: "Its job array already has as many tasks running as its limit (%N) allows.",
     FIFO_BLOCKED: "A job submitted before it is blocked, and strict FIFO lets nothing pass it.",
     WAITING_FOR_PREEMPTION: "It waits for preempted or stopping jobs to free their GPUs.",
     QUOTA: "It would exceed its team's nominal quota plus borrowing limit.",
@@ -79,6 +82,8 @@ REMEDIES: dict[str, str] = {
     FRAGMENTED: "Whole nodes freeing up, or fewer GPUs per worker.",
     NO_CAPACITY: "Running jobs of its flavor finishing (see its estimated start), or a smaller gang.",
     PREVIOUS_ATTEMPT: "Nothing: the workers of its previous attempt are stopping.",
+    ARRAY_LIMIT: "Nothing: it starts when a running task of its array ends; a larger %N "
+    "limit needs a new array.",
 }
 
 

@@ -107,6 +107,8 @@ EXTRA_ERRORS = {
     "jobs_submit": ["404", "409"],
     "jobs_bulk_submit": ["404"],
     "jobs_cancel": ["409"],
+    "arrays_submit": ["404", "409"],
+    "arrays_cancel": ["409"],
     "tokens_create": ["404"],
     # `berth login --sso` (portal/sso/api.py): no provider configured (404), provider down (503).
     "sso_device_start": ["404", "503"],

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 
 from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import SkipField
 
@@ -327,6 +328,10 @@ class JobSerializer(serializers.Serializer):
     admitted_at = serializers.DateTimeField(allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    array = serializers.IntegerField(
+        source="array_id", allow_null=True, help_text="The job array it is a task of, or null."
+    )
+    array_index = serializers.IntegerField(allow_null=True, help_text="Its index in the array.")
 
     def get_remedy(self, job) -> str:
         return remedy(job.reason_code) if job.state == JobState.PENDING else ""
@@ -607,3 +612,76 @@ class DeliverySerializer(serializers.Serializer):
     next_attempt_at = serializers.DateTimeField(allow_null=True)
     delivered_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
+
+
+# --- job arrays -----------------------------------------------------------------------
+
+
+# The grammar of portal.core.arrayspec, for the schema (the server parses it there and
+# says what is wrong in words; a text that matches may still be refused: `9-3`).
+_RANGE = r"[0-9]+(-[0-9]+(:[0-9]+)?)?"
+ARRAY_PATTERN = rf"^\s*{_RANGE}(\s*,\s*{_RANGE})*\s*(%[0-9]+)?\s*$"
+
+
+@extend_schema_field({"type": "string", "maxLength": 2000, "pattern": ARRAY_PATTERN})
+class ArraySpecField(TextField):
+    pass
+
+
+class ArraySubmitSerializer(JobSubmitSerializer):
+    """One job spec and the indices of its tasks; `{index}` in the name and the command
+    becomes each task's index."""
+
+    array = ArraySpecField(
+        max_length=2000,
+        help_text="Task indices as Slurm's --array takes them: `0-99`, `1,3,5-9`, `0-99:4`, "
+        "with an optional concurrency limit `%8` (at most 8 tasks hold GPUs at once).",
+    )
+
+
+class ArrayReceiptSerializer(serializers.Serializer):
+    id = serializers.IntegerField(help_text="The array id (its own numbering, not a job id).")
+    team = serializers.CharField()
+    name = serializers.CharField()
+    array = serializers.CharField(help_text="The index spec as submitted.")
+    size = serializers.IntegerField()
+    limit = serializers.IntegerField(allow_null=True)
+    ids = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The tasks' job ids, in index order."
+    )
+    indices = serializers.ListField(child=serializers.IntegerField())
+
+
+ARRAY_STATES = ["pending", "running", "succeeded", "failed", "cancelled"]
+
+
+class ArraySerializer(serializers.Serializer):
+    """An array as it is now: its tasks counted per state."""
+
+    id = serializers.IntegerField()
+    team = serializers.CharField()
+    name = serializers.CharField()
+    array = serializers.CharField()
+    size = serializers.IntegerField()
+    limit = serializers.IntegerField(allow_null=True)
+    submitted_by = serializers.CharField(allow_null=True)
+    submitted_at = serializers.DateTimeField()
+    state = serializers.ChoiceField(
+        choices=ARRAY_STATES,
+        help_text="`running` while any task holds GPUs, `pending` while any waits, then "
+        "`succeeded` only if every task did, else `failed` if any failed, else `cancelled`.",
+    )
+    counts = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Tasks per state (every state, 0 included)."
+    )
+    pending_indices = serializers.CharField(
+        help_text="Indices of the pending tasks, as squeue writes them: `4-99`."
+    )
+    display = serializers.CharField(help_text="squeue's collapsed form: `12_[4-99%8]`.")
+
+
+class ArrayPageSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = ArraySerializer(many=True)

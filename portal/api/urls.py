@@ -5,7 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from portal.api import schema  # noqa: F401 — registers the OpenAPI auth extensions
 from portal.api.errors import not_found
-from portal.api.views import docs, jobs, notifications, tenancy, tokens
+from portal.api.views import arrays, docs, jobs, notifications, tenancy, tokens
 from portal.sso import api as sso_api
 
 
@@ -29,6 +29,13 @@ urlpatterns = [
     path("v1/jobs/<berth_id:job_id>/", jobs.JobDetailView.as_view(), name="api-job"),
     path("v1/jobs/<berth_id:job_id>/cancel/", jobs.JobCancelView.as_view(), name="api-job-cancel"),
     path("v1/jobs/<berth_id:job_id>/logs/", jobs.JobLogsView.as_view(), name="api-job-logs"),
+    path("v1/arrays/", arrays.ArraysView.as_view(), name="api-arrays"),
+    path("v1/arrays/<berth_id:array_id>/", arrays.ArrayDetailView.as_view(), name="api-array"),
+    path(
+        "v1/arrays/<berth_id:array_id>/cancel/",
+        arrays.ArrayCancelView.as_view(),
+        name="api-array-cancel",
+    ),
     path("v1/queues/", tenancy.QueueListView.as_view(), name="api-queues"),
     path("v1/teams/", tenancy.TeamListView.as_view(), name="api-teams"),
     path("v1/teams/<slug:slug>/", tenancy.TeamDetailView.as_view(), name="api-team"),

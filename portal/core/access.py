@@ -23,7 +23,7 @@ from django.db.models import QuerySet
 
 from portal.core import statements
 from portal.core.db import split_row
-from portal.core.models import ApiToken, Job, Membership, Queue, Team
+from portal.core.models import ApiToken, Job, JobArray, Membership, Queue, Team
 
 Role = Membership.Role
 
@@ -142,6 +142,25 @@ def get_job_for_user(
     if write:
         check_can_act_on_job(user, job)
     return job
+
+
+def visible_arrays(user, *, scope: Collection[int] | None = None) -> QuerySet[JobArray]:
+    return JobArray.objects.filter(team__in=visible_teams(user, scope=scope))
+
+
+def get_array_for_user(
+    user, array_id: int, *, write: bool = False, scope: Collection[int] | None = None
+) -> JobArray:
+    """The job array if the user may see it; with write=True also check they may act on
+    it, by the rule for its tasks (may_act_on_job: leads, or the member who submitted it)."""
+    array = (
+        visible_arrays(user, scope=scope).select_related("team", "submitted_by").filter(pk=array_id)
+    ).first()
+    if array is None:
+        raise NotFound("array")
+    if write:
+        check_can_act_on_job(user, array)
+    return array
 
 
 def check_can_act_on_job(user, job: Job) -> None:

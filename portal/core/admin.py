@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from portal.core import reports
+from portal.core.actions.arrays import cancel_array
 from portal.core.actions.audit import record_changes, record_event
 from portal.core.actions.budgets import remove_budget, set_budget
 from portal.core.actions.jobs import InvalidTransition, cancel_job
@@ -38,6 +39,7 @@ from portal.core.models import (
     Gpu,
     GpuFlavor,
     Job,
+    JobArray,
     JobEvent,
     Membership,
     Node,
@@ -514,10 +516,18 @@ class JobAdmin(admin.ModelAdmin):
         "flavor",
         "priority",
         "reason_code",
+        "array_task",
         "submitted_at",
     )
     list_filter = ("state", "team", "flavor", "preemptible", "reason_code")
-    search_fields = ("=id", "name", "image", "submitted_by__username", "idempotency_key")
+    search_fields = (
+        "=id",
+        "=array__id",
+        "name",
+        "image",
+        "submitted_by__username",
+        "idempotency_key",
+    )
     list_select_related = ("team", "queue", "flavor")
     date_hierarchy = "submitted_at"
     readonly_fields = [f.name for f in Job._meta.fields]
@@ -527,6 +537,10 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="GPUs")
     def gpus_display(self, job):
         return f"{job.workers}×{job.gpus_per_worker}"
+
+    @admin.display(description="Array task", ordering="array_id")
+    def array_task(self, job):
+        return "" if job.array_id is None else f"{job.array_id}_{job.array_index}"
 
     def has_add_permission(self, request):
         return False
@@ -541,6 +555,51 @@ class JobAdmin(admin.ModelAdmin):
             except InvalidTransition:
                 pass
         self.message_user(request, f"Cancelled {done} job(s).", messages.SUCCESS)
+
+
+@admin.register(JobArray)
+class JobArrayAdmin(admin.ModelAdmin):
+    """Job arrays: what was submitted and how its tasks stand; the tasks are Jobs
+    (search the job list for `=array id`). Cancelling goes through actions.arrays."""
+
+    list_display = ("id", "name", "team", "spec", "size", "task_limit", "tasks", "submitted_at")
+    list_filter = ("team",)
+    search_fields = ("=id", "name", "submitted_by__username", "idempotency_key")
+    list_select_related = ("team",)
+    date_hierarchy = "submitted_at"
+    readonly_fields = [f.name for f in JobArray._meta.fields] + ["tasks"]
+    actions = ("cancel",)
+
+    def get_queryset(self, request):
+        """With the tasks counted per state, in the list's one query."""
+        counts = {
+            f"n_{state}": Count("tasks", filter=Q(tasks__state=state)) for state in Job.State.values
+        }
+        return super().get_queryset(request).annotate(**counts)
+
+    @admin.display(description="Tasks by state")
+    def tasks(self, array):
+        counts = [(s, getattr(array, f"n_{s}", 0)) for s in Job.State.values]
+        return ", ".join(f"{n} {state}" for state, n in counts if n) or "—"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Cancel every open task of the selected arrays")
+    def cancel(self, request, queryset):
+        done = 0
+        for array in queryset:
+            try:
+                moved = cancel_array(
+                    array, actor=request.user, reason=f"Cancelled by admin {request.user}."
+                )
+            except InvalidTransition:
+                continue
+            done += len(moved)
+        self.message_user(request, f"Cancelled {done} task(s).", messages.SUCCESS)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -90,6 +90,9 @@ class JobSpec:
     checkpoint_signal: str = "SIGTERM"
     grace_period_seconds: int = 30
     notify: dict | None = None  # {"url": str | None, "on": [event, …], "email": bool}
+    # A task of a job array: set by actions.arrays through submit_many, never from input.
+    array_id: int | None = None
+    array_index: int | None = None
 
     @property
     def gpus(self) -> int:

@@ -229,7 +229,9 @@ def insert_job_with_event(job: dict, event: dict, only_if: tuple[str, list] | No
 def submit_statement(only_if: str = "") -> tuple[str, list, list]:
     """The statement of insert_job_with_event and the fields it writes (built once:
     the same text every time is also what lets PostgreSQL keep it prepared)."""
-    job_fields = insert_fields(Job)
+    # A single job is never a task of a job array: those columns take their NULL, and
+    # the statement stays within psycopg's 50 parameters it caches the parsing of.
+    job_fields = [f for f in insert_fields(Job) if f.name not in ("array", "array_index")]
     event_fields = [f for f in insert_fields(JobEvent) if f.name != "job"]
     job_cols = ", ".join(f'"{f.column}"' for f in job_fields)
     event_cols = ", ".join(f'"{f.column}"' for f in event_fields)

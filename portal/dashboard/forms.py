@@ -80,6 +80,14 @@ class SubmitJobForm(forms.Form):
         label="Notify on",
     )
     notify_email = forms.BooleanField(required=False, label="E-mail me on these events")
+    array = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Job array",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. 0-99%8", "autocomplete": "off"}),
+        help_text="Optional: one task per index, as sbatch --array (0-99, 1,3,5-9, 0-99:4; "
+        "%8: at most 8 at once). {index} in the name and command becomes the task's index.",
+    )
     request_id = forms.CharField(widget=forms.HiddenInput, max_length=64)
 
     def __init__(self, *args, team: Team, **kwargs):
@@ -139,6 +147,8 @@ class SubmitJobForm(forms.Form):
     def clean(self):
         """Check the job as the API does, so range errors arrive with the parse errors."""
         cleaned = super().clean()
+        if cleaned.get("array"):
+            return cleaned  # an array's tasks are checked as a whole (actions.arrays)
         try:
             self.spec = clean_job_spec(self.team, self.spec_data())
         except SpecError as exc:
@@ -147,7 +157,7 @@ class SubmitJobForm(forms.Form):
 
     def spec_data(self) -> dict:
         """The cleaned values as clean_job_spec takes them; blanks fall back to queue defaults."""
-        data = {k: v for k, v in self.cleaned_data.items() if k != "request_id"}
+        data = {k: v for k, v in self.cleaned_data.items() if k not in ("request_id", "array")}
         data["preemptible"] = {"yes": True, "no": False}.get(data.get("preemptible") or "")
         data["notify"] = _notify(
             data.pop("notify_url", ""), data.pop("notify_on", None), data.pop("notify_email", False)

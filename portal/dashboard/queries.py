@@ -16,7 +16,8 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from portal.core import budgets, reports
-from portal.core.models import Allocation, Gpu, Job, JobEvent, Node, Team, Worker
+from portal.core.actions.arrays import ArrayState, array_states, collapse_arrays
+from portal.core.models import Allocation, Gpu, Job, JobArray, JobEvent, Node, Team, Worker
 from portal.dashboard.format import duration, relative
 from scheduler.reasons import remedy
 
@@ -194,19 +195,33 @@ class PendingRow:
     ahead: Job | None  # the job directly ahead of it in its queue
     waited: str
     estimate: str
+    # A job array's pending tasks are one row, at its first pending task (`job`).
+    array: ArrayState | None = None
 
     @property
     def remedy(self) -> str:
         return remedy(self.job.reason_code)
+
+    @property
+    def array_display(self) -> str:
+        """squeue's `12_[3-9%3]` for the array's pending tasks."""
+        return self.array.display
+
+    @property
+    def array_counts(self) -> list[tuple[str, int]]:
+        """The array's tasks per state, states with none left out, in life order."""
+        return [(s, self.array.counts[s]) for s in State.values if self.array.counts.get(s)]
 
 
 def pending_page(team: Team, page_number, now: datetime):
     """One page of the team's pending jobs in queue order, with positions and who is ahead.
 
     The order is the scheduler's within a queue (priority, then submit time,
-    then id: scheduler.ordering.queue_key), so positions match its verdicts.
+    then id: scheduler.ordering.queue_key), so positions match its verdicts. A job
+    array's pending tasks are one entry, at its first one, with the array's counts per
+    state (as squeue collapses them): positions count entries.
     """
-    pending = Job.objects.filter(team=team, state=State.PENDING)
+    pending = collapse_arrays(Job.objects.filter(team=team, state=State.PENDING))
     sizes = dict(
         pending.values_list("queue__name").annotate(n=Count("pk")).values_list("queue__name", "n")
     )
@@ -222,6 +237,7 @@ def pending_page(team: Team, page_number, now: datetime):
     offsets, total = {}, 0
     for name in sorted(sizes):
         offsets[name], total = total, total + sizes[name]
+    arrays = _array_states(jobs[lead_in:])
     rows = []
     for i, job in enumerate(jobs[lead_in:]):
         previous = jobs[i + lead_in - 1] if i + lead_in > 0 else None
@@ -234,9 +250,18 @@ def pending_page(team: Team, page_number, now: datetime):
                 ahead=previous if same_queue else None,
                 waited=duration((now - job.submitted_at).total_seconds()),
                 estimate=relative(job.estimated_start_at, now),
+                array=arrays.get(job.array_id),
             )
         )
     return rows, page
+
+
+def _array_states(jobs: list[Job]) -> dict[int, ArrayState]:
+    """The ArrayState of each array among the jobs (no query when there is none)."""
+    ids = {j.array_id for j in jobs if j.array_id is not None}
+    if not ids:
+        return {}
+    return array_states(list(JobArray.objects.filter(pk__in=ids)))
 
 
 @dataclass

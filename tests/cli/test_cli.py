@@ -216,14 +216,14 @@ def test_a_file_of_many_jobs_is_one_all_or_none_bulk_submission(
     assert "jobs[1].workers" in refused.err and Job.objects.count() == 3
 
 
-def test_array_submits_indexed_copies(berth, logged_in, personas):
+def test_array_submits_indexed_tasks(berth, logged_in, personas):
     logged_in(personas.member_a)
-    result = berth("submit", "--array", "4", "-J", "sweep", *JOB, "--", "python", "t.py")
+    result = berth("submit", "--array", "0-3", "-J", "sweep", *JOB, "--", "python", "t.py")
     assert result.code == 0, result.err
-    assert "Submitted 4 jobs to alpha" in result.out
+    assert "Submitted array " in result.out and ": 4 tasks [0-3]" in result.out
     assert sorted((j.name, j.env["BERTH_ARRAY_INDEX"]) for j in Job.objects.all()) == [
         (f"sweep-{i}", str(i)) for i in range(4)
-    ]
+    ]  # named NAME-INDEX, as --array always named them, unless the name says {index}
 
 
 def test_refusals_print_the_servers_field_errors(berth, logged_in, personas):

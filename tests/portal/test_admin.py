@@ -133,6 +133,7 @@ def test_every_admin_list_page_renders(admin_client, cluster):
         "node",
         "gpu",
         "job",
+        "jobarray",
         "jobevent",
         "allocation",
         "usage",

@@ -20,6 +20,7 @@ from portal.api.views.submit import (
     submit_job_view,
 )
 from portal.core import access
+from portal.core.actions.arrays import collapse_arrays
 from portal.core.actions.jobs import cancel_job
 from portal.core.actions.submit import BulkSpecError, Caller, submit_many
 from portal.core.models import Allocation, Job, JobNotify, Worker
@@ -71,6 +72,20 @@ class JobFilterSerializer(serializers.Serializer):
         required=False, help_text="Username, or `me` for the caller."
     )
     since = serializers.DateTimeField(required=False, help_text="Submitted at or after.")
+    array = serializers.IntegerField(
+        required=False, min_value=1, max_value=10**18 - 1, help_text="Tasks of this job array."
+    )
+    collapse = serializers.BooleanField(
+        required=False,
+        help_text="`true`: of each job array's pending tasks only the first, which stands for "
+        "them (squeue's `12_[4-99%8]`; GET /api/v1/arrays/{id}/ has their count).",
+    )
+    array_index = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10**9,
+        help_text="With `array`: the task of this index.",
+    )
     ordering = serializers.ChoiceField(
         choices=["-submitted_at", "submitted_at", "queue"],
         required=False,
@@ -107,6 +122,12 @@ def filtered_jobs(request, params: dict):
             if who == "me"
             else jobs.filter(submitted_by__username=who)
         )
+    if "array" in params:
+        jobs = jobs.filter(array_id=params["array"])
+    if "array_index" in params:
+        jobs = jobs.filter(array_index=params["array_index"])
+    if params.get("collapse"):
+        jobs = collapse_arrays(jobs)
     if "since" in params:
         jobs = jobs.filter(submitted_at__gte=params["since"])
     return order_jobs(jobs, params.get("ordering", "-submitted_at"))

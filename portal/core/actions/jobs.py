@@ -249,31 +249,9 @@ def _bulk_by_key(team: Team, key: str, fingerprint: str, count: int) -> list[Job
 
 def cancel_job(job: Job, *, actor, reason: str = "") -> Job:
     """Cancel a pending or active job. Active jobs keep their GPUs until their workers stop."""
-    now = timezone.now()
     message = reason or f"Cancelled by {actor}."
     with transaction.atomic():
-        moved = transition(
-            [job.pk],
-            from_states=[State.PENDING],
-            to_state=State.CANCELLED,
-            kind="cancelled",
-            message=message,
-            actor=actor,
-            finished_at=now,
-            reason_code="",
-            reason="",
-            queue_position=None,
-            estimated_start_at=None,
-        ) or transition(
-            [job.pk],
-            from_states=Job.ACTIVE_STATES,
-            to_state=State.CANCELLED,
-            kind="cancelled",
-            message=message,
-            actor=actor,
-            finished_at=now,
-            stop_requested_at=now,
-        )
+        moved = cancel_jobs([job.pk], actor=actor, message=message)
         if not moved:
             job.refresh_from_db(fields=["state"])
             raise InvalidTransition(f"Job {job.pk} already ended ({job.state}); nothing to cancel.")
@@ -281,6 +259,36 @@ def cancel_job(job: Job, *, actor, reason: str = "") -> Job:
         transaction.on_commit(request_scheduling_pass)
     job.refresh_from_db()
     return job
+
+
+def cancel_jobs(job_ids: list[int], *, actor, message: str) -> list[int]:
+    """Cancel those of the jobs that are pending or active; return the ids that moved
+    (cancel_job for one job, actions.arrays.cancel_array for an array's tasks)."""
+    now = timezone.now()
+    cancelled = transition(
+        job_ids,
+        from_states=[State.PENDING],
+        to_state=State.CANCELLED,
+        kind="cancelled",
+        message=message,
+        actor=actor,
+        finished_at=now,
+        reason_code="",
+        reason="",
+        queue_position=None,
+        estimated_start_at=None,
+    )
+    done = set(cancelled)
+    return cancelled + transition(
+        [pk for pk in job_ids if pk not in done],
+        from_states=Job.ACTIVE_STATES,
+        to_state=State.CANCELLED,
+        kind="cancelled",
+        message=message,
+        actor=actor,
+        finished_at=now,
+        stop_requested_at=now,
+    )
 
 
 def requeue_or_fail(
@@ -398,6 +406,13 @@ def _check_room(queue, extra: int = 1) -> None:
 
 def _job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[str, Any]:
     """A new job's fields, the same for a single and a bulk submission."""
+    row = _plain_job_fields(team, spec, user, key, fingerprint, now)
+    if spec.array_id is not None:  # a task of a job array (actions.arrays)
+        row |= {"array_id": spec.array_id, "array_index": spec.array_index}
+    return row
+
+
+def _plain_job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[str, Any]:
     return dict(
         team=team,
         queue=spec.queue,

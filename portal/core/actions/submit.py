@@ -105,11 +105,15 @@ def submit_many(
     items: list[tuple[dict, dict[str, list[str]]]],
     *,
     idempotency_key: str | None = None,
+    array=None,
+    team=None,
 ) -> tuple[object, BulkSubmitted]:
     """Submit many jobs of one team, all or none; `items` are (values, parse errors)
     per job. Returns the team and the job ids in order. Field errors name the job
-    by its index: `jobs[3].workers`."""
-    team = _team(caller, slug)  # 1.
+    by its index: `jobs[3].workers`. For a job array (actions.arrays.submit_array)
+    `items` is the one task that stands for all and `array.tasks(spec)` makes every
+    task's spec from it once it is valid; `team` is the team the caller authorized."""
+    team = team or _team(caller, slug)  # 1.
     queues = sorted({values.get("queue") or "default" for values, _ in items})
     lookups = _bulk_lookups(caller, team, queues)
     specs, errors = [], {}
@@ -121,6 +125,8 @@ def submit_many(
     if errors:
         bad = len({name.partition(".")[0] for name in errors})
         raise BulkSpecError(errors, f"{bad} of {len(items)} jobs are invalid; none was submitted.")
+    if array is not None:
+        specs = array.tasks(specs[0])
     _check_can_ever_fit(specs)
     result = submit_jobs(team=team, specs=specs, user=caller.user, idempotency_key=idempotency_key)
     return team, result  # 3., 4.

@@ -2,7 +2,7 @@
 
 from .audit import AuditEntry
 from .cluster import Gpu, Node, NodeBootstrapToken
-from .jobs import Allocation, DecayedUsage, Job, JobEvent, Usage, Worker
+from .jobs import Allocation, DecayedUsage, Job, JobArray, JobEvent, Usage, Worker
 from .notifications import Delivery, JobNotify, TeamWebhook, WebhookSecret
 from .ops import SchedulingPass
 from .tenancy import Budget, Cohort, GpuFlavor, Membership, Queue, Quota, Team
@@ -19,6 +19,7 @@ __all__ = [
     "Gpu",
     "GpuFlavor",
     "Job",
+    "JobArray",
     "JobEvent",
     "JobNotify",
     "Membership",

@@ -20,6 +20,46 @@ class JobState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class JobArray(models.Model):
+    """Tasks made from one job spec over a set of indices (Slurm's `--array`): each task
+    is a Job with `array` and `array_index`; `task_limit` caps how many of them hold GPUs
+    at once (Slurm's `%N`, enforced by the scheduling pass: reason `array_limit`).
+    Created all or none by actions.arrays.submit_array."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="arrays")
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="job_arrays",
+    )
+    name = models.CharField(max_length=200, help_text="The name template; {index} per task.")
+    spec = models.CharField(max_length=2000, help_text="The index spec as given, e.g. 0-99:4%8.")
+    size = models.PositiveIntegerField(help_text="Number of tasks.")
+    task_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many tasks hold GPUs at once (%N)."
+    )
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True, editable=False)
+    submitted_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["team", "-submitted_at"], name="jobarray_team_recent")]
+        constraints = [
+            positive("size"),
+            models.UniqueConstraint(
+                fields=["team", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="one_array_per_team_idempotency_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"array {self.pk} {self.name}"
+
+
 class Job(models.Model):
     """A gang of `workers × gpus_per_worker` GPUs of one flavor, started all together or not at all.
 
@@ -88,6 +128,17 @@ class Job(models.Model):
         "the GPUs it frees stay reserved for that job (docs/scheduling.md).",
     )
 
+    # A task of a job array (JobArray), with its index; both null for a plain job.
+    array = models.ForeignKey(
+        JobArray,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="tasks",
+        db_index=False,
+    )
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+
     submitted_at = models.DateTimeField(default=timezone.now)
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -114,6 +165,17 @@ class Job(models.Model):
                 fields=["team", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="one_job_per_team_idempotency_key",
+            ),
+            # Also the index that finds an array's tasks (no index of `array` alone).
+            models.UniqueConstraint(
+                fields=["array", "array_index"],
+                condition=Q(array__isnull=False),
+                name="one_task_per_array_index",
+            ),
+            models.CheckConstraint(
+                condition=Q(array__isnull=True, array_index__isnull=True)
+                | Q(array__isnull=False, array_index__isnull=False),
+                name="array_task_has_index",
             ),
         ]
 

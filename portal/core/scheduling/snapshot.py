@@ -117,6 +117,7 @@ def _running(ctx: PassContext, now: datetime) -> list[m.RunningJob]:
         "grace_period_seconds",
         "stop_requested_at",
         "preempted_by",
+        "array_id",
     )
     running = []
     for row in jobs:
@@ -151,6 +152,7 @@ def _running_job(row: dict, placement: tuple, now: datetime) -> m.RunningJob:
         else None,
         grace_period=float(row["grace_period_seconds"]),
         preempted_by=row["preempted_by"] if stopping else None,
+        array_id=row["array_id"],
     )
 
 
@@ -189,6 +191,8 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
             "reason",
             "queue_position",
             "estimated_start_at",
+            "array_id",
+            "array__task_limit",
         )
     )
     pending = []
@@ -211,6 +215,8 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
                 eligible_at=row["eligible_at"].timestamp() if row["eligible_at"] else 0.0,
                 preempted_by=row["preempted_by"],
                 previous_attempt_stopping=row["draining"],
+                array_id=row["array_id"],
+                array_limit=row["array__task_limit"],
             )
         )
     return pending

@@ -6,6 +6,7 @@ from django.shortcuts import redirect
 
 from portal.core.access import NotFound
 from portal.core.actions import submit as submission
+from portal.core.actions.arrays import ArrayIdempotencyConflict, submit_array
 from portal.core.actions.jobs import IdempotencyConflict, QueueFull
 from portal.core.jobspec import SpecError
 from portal.dashboard import queries
@@ -19,7 +20,14 @@ def submit(request, ctx):
     if not ctx.can_submit:
         raise PermissionDenied("Viewers may not submit jobs.")
     form = SubmitJobForm(request.POST or None, team=ctx.team)
-    if request.method == "POST" and form.is_valid():
+    if request.method == "POST" and form.is_valid() and form.cleaned_data.get("array"):
+        array = _submit_array(request, ctx.team, form)
+        if array is not None:
+            messages.success(
+                request, f"Job array {array.pk}_ {array.name} was submitted: {array.size} tasks."
+            )
+            return redirect("dashboard:queue", ctx.team.slug)
+    elif request.method == "POST" and form.is_valid():
         job = _submit(request, ctx.team, form)
         if job is not None:
             messages.success(request, f"Job #{job.pk} {job.name} was submitted.")
@@ -60,5 +68,29 @@ def _submit(request, team, form: SubmitJobForm):
         form.add_error(
             None,
             f"This form was already submitted as job #{exc.job.pk}; reload the page to submit another job.",
+        )
+    return None
+
+
+def _submit_array(request, team, form: SubmitJobForm):
+    """Submit the form's job as a job array (actions.arrays); None with errors on the
+    form if it failed. Idempotent on the form's request id, as a single job is."""
+    try:
+        return submit_array(
+            submission.Caller(request.user),
+            team.slug,
+            form.spec_data(),
+            form.cleaned_data["array"],
+            idempotency_key=f"web-{form.cleaned_data['request_id']}",
+        ).array
+    except SpecError as exc:
+        form.add_spec_errors(exc)
+    except QueueFull as exc:
+        form.add_error(None, f"{exc} Try again in a little while.")
+    except ArrayIdempotencyConflict as exc:
+        form.add_error(
+            None,
+            f"This form was already submitted as job array {exc.array.pk}_; reload the page "
+            "to submit another.",
         )
     return None

@@ -1,0 +1,68 @@
+"""Job arrays' concurrency limit (Slurm's `--array=0-99%8`, its ArrayTaskThrottle).
+
+A task of an array with a limit may be considered only while fewer than `limit`
+tasks of its array hold GPUs: those running or stopping when the pass begins count,
+and the first `limit - holding` of its pending tasks in queue order are considered;
+the others are set aside before ordering, as jobs in their requeue backoff are, and
+wait with reason `array_limit`. The pass never admits more than it considered, so
+an array never holds more than `limit` tasks' GPUs at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from heapq import heapify, heappop, heappush
+from typing import TYPE_CHECKING
+
+from .model import PendingJob, RunningJob
+
+if TYPE_CHECKING:
+    from .core import Pass
+
+
+def beyond_limit(pending: list[PendingJob], running: Iterable[RunningJob]) -> list[PendingJob]:
+    """Return the pending tasks that their array's limit sets aside, in the order given
+    (queue order: the tasks with the lowest ids, so indices, go first)."""
+    limits = {j.array_id: j.array_limit for j in pending if j.array_limit is not None}
+    if not limits:
+        return []
+    holding: dict[int, int] = {}
+    for r in running:
+        if r.array_id in limits:
+            holding[r.array_id] = holding.get(r.array_id, 0) + 1
+    out = []
+    for job in pending:
+        if job.array_id not in limits:
+            continue
+        n = holding.get(job.array_id, 0)
+        if n >= limits[job.array_id]:
+            out.append(job)
+        else:
+            holding[job.array_id] = n + 1
+    return out
+
+
+class Slots:
+    """When the set-aside tasks of each array may start, for their estimated starts:
+    a task takes the slot of its array's task that ends first (running ones at their
+    end, those admitted in this pass after their max run time), in pass order."""
+
+    def __init__(self, p: Pass) -> None:
+        ends: dict[int, list[float]] = {}
+        for r in p.running:
+            if r.job.array_id is not None:
+                ends.setdefault(r.job.array_id, []).append(r.end)
+        admitted = {a.job_id for a in p.admissions}
+        for job in p.order:
+            if job.id in admitted and job.array_id is not None:
+                ends.setdefault(job.array_id, []).append(p.now + job.max_runtime)
+        for heap in ends.values():
+            heapify(heap)
+        self.ends, self.now = ends, p.now
+
+    def start(self, job: PendingJob) -> float:
+        """Return the earliest time a slot of the job's array frees, and take it."""
+        heap = self.ends.setdefault(job.array_id, [])
+        start = max(self.now, heappop(heap)) if heap else self.now
+        heappush(heap, start + job.max_runtime)
+        return start
