@@ -61,12 +61,13 @@ def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def test_the_five_units_exist():
+def test_the_six_units_exist():
     names = {unit.name for unit in UNITS}
     assert names == {
         "berth-web.service",
         "berth-watch.service",
         "berth-worker.service",
+        "berth-notify-worker.service",
         "berth-beat.service",
         "berth-agent.service",
     }
