@@ -157,6 +157,13 @@ def _submit_command(command) -> None:
     p.add_argument("--env", "-e", action="append", metavar="NAME=VALUE")
     p.add_argument("--checkpoint-signal")
     p.add_argument("--grace-period", help="between the signal and the kill: 30s, 2m")
+    p.add_argument(
+        "--dependency",
+        "-d",
+        metavar="TYPE:JOB[:JOB…][,…]",
+        help="wait for jobs of your team (as sbatch): afterok, afternotok, afterany, after, "
+        "singleton; e.g. afterok:12:13,singleton",
+    )
     p.add_argument("--array", type=int, metavar="N", help="N copies with $BERTH_ARRAY_INDEX")
     p.add_argument("--idempotency-key", help="retries and re-runs with this key submit once")
     p.add_argument("--parsable", action="store_true", help="print only the job id (as sbatch)")

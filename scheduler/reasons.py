@@ -29,6 +29,10 @@ PRIORITY = "priority"
 TOPOLOGY = "topology"
 FRAGMENTED = "fragmented"
 NO_CAPACITY = "no_capacity"
+# Release codes, not pass verdicts: a job held for its dependencies is outside the
+# snapshot (scheduler/dependency.py), so the portal writes these, never the pass.
+DEPENDENCY = "dependency"
+DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"
 
 # code -> the sentence used when PolicyConfig.explain is off; order = precedence.
 REASONS: dict[str, str] = {
@@ -73,6 +77,9 @@ REMEDIES: dict[str, str] = {
     FRAGMENTED: "Whole nodes freeing up, or fewer GPUs per worker.",
     NO_CAPACITY: "Running jobs of its flavor finishing (see its estimated start), or a smaller gang.",
     PREVIOUS_ATTEMPT: "Nothing: the workers of its previous attempt are stopping.",
+    DEPENDENCY: "The jobs it depends on reaching the states its dependency names (see the "
+    "reason); it enters the queue with its original submit time once they do, or is "
+    "cancelled if they cannot.",
 }
 
 

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from portal.celery import app as celery_app
 from portal.core import statements
+from portal.core.actions import dependencies
 from portal.core.db import insert_rows
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
@@ -109,6 +110,7 @@ def transition(
             )
             for pk, old in rows.items()
         )
+        dependencies.on_transition(list(rows), to_state)
     return list(rows)
 
 
@@ -223,6 +225,7 @@ def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
             insert_rows(JobEvent, events)
         else:
             JobEvent.objects.bulk_create(JobEvent(**event) for event in events)
+        dependencies.record_dependencies(ids, specs)
         transaction.on_commit(request_scheduling_pass)
     return ids
 
@@ -415,7 +418,7 @@ def _job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[str, A
         submitted_at=now,
         reason_code="new",
         reason="Waiting for the next scheduling pass.",
-    )
+    ) | dependencies.row_fields(spec)
 
 
 def _submitted_event(job: Job, user, spec: JobSpec) -> JobEvent:

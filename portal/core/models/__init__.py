@@ -2,7 +2,7 @@
 
 from .audit import AuditEntry
 from .cluster import Gpu, Node, NodeBootstrapToken
-from .jobs import Allocation, DecayedUsage, Job, JobEvent, Usage, Worker
+from .jobs import Allocation, DecayedUsage, Job, JobDependency, JobEvent, Usage, Worker
 from .ops import SchedulingPass
 from .tenancy import Cohort, GpuFlavor, Membership, Queue, Quota, Team
 from .tokens import ApiToken
@@ -16,6 +16,7 @@ __all__ = [
     "Gpu",
     "GpuFlavor",
     "Job",
+    "JobDependency",
     "JobEvent",
     "Membership",
     "Node",
