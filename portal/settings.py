@@ -288,6 +288,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
         "options": {"expires": 20.0},
     },
+    # Held jobs are released on their parents' changes; this catches what a race missed.
+    "dependency-sweep": {
+        "task": "portal.core.tasks.dependency_sweep",
+        "schedule": 30.0,
+        "options": {"expires": 60.0},
+    },
 }
 # SSO: LDAP users re-read from the directory, stale SSO users deactivated (portal/sso/tasks.py).
 CELERY_BEAT_SCHEDULE["sso-sync"] = {

@@ -13,6 +13,7 @@ from django.utils.html import format_html, format_html_join
 
 from portal.core import reports
 from portal.core.actions.audit import record_changes, record_event
+from portal.core.actions.dependencies import settle
 from portal.core.actions.jobs import InvalidTransition, cancel_job
 from portal.core.actions.nodes import (
     EDITABLE,
@@ -33,6 +34,7 @@ from portal.core.models import (
     Gpu,
     GpuFlavor,
     Job,
+    JobDependency,
     JobEvent,
     Membership,
     Node,
@@ -460,6 +462,25 @@ class JobEventInline(admin.TabularInline):
         return False
 
 
+class JobDependencyInline(admin.TabularInline):
+    """The jobs this one depends on (its `dependency` text also says singleton)."""
+
+    model = JobDependency
+    fk_name = "child"
+    extra = 0
+    can_delete = False
+    fields = ("type", "parent", "parent_state")
+    readonly_fields = fields
+    verbose_name = "dependency"
+
+    @admin.display(description="parent state")
+    def parent_state(self, edge):
+        return edge.parent.state
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = (
@@ -474,13 +495,20 @@ class JobAdmin(admin.ModelAdmin):
         "reason_code",
         "submitted_at",
     )
-    list_filter = ("state", "team", "flavor", "preemptible", "reason_code")
+    list_filter = (
+        "state",
+        "team",
+        "flavor",
+        "preemptible",
+        "reason_code",
+        "awaiting_dependency",
+    )
     search_fields = ("=id", "name", "image", "submitted_by__username", "idempotency_key")
     list_select_related = ("team", "queue", "flavor")
     date_hierarchy = "submitted_at"
     readonly_fields = [f.name for f in Job._meta.fields]
-    inlines = (JobEventInline,)
-    actions = ("cancel",)
+    inlines = (JobDependencyInline, JobEventInline)
+    actions = ("cancel", "judge_dependencies")
 
     @admin.display(description="GPUs")
     def gpus_display(self, job):
@@ -499,6 +527,13 @@ class JobAdmin(admin.ModelAdmin):
             except InvalidTransition:
                 pass
         self.message_user(request, f"Cancelled {done} job(s).", messages.SUCCESS)
+
+    @admin.action(description="Check the dependencies of selected held jobs now")
+    def judge_dependencies(self, request, queryset):
+        """What the periodic sweep does, for these jobs: release, cancel or re-word."""
+        outcome = settle(list(queryset.values_list("pk", flat=True)))
+        counts = ", ".join(f"{len(ids)} {name}" for name, ids in outcome.items())
+        self.message_user(request, f"Held jobs checked: {counts}.", messages.SUCCESS)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.core.cache import cache
 
+from portal.core.actions.dependencies import sweep_held_jobs
 from portal.core.actions.jobs import PASS_REQUESTED_KEY, PASS_TASK
 from portal.core.actions.node_monitor import monitor_nodes
 from portal.core.scheduling import run_pass
@@ -23,3 +24,10 @@ def scheduling_pass() -> dict | None:
 def node_monitor() -> dict:
     """Mark silent nodes not ready, evict long-silent ones, stop over-time jobs."""
     return monitor_nodes()
+
+
+@shared_task(name="portal.core.tasks.dependency_sweep", ignore_result=True)
+def dependency_sweep() -> dict:
+    """Judge every job held for its dependencies (the safety net behind the release
+    on each parent's state change; actions.dependencies)."""
+    return sweep_held_jobs()

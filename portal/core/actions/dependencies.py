@@ -57,19 +57,23 @@ def row_fields(spec) -> dict:
 
 
 def submit_dependent_job(*, team, spec, user, idempotency_key=None, only_if=None):
-    """actions.jobs.submit_job for a job with dependencies: the job, its event and its
-    edges in one transaction, then judged at once (a parent may have ended already)."""
+    """actions.jobs.submit_job in a transaction: the job, its event and its edges
+    commit together (submit_job's single statement would otherwise commit alone)."""
     from portal.core.actions.jobs import submit_job  # jobs imports this module
 
     with transaction.atomic():
-        result = submit_job(
+        return submit_job(
             team=team, spec=spec, user=user, idempotency_key=idempotency_key, only_if=only_if
         )
-        if result is not None and result.created:
-            # The single-job statement leaves these to their database defaults.
-            Job.objects.filter(pk=result.job.pk).update(**row_fields(spec))
-            record_dependencies([result.job.pk], [spec])
-    return result
+
+
+def stored(job: Job, spec) -> None:
+    """Hold a job submit_job just stored, if it has dependencies: its held fields (the
+    single-job statement leaves them to their database defaults), its edges, and a
+    first judgement (a parent may have ended already). In the store's transaction."""
+    if spec.is_dependent:
+        Job.objects.filter(pk=job.pk).update(**row_fields(spec))
+        record_dependencies([job.pk], [spec])
 
 
 def record_dependencies(ids: list[int], specs: list) -> None:

@@ -147,6 +147,7 @@ def submit_job(
     else:
         created = _insert_with_orm(job, user, spec)
     if created:
+        dependencies.stored(job, spec)
         transaction.on_commit(request_scheduling_pass)
         return Submitted(job, created=True)
     if only_if is not None:
