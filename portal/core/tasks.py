@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.core.cache import cache
 
-from portal.core.actions.dependencies import sweep_held_jobs
+from portal.core.actions.dependencies import SETTLE_TASK, settle_in_batches, sweep_held_jobs
 from portal.core.actions.jobs import PASS_REQUESTED_KEY, PASS_TASK
 from portal.core.actions.node_monitor import monitor_nodes
 from portal.core.scheduling import run_pass
@@ -31,3 +31,9 @@ def dependency_sweep() -> dict:
     """Judge every job held for its dependencies (the safety net behind the release
     on each parent's state change; actions.dependencies)."""
     return sweep_held_jobs()
+
+
+@shared_task(name=SETTLE_TASK, ignore_result=True)
+def dependency_settle(job_ids: list[int]) -> dict:
+    """Judge the many held dependents one transition concerned (actions.dependencies)."""
+    return settle_in_batches(job_ids)

@@ -294,3 +294,29 @@ def test_the_job_list_shows_the_dependency(cluster, as_member_a):
         f"afterok:{parent['id']},afterany:{parent['id']},singleton",
         "",
     ]
+
+
+def test_many_dependents_are_settled_by_a_task_after_the_commit(
+    cluster, as_member_a, monkeypatch, django_capture_on_commit_callbacks
+):
+    """A parent with more held children than SETTLE_INLINE_MAX: its transition only
+    queues them (the broker is the network edge: the sent task is recorded), and the
+    task releases them."""
+    from portal.celery import app as celery_app
+    from portal.core import tasks
+
+    monkeypatch.setattr(dependencies, "SETTLE_INLINE_MAX", 1)
+    sent = []
+    monkeypatch.setattr(celery_app, "send_task", lambda name, **kw: sent.append((name, kw)))
+    parent = submitted(as_member_a, name="train")
+    children = [
+        submitted(as_member_a, name=f"eval-{i}", dependency=f"afterok:{parent['id']}")["id"]
+        for i in range(3)
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        end(parent["id"], "succeeded")
+    assert sent == [(dependencies.SETTLE_TASK, {"args": [children], "retry": False})]
+    assert {job(as_member_a, pk)["reason_code"] for pk in children} == {"dependency"}
+
+    assert tasks.dependency_settle(children) == {"released": 3, "cancelled": 0, "waiting": 0}
+    assert {job(as_member_a, pk)["reason_code"] for pk in children} == {"new"}

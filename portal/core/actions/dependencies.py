@@ -19,11 +19,13 @@ When it happens: at submission (a parent may already have ended), on every state
 change of a parent (actions.jobs.transition calls `on_transition`, in the same
 transaction: a job that starts or ends releases or cancels its dependents at once),
 and in `sweep_held_jobs`, a periodic safety net (Celery beat) for what a race between
-a submission and a parent's change could leave behind.
+a submission and a parent's change could leave behind. A change that concerns more
+than SETTLE_INLINE_MAX held jobs hands them to a Celery task once it commits.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
 
@@ -36,8 +38,14 @@ from portal.core.models import Job, JobDependency, JobEvent
 from scheduler import dependency as rule
 from scheduler.reasons import DEPENDENCY, DEPENDENCY_NEVER_SATISFIED
 
+log = logging.getLogger(__name__)
 State = Job.State
 SWEEP_BATCH = 1000
+# More dependents than this released by one transition are judged by a task after it
+# commits (SETTLE_TASK), not inside it: a parent with 10,000 children would otherwise
+# hold its agent's report for seconds (docs/benchmarks.md).
+SETTLE_INLINE_MAX = 500
+SETTLE_TASK = "portal.core.tasks.dependency_settle"
 # A parent's change that can settle a dependent: it started (after), or it ended.
 _TRIGGERS = frozenset({State.RUNNING, *Job.TERMINAL_STATES})
 _cascade = threading.local()
@@ -109,10 +117,33 @@ def on_transition(job_ids: list[int], to_state: str) -> None:
     try:
         while queue:
             held = _held_dependents(*queue.pop())
-            if held:
+            if len(held) > SETTLE_INLINE_MAX:
+                transaction.on_commit(lambda held=held: _settle_later(held))
+            elif held:
                 settle(held)
     finally:
         _cascade.queue = None
+
+
+def _settle_later(job_ids: list[int]) -> None:
+    """Hand many dependents to a Celery task (sent by name, as the pass request is), so
+    the transition that released them (an agent's report) stays short. If the broker
+    cannot be reached, the sweep (every 30 s) judges them."""
+    from portal.celery import app as celery_app
+
+    try:
+        celery_app.send_task(SETTLE_TASK, args=[job_ids], retry=False)
+    except Exception:  # noqa: BLE001 — the sweep is the fallback
+        log.warning("could not queue the release of %d held jobs", len(job_ids), exc_info=True)
+
+
+def settle_in_batches(job_ids: list[int]) -> dict[str, int]:
+    """settle() SWEEP_BATCH jobs at a time, each batch its own transaction."""
+    totals = {"released": 0, "cancelled": 0, "waiting": 0}
+    for start in range(0, len(job_ids), SWEEP_BATCH):
+        for outcome, ids in settle(job_ids[start : start + SWEEP_BATCH]).items():
+            totals[outcome] += len(ids)
+    return totals
 
 
 def _held_dependents(job_ids: list[int], to_state: str) -> list[int]:
