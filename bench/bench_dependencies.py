@@ -42,6 +42,8 @@ from portal.core.actions import dependencies  # noqa: E402
 from portal.core.actions.dependencies import sweep_held_jobs  # noqa: E402
 from portal.core.actions.jobs import transition  # noqa: E402
 from portal.core.models import Allocation, Job, JobDependency, JobEvent, Worker  # noqa: E402
+from portal.core.scheduling.snapshot import build_snapshot  # noqa: E402
+from scheduler.model import PolicyConfig  # noqa: E402
 
 
 def add_held(count: int) -> list[int]:
@@ -94,6 +96,22 @@ def timed_passes(repeat: int, held: list[int], marks, pending, running) -> dict[
             s = result.summary()
             out[label].append((wall, s["queries"], s["admitted"]))
             undo_pass(marks, pending, running)
+    Job.objects.filter(pk__in=held).update(state="pending")
+    return out
+
+
+def timed_snapshots(repeat: int, held: list[int]) -> dict[str, list[float]]:
+    """build_snapshot alone (the only step that could read held jobs), alternating A/B."""
+    out = {"A": [], "B": []}
+    config = PolicyConfig()
+    for _ in range(repeat):
+        for label in ("A", "B"):
+            Job.objects.filter(pk__in=held).update(state="pending" if label == "A" else "cancelled")
+            vacuum()
+            t0 = time.perf_counter()
+            snapshot, _ = build_snapshot(timezone.now(), config)
+            out[label].append(time.perf_counter() - t0)
+            assert not {j.id for j in snapshot.pending} & set(held)
     Job.objects.filter(pk__in=held).update(state="pending")
     return out
 
@@ -175,10 +193,23 @@ def main() -> None:
     a = statistics.median(w for w, _, _ in out["A"])
     b = statistics.median(w for w, _, _ in out["B"])
     print(f"A/B median ratio {a / b:.3f}")
+    snaps = timed_snapshots(args.repeat * 2, held)
+    for label, walls in snaps.items():
+        print(
+            f"snapshot {label}: "
+            + ", ".join(f"{w:.3f}" for w in walls)
+            + f" s; median {statistics.median(walls):.3f} s"
+        )
+    print(
+        f"snapshot A/B median ratio {statistics.median(snaps['A']) / statistics.median(snaps['B']):.3f}"
+    )
 
-    t0 = time.perf_counter()
-    totals = sweep_held_jobs()
-    print(f"sweep over {len(held)} held jobs: {time.perf_counter() - t0:.3f} s, {totals}")
+    for run in ("first", "second"):
+        t0 = time.perf_counter()
+        totals = sweep_held_jobs()
+        print(
+            f"sweep ({run}) over {len(held)} held jobs: {time.perf_counter() - t0:.3f} s, {totals}"
+        )
     for inline in (True, False):
         for state in ("succeeded", "failed"):
             wall, task, counts = one_parent_ends(held, state, inline)
