@@ -60,6 +60,7 @@ RESERVED_ENV = {
 # keeps a submission's lookups and its edge insert small).
 MAX_DEPENDENCY_PARENTS = 100
 MAX_DEPENDENCY_CHARS = 1000
+MAX_ID = 2**63 - 1  # a job id is a bigint
 SIGNALS = {
     s.name for s in signal.Signals if s.name.startswith("SIG") and not s.name.startswith("SIG_")
 }
@@ -209,8 +210,9 @@ def clean_job_spec(team: Team, data: dict[str, Any], lookups: SpecLookups | None
         )
     if flavor and not errors.keys() & {"workers", "gpus_per_worker"}:
         _check_fits(lookups, spec, errors)
-    if data.get("dependency"):
-        spec.depends_on, spec.singleton = _check_dependency(lookups, data["dependency"], errors)
+    text = data.get("dependency")
+    if text and not (isinstance(text, str) and not text.strip()):
+        spec.depends_on, spec.singleton = _check_dependency(lookups, text, errors)
     if errors:
         raise SpecError(errors)
     return spec
@@ -378,6 +380,8 @@ def parse_dependency(text: str) -> tuple[tuple[tuple[str, int], ...], bool]:
     pairs: dict[tuple[str, int], None] = {}
     singleton = False
     for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise ValueError("An empty dependency between commas: write afterok:12,singleton.")
         kind, _, ids = part.partition(":")
         if kind == dep.SINGLETON and not ids:
             singleton = True
@@ -393,7 +397,7 @@ def parse_dependency(text: str) -> tuple[tuple[tuple[str, int], ...], bool]:
         for job_id in ids.split(":"):
             if "+" in job_id:
                 raise ValueError(f"Delays such as {kind}:{job_id} are not supported.")
-            if not job_id.isascii() or not job_id.isdigit() or int(job_id) < 1:
+            if not job_id.isascii() or not job_id.isdigit() or not 1 <= int(job_id) <= MAX_ID:
                 raise ValueError(f"{job_id!r} in {part!r} is not a job id (a positive number).")
             pairs[(kind, int(job_id))] = None
     return tuple(pairs), singleton

@@ -201,6 +201,8 @@ def test_cancelling_a_held_job_works_and_ends_its_afterok_dependents(cluster, as
         ("afterok:x", "'x' in 'afterok:x' is not a job id (a positive number)."),
         ("afterok:0", "'0' in 'afterok:0' is not a job id (a positive number)."),
         ("afterok:1+5", "Delays such as afterok:1+5 are not supported."),
+        ("afterok:99999999999999999999", None),
+        ("afterok:1,", "An empty dependency between commas: write afterok:12,singleton."),
         (
             "afterok:1?afterany:2",
             "Use ',' between dependencies (all must hold); '?' (any) is not supported.",
@@ -214,8 +216,14 @@ def test_bad_syntax_is_a_400_on_the_field(cluster, as_member_a, spec, message):
     [text] = error["fields"]["dependency"]
     if message:
         assert text == message
+    elif spec.startswith("afterok:9"):
+        assert text.endswith("is not a job id (a positive number).")
     else:
         assert text.startswith("Unknown dependency") and "afterok:12:13,singleton" in text
+
+
+def test_a_blank_dependency_is_none(cluster, as_member_a):
+    assert submitted(as_member_a, dependency="  ")["dependency"] == ""
 
 
 def test_a_parent_of_another_team_or_none_at_all_is_refused_alike(cluster, personas, as_member_a):
