@@ -201,7 +201,19 @@ def _flag_fields(args) -> dict:
     out = {k: v for k, v in fields.items() if v is not None}
     if args.env:
         out["env"] = parse_env(args.env)
+    if args.notify or args.notify_on or args.mail:
+        out["notify"] = _notify(args)
     return out
+
+
+def _notify(args) -> dict:
+    """The job's `notify` from --notify, --notify-on and --mail (Slurm's --mail-type)."""
+    notify = {"url": args.notify} if args.notify else {}
+    if args.notify_on:
+        notify["on"] = [e.strip() for e in args.notify_on.split(",") if e.strip()]
+    if args.mail:
+        notify["email"] = True
+    return notify
 
 
 def _array(job: dict, count: int) -> list[dict]:
@@ -245,6 +257,11 @@ def status(args, client_for) -> int:
     return exitcodes.OK
 
 
+def _notify_line(notify: dict) -> str:
+    targets = [t for t in (notify.get("url"), "e-mail" if notify.get("email") else None) if t]
+    return f"{' and '.join(targets)} on {', '.join(notify.get('on') or [])}"
+
+
 def _status_lines(job: dict) -> list[str]:
     lines = [
         f"Job {job['id']}  {job['name']}  ({job['team']}/{job['queue']})",
@@ -271,6 +288,8 @@ def _status_lines(job: dict) -> list[str]:
             lines.append(f"{label + ':':<13}{when(job[key])}")
     if job["exit_code"] is not None:
         lines.append(f"Exit code:   {job['exit_code']}")
+    if job.get("notify"):
+        lines.append(f"Notify:      {_notify_line(job['notify'])}")
     if job["allocations"]:
         lines.append("GPUs:")
         lines += [f"  rank {a['rank']}  {a['node']}  {a['gpu_uuid']}" for a in job["allocations"]]

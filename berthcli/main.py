@@ -164,6 +164,13 @@ def _submit_command(command) -> None:
         help="wait for jobs of your team (as sbatch): afterok, afternotok, afterany, after, "
         "singleton; e.g. afterok:12:13,singleton",
     )
+    p.add_argument("--notify", metavar="URL", help="POST a signed JSON notice to URL on events")
+    p.add_argument(
+        "--notify-on",
+        metavar="EVENTS",
+        help="comma-separated: started,preempted,failed,ended (default ended)",
+    )
+    p.add_argument("--mail", action="store_true", help="e-mail you on those events")
     p.add_argument("--array", type=int, metavar="N", help="N copies with $BERTH_ARRAY_INDEX")
     p.add_argument("--idempotency-key", help="retries and re-runs with this key submit once")
     p.add_argument("--parsable", action="store_true", help="print only the job id (as sbatch)")

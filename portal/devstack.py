@@ -184,6 +184,8 @@ def main() -> int:
     _stop_on_signals()
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    # The demo's webhooks go to receivers on this machine (docs/security.md).
+    os.environ.setdefault("BERTH_NOTIFY_ALLOW_PRIVATE", "1")
     import django
 
     django.setup()
@@ -241,6 +243,13 @@ def _run(stack: Stack, port: int, token: str, var: Path) -> int:
             "-s",
             str(var / "celerybeat-schedule"),
         ],
+    )
+    # Webhooks and e-mail (the console backend: they appear in logs/notify.log), on their
+    # own queue as in production, so a slow receiver never delays the demo's passes.
+    stack.start(
+        "notify",
+        [str(BIN / "celery"), "-A", "portal", "worker", "-Q", "notifications", "-c", "1"]
+        + ["-n", "notify@%h", "--loglevel", "INFO"],
     )
     if not wait_for_http(f"{url}/healthz"):
         print(f"the web server did not come up; see {var / 'logs' / 'web.log'}", file=sys.stderr)

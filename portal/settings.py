@@ -295,6 +295,45 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": 60.0},
     },
 }
+# --- notifications: webhooks and e-mail (portal/core/actions/notifications.py) -----------
+# docs/security.md "Outbound webhooks": private, loopback and link-local targets are refused
+# unless this is on (the tests and `make run` turn it on for their local receivers).
+BERTH["NOTIFY_ALLOW_PRIVATE"] = env_bool("BERTH_NOTIFY_ALLOW_PRIVATE", False)
+# One attempt's connect + read timeout; the sender gives up on a slow endpoint after it.
+BERTH["NOTIFY_TIMEOUT_S"] = env_float("BERTH_NOTIFY_TIMEOUT_S", 5.0, minimum=0.1)
+# Attempts per delivery, and the backoff between them: min(base x 2^(n-1), max) seconds.
+BERTH["NOTIFY_MAX_ATTEMPTS"] = env_int("BERTH_NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
+BERTH["NOTIFY_BACKOFF_BASE_S"] = env_float("BERTH_NOTIFY_BACKOFF_BASE_S", 15.0, minimum=0.0)
+BERTH["NOTIFY_BACKOFF_MAX_S"] = env_float("BERTH_NOTIFY_BACKOFF_MAX_S", 3600.0, minimum=0.0)
+# The sweep that sends what is due (a lost task message, a broker that was down).
+BERTH["NOTIFY_SWEEP_INTERVAL_S"] = env_float("BERTH_NOTIFY_SWEEP_INTERVAL_S", 30.0, minimum=1.0)
+# Deliveries that ended are kept this long for the leads to see, then deleted by the sweep.
+BERTH["NOTIFY_KEEP_DAYS"] = env_int("BERTH_NOTIFY_KEEP_DAYS", 30, minimum=1)
+# Notification tasks have their own queue, so a slow endpoint never holds a worker the
+# scheduling pass needs (deploy/: the notify worker consumes it).
+BERTH["NOTIFY_QUEUE"] = env_str("BERTH_NOTIFY_QUEUE", "notifications")
+CELERY_TASK_ROUTES = {
+    "portal.core.tasks.deliver_notifications": {"queue": BERTH["NOTIFY_QUEUE"]},
+    "portal.core.tasks.sweep_notifications": {"queue": BERTH["NOTIFY_QUEUE"]},
+}
+CELERY_BEAT_SCHEDULE["notification-sweep"] = {
+    "task": "portal.core.tasks.sweep_notifications",
+    "schedule": BERTH["NOTIFY_SWEEP_INTERVAL_S"],
+    "options": {"expires": BERTH["NOTIFY_SWEEP_INTERVAL_S"]},
+}
+# E-mail to submitters: the console in development (`make run` prints it), SMTP otherwise.
+EMAIL_BACKEND = env_str(
+    "DJANGO_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = env_str("DJANGO_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("DJANGO_EMAIL_PORT", 25, minimum=1)
+EMAIL_USE_TLS = env_bool("DJANGO_EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = BERTH["NOTIFY_TIMEOUT_S"]
+DEFAULT_FROM_EMAIL = env_str("DJANGO_DEFAULT_FROM_EMAIL", "berth@localhost")
+
 # SSO: LDAP users re-read from the directory, stale SSO users deactivated (portal/sso/tasks.py).
 CELERY_BEAT_SCHEDULE["sso-sync"] = {
     "task": "portal.sso.tasks.sso_sync",
@@ -330,6 +369,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Two models have a `state`: name each choice set after its model.
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "portal.api.serializers.STATES",
+        "DeliveryStateEnum": "portal.core.models.notifications.DeliveryState",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "portal.api.schema.add_error_responses",

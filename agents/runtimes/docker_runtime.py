@@ -6,9 +6,13 @@ by label filter; an exited container is kept until the portal acknowledges its
 exit code, then removed. GPUs are requested by UUID with a device request,
 which the NVIDIA container toolkit turns into exactly those devices; an engine
 without it refuses the request, and the worker fails to start with the
-engine's message. Containers use the node's network and IPC namespace: the
-gang's rendezvous (``MASTER_ADDR:MASTER_PORT`` on rank 0's node) and NCCL need
-them.
+engine's message. Containers use the node's network namespace: the gang's
+rendezvous (``MASTER_ADDR:MASTER_PORT`` on rank 0's node) and NCCL between
+nodes need it. Their IPC namespace (``/dev/shm``, System V shared memory) is
+the job's own: the first worker of a job attempt on a node is created
+``shareable``, with a ``/dev/shm`` as large as the node's, and that attempt's
+other workers on the node join it, so NCCL and DataLoader workers within the
+job share memory while another tenant's job on the same node sees none of it.
 
 A start is one attempt: the image is pulled at most once (``--pull``), and
 whatever the engine refuses is a permanent ``failed_to_start`` with its exit
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -54,11 +59,14 @@ LABEL_RANK = "berth.rank"
 LABEL_ATTEMPT = "berth.attempt"
 LABEL_NODE = "berth.node"
 LOG_TAIL_LINES = 200
-# The node's network and IPC namespace: the gang's rendezvous and NCCL between
-# nodes need the first, NCCL and DataLoader workers within a node the second
-# (Docker's default /dev/shm is 64 MiB; NVIDIA's containers ask for --ipc=host).
+LABEL_IPC = "berth.ipc"  # on the worker whose IPC namespace its job's others on the node join
+# The node's network namespace: the gang's rendezvous and NCCL between nodes need
+# it. Not the node's IPC namespace (NVIDIA's containers ask for --ipc=host): that
+# would put every tenant's /dev/shm in one place. Each job attempt gets its own,
+# as large as the node's /dev/shm (Docker's default is 64 MiB, too small for NCCL).
 NETWORK_MODE = "host"
-IPC_MODE = "host"
+IPC_OWNER = "shareable"
+DEFAULT_SHM_BYTES = 64 * 1024 * 1024
 # `docker run`'s exit codes when the engine cannot run a container (docker/cli
 # cli/command/container/run.go, runStartContainerErr).
 ENGINE_REFUSED_EXIT = 125
@@ -67,6 +75,16 @@ _NOT_FOUND = ("executable file not found", "no such file or directory")
 ENGINE_ERRORS = (DockerException, requests.RequestException)
 # Docker's zero time for "not finished yet".
 _NEVER = "0001-01-01T00:00:00Z"
+
+
+def node_shm_bytes(path: str = "/dev/shm") -> int:
+    """The size of the node's /dev/shm, which a job's private one matches (the kernel
+    makes it half the memory); Docker's 64 MiB default where the node has none."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return DEFAULT_SHM_BYTES
+    return max(stats.f_blocks * stats.f_frsize, DEFAULT_SHM_BYTES)
 
 
 def container_name(key: str) -> str:
@@ -140,11 +158,22 @@ class DockerRuntime(Runtime):
         self._starting.add(spec.key)
         try:
             self._ensure_image(spec.image)
-            container = self._create(spec)
-            if container is not None:
-                self._start_container(spec, container)
+            owner = self._ipc_owner(spec)
+            try:
+                self._create_and_start(spec, owner)
+            except StartFailed:
+                if owner is None or self._ipc_owner(spec) == owner:
+                    raise
+                # The worker whose namespace it would join ended between the look
+                # and the start ("can't join IPC of container …"): hold its own.
+                self._create_and_start(spec, None)
         finally:
             self._starting.discard(spec.key)
+
+    def _create_and_start(self, spec: WorkerSpec, ipc_owner: str | None) -> None:
+        container = self._create(spec, ipc_owner)
+        if container is not None:
+            self._start_container(spec, container)
 
     def _ensure_image(self, image: str) -> None:
         """Make the image available as the pull policy says, with one pull at most."""
@@ -178,18 +207,29 @@ class DockerRuntime(Runtime):
         if errors:
             raise refused(f"cannot pull image {image}: {errors[-1]}")
 
-    def _create(self, spec: WorkerSpec) -> Any | None:
-        """Create the container; None when one of this key already exists (it is adopted)."""
+    def _create(self, spec: WorkerSpec, ipc_owner: str | None = None) -> Any | None:
+        """Create the container; None when one of this key already exists (it is adopted).
+
+        Its IPC namespace is ``ipc_owner``'s (a running worker of the same job attempt on
+        this node), or, with none, its own: ``shareable``, as large as the node's /dev/shm.
+        """
+        if ipc_owner:
+            ipc = {"labels": self._labels(spec), "ipc_mode": f"container:{ipc_owner}"}
+        else:
+            ipc = {
+                "labels": {**self._labels(spec), LABEL_IPC: IPC_OWNER},
+                "ipc_mode": IPC_OWNER,
+                "shm_size": node_shm_bytes(),
+            }
         try:
             return self._client.containers.create(
                 spec.image,
                 command=list(spec.command) or None,
                 name=container_name(spec.key),
-                labels=self._labels(spec),
                 environment=spec.environment(),
                 device_requests=self._device_requests(spec),
                 network_mode=NETWORK_MODE,
-                ipc_mode=IPC_MODE,
+                **ipc,
             )
         except APIError as exc:
             if exc.status_code != 409:
@@ -207,6 +247,23 @@ class DockerRuntime(Runtime):
         except ENGINE_ERRORS as exc:
             self._remove_leftover(spec.key)
             raise refused(f"docker could not start {spec.image}", exc, starting=True) from exc
+
+    def _ipc_owner(self, spec: WorkerSpec) -> str | None:
+        """The id of the running worker that holds this job attempt's IPC namespace on
+        this node, or None."""
+        filters = {
+            "label": [
+                f"{LABEL_NODE}={self._node}",
+                f"{LABEL_JOB}={spec.job_id}",
+                f"{LABEL_ATTEMPT}={spec.attempt}",
+                f"{LABEL_IPC}={IPC_OWNER}",
+            ]
+        }
+        try:
+            running = self._client.containers.list(filters=filters, ignore_removed=True)
+        except ENGINE_ERRORS as exc:
+            raise refused(f"docker could not list the workers of job {spec.job_id}", exc) from exc
+        return running[0].id if running else None
 
     def _labels(self, spec: WorkerSpec) -> dict[str, str]:
         return {

@@ -79,6 +79,8 @@ def _check_for(field) -> Check | None:
     """A check that parses as `field` does, or None for a kind of field this does not
     know, including a subclass that parses its own way (but a text field marked
     `strict` (serializers.Strict), which only refuses a value of another JSON type, is known)."""
+    if isinstance(field, serializers.Serializer):
+        return _nested(field)
     kind = type(field)
     if kind.run_validation is not _BASE.get(_family(field), {}).get("run_validation"):
         return None
@@ -116,6 +118,18 @@ _BASE = {
 
 def _family(field) -> type | None:
     return next((family for family in _FAMILIES if isinstance(field, family)), None)
+
+
+def _nested(serializer: serializers.Serializer) -> Check | None:
+    """An object of known fields inside the body (a job's `notify`), parsed as a body is."""
+    if _plan(serializer) is None:
+        return None
+
+    def check(value):
+        values = fast_parse(serializer, value)
+        return MISS if values is None else values
+
+    return check
 
 
 def _exact(kind: type, checks: list) -> Check:

@@ -11,8 +11,9 @@ from rest_framework import serializers
 from rest_framework.fields import SkipField
 
 from portal.api.fastparse import fast_parse
-from portal.core.jobspec import MAX_WORKERS, PRIORITY_RANGE
+from portal.core.jobspec import JOB_EVENTS, MAX_WORKERS, PRIORITY_RANGE
 from portal.core.models.jobs import JobState
+from portal.core.models.notifications import DeliveryChannel, DeliveryState
 from portal.core.validators import TOKEN_NAME
 from scheduler.reasons import remedy
 
@@ -114,6 +115,22 @@ class StrictSerializer(serializers.Serializer):
         return values
 
 
+class NotifySerializer(StrictSerializer):
+    """Where a job's state changes are sent (docs/api.md "Notifications")."""
+
+    url = TextField(
+        max_length=2000,
+        required=False,
+        help_text="An http(s) URL that gets a signed JSON POST on each chosen event.",
+    )
+    on = serializers.ListField(
+        child=TextField(max_length=16),
+        required=False,
+        help_text='Events: `started`, `preempted`, `failed`, `ended`; default `["ended"]`.',
+    )
+    email = BooleanField(required=False, help_text="Also e-mail the submitter; default false.")
+
+
 class JobSpecSerializer(StrictSerializer):
     """One job as submitted. Omitted optional fields take the queue's defaults."""
 
@@ -169,6 +186,9 @@ class JobSpecSerializer(StrictSerializer):
         "`afterok:12:13` (all succeeded), `afternotok:12` (failed or cancelled), "
         "`afterany:12` (ended), `after:12` (started), `singleton` (one job of this name "
         "and user at a time); several joined by `,`, all must hold. See docs/api.md, Pipelines.",
+    )
+    notify = NotifySerializer(
+        required=False, help_text="Webhook and e-mail on this job's state changes."
     )
 
 
@@ -370,6 +390,9 @@ class JobDetailSerializer(JobSerializer):
     env = serializers.DictField(child=serializers.CharField())
     checkpoint_signal = serializers.CharField()
     grace_period_seconds = serializers.IntegerField()
+    notify = NotifySerializer(
+        source="notify_spec", allow_null=True, help_text="Its own notifications, or null."
+    )
     idempotency_key = serializers.CharField(allow_null=True)
     allocations = AllocationSerializer(
         many=True, source="allocations_now", help_text="GPUs of the latest attempt."
@@ -523,3 +546,51 @@ class MeSerializer(serializers.Serializer):
     teams = MembershipSerializer(many=True)
     auth = serializers.ChoiceField(choices=["token", "session", "password"])
     token = TokenSerializer(allow_null=True, help_text="The token this request used, if any.")
+
+
+# --- notifications (api/views/notifications.py) -----------------------------------
+
+
+class WebhookCreateSerializer(StrictSerializer):
+    url = TextField(max_length=2000, help_text="An http(s) URL (docs/security.md).")
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(JOB_EVENTS)),
+        required=False,
+        default=list,
+        help_text="Job events: `started`, `preempted`, `failed`, `ended`.",
+    )
+    team_events = BooleanField(
+        required=False, default=True, help_text="Also team-level events; default true."
+    )
+    description = TextField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class WebhookSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.CharField()
+    events = serializers.ListField(child=serializers.CharField())
+    team_events = serializers.BooleanField()
+    description = serializers.CharField()
+    active = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+
+
+class WebhookSecretSerializer(serializers.Serializer):
+    secret = serializers.CharField(help_text="Signs every body: see docs/api.md.")
+
+
+class DeliverySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    job = serializers.IntegerField(source="job_id", allow_null=True)
+    webhook = serializers.IntegerField(source="webhook_id", allow_null=True)
+    channel = serializers.ChoiceField(choices=list(DeliveryChannel.values))
+    event = serializers.CharField()
+    target = serializers.CharField(help_text="The URL or the e-mail address.")
+    state = serializers.ChoiceField(choices=list(DeliveryState.values))
+    attempts = serializers.IntegerField()
+    last_status_code = serializers.IntegerField(allow_null=True)
+    last_error = serializers.CharField()
+    last_attempt_at = serializers.DateTimeField(allow_null=True)
+    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    delivered_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()

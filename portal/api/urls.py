@@ -5,7 +5,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from portal.api import schema  # noqa: F401 — registers the OpenAPI auth extensions
 from portal.api.errors import not_found
-from portal.api.views import docs, jobs, tenancy, tokens
+from portal.api.views import docs, jobs, notifications, tenancy, tokens
 from portal.sso import api as sso_api
 
 
@@ -32,6 +32,31 @@ urlpatterns = [
     path("v1/queues/", tenancy.QueueListView.as_view(), name="api-queues"),
     path("v1/teams/", tenancy.TeamListView.as_view(), name="api-teams"),
     path("v1/teams/<slug:slug>/", tenancy.TeamDetailView.as_view(), name="api-team"),
+    path(
+        "v1/teams/<slug:slug>/webhooks/",
+        notifications.WebhookListView.as_view(),
+        name="api-webhooks",
+    ),
+    path(
+        "v1/teams/<slug:slug>/webhooks/<berth_id:webhook_id>/",
+        notifications.WebhookDetailView.as_view(),
+        name="api-webhook",
+    ),
+    path(
+        "v1/teams/<slug:slug>/webhook-secret/",
+        notifications.WebhookSecretView.as_view(),
+        name="api-webhook-secret",
+    ),
+    path(
+        "v1/teams/<slug:slug>/deliveries/",
+        notifications.DeliveryListView.as_view(),
+        name="api-deliveries",
+    ),
+    path(
+        "v1/teams/<slug:slug>/deliveries/<berth_id:delivery_id>/redeliver/",
+        notifications.RedeliverView.as_view(),
+        name="api-redeliver",
+    ),
     path("v1/nodes/", tenancy.NodeListView.as_view(), name="api-nodes"),
     path("v1/me/", tenancy.MeView.as_view(), name="api-me"),
     path("v1/tokens/", tokens.TokenListView.as_view(), name="api-tokens"),

@@ -53,6 +53,12 @@ def may_act_on_job(user, role: str | None, job: Job) -> bool:
     return role == Role.LEAD or (role == Role.MEMBER and job.submitted_by_id == user.pk)
 
 
+def may_manage_notifications(role: str | None) -> bool:
+    """Whether a user with this (effective) role may configure the team's webhooks, see
+    its signing secret and its deliveries: leads (and so staff) only."""
+    return role == Role.LEAD
+
+
 def token_usable(token, user) -> bool:
     """Whether an API token may be used now: not revoked, not expired (the token's own
     ApiToken.is_usable), and its user active. statements.submit_guard says the same in SQL."""
@@ -92,6 +98,15 @@ def get_team_for_user(user, slug: str, *, scope: Collection[int] | None = None) 
     team = visible_teams(user, scope=scope).filter(slug=slug).select_related("cohort").first()
     if team is None:
         raise NotFound("team")
+    return team
+
+
+def get_team_for_lead(user, slug: str, *, scope: Collection[int] | None = None) -> Team:
+    """The team if the user leads it (may_manage_notifications); NotFound for a team the
+    user cannot see, PermissionDenied for one they see but do not lead."""
+    team = get_team_for_user(user, slug, scope=scope)
+    if not may_manage_notifications(role_in(user, team)):
+        raise PermissionDenied("Only the team's leads may manage its notifications.")
     return team
 
 

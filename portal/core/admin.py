@@ -25,12 +25,15 @@ from portal.core.actions.nodes import (
     revoke_bootstrap_tokens,
     uncordon_node,
 )
+from portal.core.actions.notifications import redeliver
 from portal.core.actions.tokens import check_token_scope, revoke_api_token
+from portal.core.jobspec import events_problem, notify_url_problem
 from portal.core.models import (
     Allocation,
     ApiToken,
     AuditEntry,
     Cohort,
+    Delivery,
     Gpu,
     GpuFlavor,
     Job,
@@ -43,6 +46,7 @@ from portal.core.models import (
     Quota,
     SchedulingPass,
     Team,
+    TeamWebhook,
     Usage,
 )
 from portal.core.secrets import new_secret
@@ -731,3 +735,64 @@ class ApiTokenAdmin(ShownOnceTokenAdmin):
     def revoke(self, request, queryset):
         n = sum(revoke_api_token(token, acting_user=request.user) for token in queryset)
         self.message_user(request, f"Revoked {n} token(s).", messages.SUCCESS)
+
+
+# --- notifications (portal/core/actions/notifications.py) ------------------------------
+
+
+class TeamWebhookAdminForm(forms.ModelForm):
+    """A webhook's URL and events are checked as everywhere else (the SSRF rule included)."""
+
+    class Meta:
+        model = TeamWebhook
+        fields = ("team", "url", "events", "team_events", "description", "active")
+
+    def clean(self):
+        data = super().clean()
+        if problem := notify_url_problem(data.get("url")):
+            self.add_error("url", problem)
+        if problem := events_problem(data.get("events")):
+            self.add_error("events", problem)
+        return data
+
+
+@admin.register(TeamWebhook)
+class TeamWebhookAdmin(AuditedAdmin):
+    form = TeamWebhookAdminForm
+    audited_fields = ("url", "events", "team_events", "description", "active")
+    list_display = ("team", "url", "events", "team_events", "active", "created_at")
+    list_filter = ("active", "team")
+    search_fields = ("url", "team__slug")
+    list_select_related = ("team",)
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(admin.ModelAdmin):
+    """The outbox, read-only: what was sent where, its attempts and last answer."""
+
+    list_display = (
+        "created_at",
+        "team",
+        "event",
+        "job",
+        "target",
+        "state",
+        "attempts",
+        "last_status_code",
+        "last_error",
+    )
+    list_filter = ("state", "channel", "event", "team")
+    search_fields = ("target", "=job__id")
+    list_select_related = ("team", "job")
+    actions = ("send_again",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Send the selected deliveries again")
+    def send_again(self, request, queryset):
+        copies = [redeliver(d, acting_user=request.user) for d in queryset]
+        self.message_user(request, f"{len(copies)} delivery(ies) queued again.", messages.SUCCESS)

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
 
 from portal.core.models import Gpu, GpuFlavor, Job, Node, Queue, Quota, Team
+from portal.core.outbound import url_problem
 from scheduler import capacity
 from scheduler import dependency as dep
 from scheduler import model as m
@@ -61,6 +62,11 @@ RESERVED_ENV = {
 MAX_DEPENDENCY_PARENTS = 100
 MAX_DEPENDENCY_CHARS = 1000
 MAX_ID = 2**63 - 1  # a job id is a bigint
+# The state changes a job's `notify` or a team webhook may ask for, in the order an event
+# is named when several match (a failed job is `failed` before it is `ended`).
+JOB_EVENTS = ("started", "preempted", "failed", "ended")
+NOTIFY_DEFAULT_ON = ["ended"]
+NOTIFY_FIELDS = {"url", "on", "email"}
 SIGNALS = {
     s.name for s in signal.Signals if s.name.startswith("SIG") and not s.name.startswith("SIG_")
 }
@@ -92,6 +98,7 @@ class JobSpec:
     # Dependencies (scheduler/dependency.py): (type, parent id) pairs, and singleton.
     depends_on: tuple[tuple[str, int], ...] = ()
     singleton: bool = False
+    notify: dict | None = None  # {"url": str | None, "on": [event, …], "email": bool}
 
     @property
     def gpus(self) -> int:
@@ -114,6 +121,8 @@ class JobSpec:
         data |= {"queue": self.queue.name, "flavor": self.flavor.name}
         if self.is_dependent:  # absent otherwise: keys stored before dependencies still match
             data["dependency"] = self.dependency
+        if self.notify is None:
+            del data["notify"]  # the digest of a job without one is what it was before
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -202,6 +211,7 @@ def clean_job_spec(team: Team, data: dict[str, Any], lookups: SpecLookups | None
     _check_text(spec, errors)
     _check_env(spec.env, errors)
     _check_numbers(spec, errors)
+    spec.notify = clean_notify(spec.notify, errors)
     if queue and spec.max_runtime_seconds > queue.max_runtime_seconds:
         _add(
             errors,
@@ -264,6 +274,7 @@ def _with_defaults(data: dict[str, Any], queue: Queue | None, flavor: GpuFlavor 
         ),
         checkpoint_signal=str(pick("checkpoint_signal", "SIGTERM")).upper(),
         grace_period_seconds=pick("grace_period_seconds", 30),
+        notify=data.get("notify"),
     )
 
 
@@ -330,6 +341,48 @@ def _check_env(env: dict, errors) -> None:
         _add(errors, "env", f"Set by Berth for the gang, not by the job: {', '.join(reserved)}.")
     if len(env) > MAX_ENV_VARS or len(json.dumps(env, default=str).encode()) > MAX_ENV_BYTES:
         _add(errors, "env", f"At most {MAX_ENV_VARS} variables and {MAX_ENV_BYTES // 1024} KiB.")
+
+
+def clean_notify(notify: dict | None, errors) -> dict | None:
+    """The job's `notify` with its defaults (`on`: ended; no e-mail), or None for none;
+    problems go to `notify.<field>`. The URL rule is portal.core.outbound's."""
+    if notify is None:
+        return None
+    if not isinstance(notify, dict):
+        _add(errors, "notify", 'Give an object, e.g. {"url": "https://…", "on": ["failed"]}.')
+        return None
+    unknown = sorted(set(notify) - NOTIFY_FIELDS)
+    if unknown:
+        _add(errors, "notify", f"Unknown fields {', '.join(unknown)} (known: url, on, email).")
+    url, email = notify.get("url"), notify.get("email", False)
+    on = notify.get("on", NOTIFY_DEFAULT_ON)
+    if url is not None and (problem := notify_url_problem(url)):
+        _add(errors, "notify.url", problem)
+    if not isinstance(email, bool):
+        _add(errors, "notify.email", "Must be true or false.")
+    if problem := events_problem(on) or (not on and "Name at least one event."):
+        _add(errors, "notify.on", problem)
+        on = []
+    if url is None and email is not True:
+        _add(errors, "notify", "Name a url, or set email to true (or leave notify out).")
+    return {"url": url, "on": sorted(set(on), key=JOB_EVENTS.index), "email": email is True}
+
+
+def notify_url_problem(url) -> str | None:
+    """Why a webhook URL (a job's or a team's) is refused, or None."""
+    if not isinstance(url, str) or not url:
+        return "Give the URL as a non-empty string."
+    return url_problem(url, allow_private=settings.BERTH["NOTIFY_ALLOW_PRIVATE"])
+
+
+def events_problem(events) -> str | None:
+    """Why a list of job events is refused, or None (an empty list is allowed)."""
+    if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+        return f"Give a list of events from {', '.join(JOB_EVENTS)}."
+    unknown = sorted(set(events) - set(JOB_EVENTS))
+    if unknown:
+        return f"Unknown events {', '.join(unknown)} (known: {', '.join(JOB_EVENTS)})."
+    return None
 
 
 def _check_numbers(spec: JobSpec, errors) -> None:

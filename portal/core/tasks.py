@@ -1,5 +1,6 @@
 """Celery tasks. They stay thin: the work lives in portal.core.scheduling and
-portal.core.actions.node_monitor, which tests call directly."""
+portal.core.actions.node_monitor and portal.core.actions.notifications, which tests
+call directly."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.core.cache import cache
 from portal.core.actions.dependencies import SETTLE_TASK, settle_in_batches, sweep_held_jobs
 from portal.core.actions.jobs import PASS_REQUESTED_KEY, PASS_TASK
 from portal.core.actions.node_monitor import monitor_nodes
+from portal.core.actions.notifications import DELIVER_TASK, deliver, sweep
 from portal.core.scheduling import run_pass
 
 
@@ -37,3 +39,19 @@ def dependency_sweep() -> dict:
 def dependency_settle(job_ids: list[int]) -> dict:
     """Judge the many held dependents one transition concerned (actions.dependencies)."""
     return settle_in_batches(job_ids)
+
+
+@shared_task(name=DELIVER_TASK, bind=True, ignore_result=True)
+def deliver_notifications(self, ids: list[int]) -> dict:
+    """Attempt these deliveries once; each that failed is retried by a task of its own
+    after its backoff (the sweep sends it should that message be lost)."""
+    retry = deliver(ids)
+    for pk, delay in retry.items():
+        self.apply_async(([pk],), countdown=delay)
+    return {"retry": len(retry)}
+
+
+@shared_task(name="portal.core.tasks.sweep_notifications", ignore_result=True)
+def sweep_notifications() -> int:
+    """Send every delivery that is due and held by no sender."""
+    return len(sweep())

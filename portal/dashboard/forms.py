@@ -17,7 +17,13 @@ from django import forms
 
 from portal.core import jsontext
 from portal.core.access import visible_teams
-from portal.core.jobspec import JobSpec, SpecError, clean_job_spec
+from portal.core.jobspec import (
+    JOB_EVENTS,
+    NOTIFY_DEFAULT_ON,
+    JobSpec,
+    SpecError,
+    clean_job_spec,
+)
 from portal.core.models import GpuFlavor, Team
 from portal.core.validators import TOKEN_NAME
 from portal.dashboard.format import parse_duration
@@ -66,6 +72,21 @@ class SubmitJobForm(forms.Form):
         help_text="Jobs of this team it waits for: afterok, afternotok, afterany or after "
         "with job ids, or singleton; several joined by commas. Blank: none.",
     )
+    notify_url = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Notify URL",
+        widget=forms.TextInput(attrs={"placeholder": "https://hooks.example.com/berth"}),
+        help_text="Optional: a signed JSON POST on the events ticked below.",
+    )
+    notify_on = forms.MultipleChoiceField(
+        choices=[(e, e) for e in JOB_EVENTS],
+        required=False,
+        initial=NOTIFY_DEFAULT_ON,
+        widget=forms.CheckboxSelectMultiple,
+        label="Notify on",
+    )
+    notify_email = forms.BooleanField(required=False, label="E-mail me on these events")
     request_id = forms.CharField(widget=forms.HiddenInput, max_length=64)
 
     def __init__(self, *args, team: Team, **kwargs):
@@ -135,6 +156,9 @@ class SubmitJobForm(forms.Form):
         """The cleaned values as clean_job_spec takes them; blanks fall back to queue defaults."""
         data = {k: v for k, v in self.cleaned_data.items() if k != "request_id"}
         data["preemptible"] = {"yes": True, "no": False}.get(data.get("preemptible") or "")
+        data["notify"] = _notify(
+            data.pop("notify_url", ""), data.pop("notify_on", None), data.pop("notify_email", False)
+        )
         return {k: v for k, v in data.items() if v is not None}
 
     def add_spec_errors(self, error: SpecError, skip: set[str] = frozenset()) -> None:
@@ -142,8 +166,21 @@ class SubmitJobForm(forms.Form):
         for name, messages in error.fields.items():
             if name in skip:
                 continue
+            field = NOTIFY_FIELDS.get(name, name)
             for message in messages:
-                self.add_error(name if name in self.fields else None, message)
+                self.add_error(field if field in self.fields else None, message)
+
+
+# The spec's `notify.*` errors → the form's fields.
+NOTIFY_FIELDS = {"notify": "notify_url", "notify.url": "notify_url", "notify.on": "notify_on"}
+
+
+def _notify(url: str, on: list[str] | None, email: bool) -> dict | None:
+    """The job's `notify` from the form: None unless a URL is given or e-mail ticked."""
+    url = (url or "").strip()
+    if not url and not email:
+        return None
+    return {"url": url or None, "on": list(on or []), "email": bool(email)}
 
 
 class ApiTokenForm(forms.Form):
@@ -171,3 +208,25 @@ class ApiTokenForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["teams"].queryset = visible_teams(user).order_by("slug")
         self.fields["form_id"].initial = uuid.uuid4().hex
+
+
+class WebhookForm(forms.Form):
+    """A team webhook; what a valid one is, is actions.notifications.create_webhook's."""
+
+    url = forms.CharField(
+        max_length=2000,
+        label="URL",
+        widget=forms.TextInput(attrs={"placeholder": "https://hooks.example.com/berth"}),
+    )
+    events = forms.MultipleChoiceField(
+        choices=[(e, e) for e in JOB_EVENTS],
+        required=False,
+        initial=["failed", "ended"],
+        widget=forms.CheckboxSelectMultiple,
+        label="Job events",
+        help_text="Of every job of the team.",
+    )
+    team_events = forms.BooleanField(
+        required=False, initial=True, label="Team events (budget thresholds, …)"
+    )
+    description = forms.CharField(max_length=200, required=False)

@@ -1,6 +1,15 @@
 from django.urls import path
 
-from portal.dashboard.views import cluster, home, jobs, overview, queue, submit, tokens
+from portal.dashboard.views import (
+    cluster,
+    home,
+    jobs,
+    notifications,
+    overview,
+    queue,
+    submit,
+    tokens,
+)
 
 app_name = "dashboard"
 
@@ -11,6 +20,22 @@ urlpatterns = [
     path("teams/<slug:slug>/queue/", queue.queue, name="queue"),
     path("teams/<slug:slug>/cluster/", cluster.cluster, name="cluster"),
     path("teams/<slug:slug>/submit/", submit.submit, name="submit"),
+    path("teams/<slug:slug>/notifications/", notifications.notifications, name="notifications"),
+    path(
+        "teams/<slug:slug>/notifications/webhooks/<int:webhook_id>/delete",
+        notifications.webhook_delete,
+        name="webhook_delete",
+    ),
+    path(
+        "teams/<slug:slug>/notifications/secret/rotate",
+        notifications.secret_rotate,
+        name="secret_rotate",
+    ),
+    path(
+        "teams/<slug:slug>/notifications/deliveries/<int:delivery_id>/redeliver",
+        notifications.redeliver,
+        name="redeliver",
+    ),
     path("jobs/<int:job_id>/", jobs.job_detail, name="job"),
     path("jobs/<int:job_id>/cancel", jobs.cancel, name="job_cancel"),
     path("tokens/", tokens.tokens, name="tokens"),

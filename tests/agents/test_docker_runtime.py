@@ -16,7 +16,7 @@ from docker.models.containers import ContainerCollection as RealCollection
 from docker.models.images import ImageCollection as RealImages
 
 from agents.runtimes.base import StartFailed
-from agents.runtimes.docker_runtime import DockerRuntime
+from agents.runtimes.docker_runtime import DockerRuntime, node_shm_bytes
 from agents.workers import EXITED, FAILED_TO_START, RUNNING, STOPPING
 from tests.agents.conftest import make_spec, wait_until
 from tests.agents.fake_docker import Container, ContainerCollection, FakeApi, FakeDockerClient
@@ -78,9 +78,11 @@ def test_a_worker_runs_as_a_labelled_container_with_the_gang_env(runtime, docker
         "berth.rank": "3",
         "berth.attempt": "1",
         "berth.node": node,
+        "berth.ipc": "shareable",  # the first worker of its job on the node holds its IPC
     }
     assert container.attrs["HostConfig"]["NetworkMode"] == "host"
-    assert container.attrs["HostConfig"]["IpcMode"] == "host"
+    assert container.attrs["HostConfig"]["IpcMode"] == "shareable"  # the job's own, below
+    assert container.attrs["HostConfig"]["ShmSize"] == node_shm_bytes()
     assert container.attrs["HostConfig"]["DeviceRequests"] in (None, [])  # --docker-gpus none
     lines = runtime.log_tail("42.1.3").splitlines()
     for expected in (
@@ -96,6 +98,45 @@ def test_a_worker_runs_as_a_labelled_container_with_the_gang_env(runtime, docker
         "oops",
     ):
         assert expected in lines
+
+
+def test_a_jobs_workers_on_a_node_share_memory_and_another_tenants_job_sees_none_of_it(
+    runtime, docker_engine
+):
+    """Security: with the node's IPC namespace (--ipc=host) every job on a node shares one
+    /dev/shm, so a co-located tenant reads another's NCCL and DataLoader buffers."""
+    secret = f"berth-secret-{uuid.uuid4().hex[:8]}"
+    runtime.start(spec("51.1.0", f"echo s3cret > /dev/shm/{secret} && echo written; sleep 60"))
+    wait_until(lambda: "written" in runtime.log_tail("51.1.0"), 15, "rank 0 to write /dev/shm")
+    runtime.start(spec("51.1.1", f"cat /dev/shm/{secret}", world_size=2))
+    runtime.start(spec("52.1.0", f"ls /dev/shm && test ! -e /dev/shm/{secret} && df -k /dev/shm"))
+    try:
+        same_job, other_job = ended(runtime, "51.1.1"), ended(runtime, "52.1.0")
+        assert same_job.exit_code == 0 and "s3cret" in runtime.log_tail("51.1.1")
+        assert other_job.exit_code == 0, runtime.log_tail("52.1.0")
+        # and the other job's /dev/shm is not Docker's 64 MiB but as large as the node's
+        size_kib = int(runtime.log_tail("52.1.0").splitlines()[-1].split()[1])
+        assert size_kib == node_shm_bytes() // 1024
+        owner = docker_engine.client.containers.get("berth-51.1.0")
+        joiner = docker_engine.client.containers.get("berth-51.1.1")
+        assert joiner.attrs["HostConfig"]["IpcMode"] == f"container:{owner.id}"
+    finally:
+        runtime.stop("51.1.0", signal.SIGKILL, 0)
+
+
+def test_a_worker_whose_jobs_namespace_ended_just_before_its_start_holds_its_own(
+    runtime, docker_engine, monkeypatch
+):
+    runtime.start(spec("54.1.0", "true"))
+    gone = docker_engine.client.containers.get("berth-54.1.0").id
+    ended(runtime, "54.1.0")
+    looks = iter([gone])  # the first look saw rank 0 still running; it ended before the start
+    real = runtime._ipc_owner
+    monkeypatch.setattr(runtime, "_ipc_owner", lambda s: next(looks, None) or real(s))
+    runtime.start(spec("54.1.1", "echo ok", world_size=2))
+    assert ended(runtime, "54.1.1").exit_code == 0
+    joiner = docker_engine.client.containers.get("berth-54.1.1")
+    assert joiner.attrs["HostConfig"]["IpcMode"] == "shareable"
 
 
 def test_the_engine_records_the_gpu_request_and_refuses_it_without_nvidia(

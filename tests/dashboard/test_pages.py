@@ -29,7 +29,7 @@ PAGES = {
     "/teams/alpha/usage.csv": 5,
     "/tokens/": 6,
 }
-JOB_PAGE_QUERIES = 12
+JOB_PAGE_QUERIES = 13  # the full page also reads the job's notify and its deliveries, a query each
 
 
 def grow(story, n: int = 40) -> None:

@@ -35,3 +35,17 @@ def test_what_only_looks_like_an_instant_is_shown_as_written():
     from portal.dashboard.templatetags.berth_times import with_times
 
     assert with_times("from 2026-13-45T00:00:00Z <b>") == "from 2026-13-45T00:00:00Z &lt;b&gt;"
+
+
+def test_job_tables_say_how_long_ago_in_the_webs_one_relative_time(story, login):
+    """Django's timesince said '0 minutes ago' for a job that had just ended."""
+    client = login(story.cluster.personas.lead_a)
+    for ended, shown in ((timedelta(0), r"(now|\d+ s ago)"), (timedelta(minutes=30), "30 min ago")):
+        Job.objects.filter(pk=story.sweep.pk).update(
+            state=Job.State.SUCCEEDED, finished_at=timezone.now() - ended
+        )
+        html = client.get("/teams/alpha/queue/").content.decode()
+        row = html[html.index(f"/jobs/{story.sweep.pk}/") :]
+        row = re.sub(r"<[^>]+>", " ", row[: row.index("</tr>")])
+        assert re.search(rf"\b{shown}\b", row), row
+        assert "minutes ago" not in html

@@ -22,7 +22,7 @@ from portal.api.views.submit import (
 from portal.core import access
 from portal.core.actions.jobs import cancel_job
 from portal.core.actions.submit import BulkSpecError, Caller, submit_many
-from portal.core.models import Allocation, Job, Worker
+from portal.core.models import Allocation, Job, JobNotify, Worker
 
 BULK_SUFFIX = 6  # bulk jobs are keyed KEY#0 … KEY#9999
 # Built once: a serializer's fields are deep-copied per instance, a measurable part of
@@ -235,6 +235,8 @@ def job_detail(job: Job) -> dict:
         Allocation.objects.filter(worker__in=latest).select_related("node", "gpu")
     )
     job.events_all = list(job.events.select_related("actor"))
+    notify = JobNotify.objects.filter(job=job).first()
+    job.notify_spec = notify.as_dict() if notify else None
     return s.JobDetailSerializer(job).data
 
 

@@ -23,6 +23,7 @@ from django.utils import timezone
 from portal.celery import app as celery_app
 from portal.core import statements
 from portal.core.actions import dependencies
+from portal.core.actions.notifications import notify_job_events, store_job_notify, with_job_notify
 from portal.core.db import insert_rows
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
@@ -98,7 +99,7 @@ def transition(
     if rows:
         Job.objects.filter(pk__in=rows).update(state=to_state, **fields)
         own = per_job or {}
-        JobEvent.objects.bulk_create(
+        events = JobEvent.objects.bulk_create(
             JobEvent(
                 job_id=pk,
                 kind=kind,
@@ -110,10 +111,12 @@ def transition(
             )
             for pk, old in rows.items()
         )
-        dependencies.on_transition(list(rows), to_state)
+        notify_job_events(events)  # webhooks and e-mail, as outbox rows (actions/notifications)
+        dependencies.on_transition(list(rows), to_state)  # release or cancel dependents
     return list(rows)
 
 
+@with_job_notify  # a spec with `notify`: its row commits with the job
 def submit_job(
     *,
     team: Team,
@@ -227,6 +230,7 @@ def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
         else:
             JobEvent.objects.bulk_create(JobEvent(**event) for event in events)
         dependencies.record_dependencies(ids, specs)
+        store_job_notify(zip(ids, (spec.notify for spec in specs), strict=True))
         transaction.on_commit(request_scheduling_pass)
     return ids
 

@@ -3,6 +3,7 @@
 from .audit import AuditEntry
 from .cluster import Gpu, Node, NodeBootstrapToken
 from .jobs import Allocation, DecayedUsage, Job, JobDependency, JobEvent, Usage, Worker
+from .notifications import Delivery, JobNotify, TeamWebhook, WebhookSecret
 from .ops import SchedulingPass
 from .tenancy import Cohort, GpuFlavor, Membership, Queue, Quota, Team
 from .tokens import ApiToken
@@ -13,11 +14,13 @@ __all__ = [
     "AuditEntry",
     "Cohort",
     "DecayedUsage",
+    "Delivery",
     "Gpu",
     "GpuFlavor",
     "Job",
     "JobDependency",
     "JobEvent",
+    "JobNotify",
     "Membership",
     "Node",
     "NodeBootstrapToken",
@@ -25,6 +28,8 @@ __all__ = [
     "Quota",
     "SchedulingPass",
     "Team",
+    "TeamWebhook",
     "Usage",
+    "WebhookSecret",
     "Worker",
 ]

@@ -53,3 +53,10 @@ def with_times(text, autoescape=True):
             )
         )
     return mark_safe("".join(out))  # noqa: S308 — every part was escaped above
+
+
+@register.filter
+def ago(moment):
+    """`{{ job.finished_at|ago }}`: '12 min ago', '29 s ago', 'now' — the web's one
+    relative time (`format.relative`), never Django's `timesince` ('0 minutes ago')."""
+    return relative(moment, timezone.now(), about=True)

@@ -10,13 +10,15 @@ from portal.core.access import (
     NotFound,
     get_job_for_user,
     may_act_on_job,
+    may_manage_notifications,
     visible_teams,
 )
 from portal.core.actions.jobs import InvalidTransition, cancel_job
-from portal.core.models import Job
+from portal.core.models import Delivery, Job, JobNotify
 from portal.dashboard import queries
 from portal.dashboard.format import command_line, duration, relative
 from portal.dashboard.shortcuts import (
+    is_fragment,
     login_required_page,
     remember_team,
     render_page,
@@ -49,8 +51,20 @@ def job_detail(request, job_id: int):
         "command_line": command_line(job.command),
         "remedy": remedy(job.reason_code),
         "parents": queries.job_parents(job),
+        **({} if is_fragment(request) else _notifications(job, ctx)),
     }
     return render_page(request, "dashboard/job.html", context, ctx=ctx, section="job")
+
+
+def _notifications(job: Job, ctx) -> dict:
+    """The job's own notify and its deliveries; a lead also sees the team webhooks'."""
+    deliveries = Delivery.objects.filter(job=job).order_by("created_at", "id")
+    if not may_manage_notifications(ctx.role):
+        deliveries = deliveries.filter(webhook__isnull=True)
+    return {
+        "notify": JobNotify.objects.filter(job=job).first(),
+        "deliveries": list(deliveries[:50]),
+    }
 
 
 @require_POST

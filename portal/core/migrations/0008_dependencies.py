@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('core', '0006_merge_20261201_1017'),
+        ('core', '0007_notifications'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
