@@ -11,7 +11,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
 .PHONY: install run test test-sqlite test-fast lint format services browser docker promtool sso bench-core bench-pass \
-        bench-api bench-heartbeat bench-dashboard bench-sim bench-scrape faults fuzz clean
+        bench-api bench-heartbeat bench-e2e bench-dashboard bench-sim bench-scrape faults fuzz clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -104,6 +104,12 @@ bench-heartbeat: install services
 
 bench-api: install services
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(BIN)/python bench/bench_api.py
+
+## the whole path on a live stack (gunicorn, the agents' watch, Celery, 8 agents): submit →
+## running latency on an idle cluster, jobs/s with a backlog (docs/benchmarks.md)
+BENCH_E2E_REDIS_URL ?= redis://127.0.0.1:6379/14
+bench-e2e: install services
+	DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_E2E_REDIS_URL) $(BIN)/python bench/bench_e2e.py
 
 bench-dashboard: install services
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(BIN)/python bench/bench_dashboard.py

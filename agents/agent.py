@@ -1,10 +1,11 @@
 """The agent loop: register, heartbeat, reconcile, and stop everything when cut off.
 
-One tick (every fraction of a second):
+One tick (every fraction of a second, and at once when something is to report):
 
 1. collect finished worker starts;
 2. observe workers (the runtime also kills those whose grace period ran out);
-3. heartbeat when due: report GPUs and workers, take the reply as the
+3. heartbeat when due, or soon after a worker started or ended or the watch said the
+   desired state changed: report GPUs and workers, take the reply as the
    complete desired state, forget acknowledged exits;
 4. if no heartbeat succeeded for ``disconnect_limit_s``, stop all workers
    (docs/protocol.md section 3: the portal may then run their gangs elsewhere);
@@ -52,6 +53,9 @@ EXIT_UNAVAILABLE = 3
 EXIT_AUTH = 4
 
 MAX_TICK_S = 0.5
+# A start, an exit or a changed desired state is reported at once, not at the next beat;
+# what happens within this moment (the starts of one reply) rides on the same beat.
+COALESCE_S = 0.02
 # Acknowledged keys are remembered so a stale "run" entry can never start a
 # worker twice; keys of old attempts never come back, so a bounded memory is enough.
 FINISHED_MEMORY = 10_000
@@ -108,12 +112,21 @@ class Agent:
         self._last_contact = clock()
         self._next_beat = clock()
         self._cut_off = False
+        self._backing_off = False
+        # Set from any thread when there is something to report now (portal.core.wake).
+        self._soon = threading.Event()
+        self._runtime.on_exit = lambda key: self._soon.set()
+        self._watch: tuple[str, str, int, float] | None = None
+        self._watch_fresh = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
     def request_stop(self) -> None:
         """Ask the loop to end after the current tick (called from signal handlers)."""
         self._stop_requested.set()
+        self._soon.set()
+        self._watch_fresh.set()
 
     def run(self) -> int:
         """Run until asked to stop; return the process exit code."""
@@ -128,13 +141,18 @@ class Agent:
             )
             while not self._stop_requested.is_set():
                 self._safe_tick()
-                self._stop_requested.wait(self._pause())
+                self._rest()
         except AuthError as exc:
             return self._on_auth_error(exc)
         finally:
             self._executor.shutdown(wait=False, cancel_futures=True)
         self._on_exit()
         return EXIT_OK
+
+    def _rest(self) -> None:
+        """Wait for the next tick: the usual pause, or a moment once there is news."""
+        if self._soon.wait(self._pause()) and not self._stop_requested.is_set():
+            self._stop_requested.wait(COALESCE_S)
 
     def _pause(self) -> float:
         until_beat = max(0.0, self._next_beat - self._clock())
@@ -232,9 +250,11 @@ class Agent:
             log.exception("unexpected error in the agent loop; carrying on")
 
     def tick(self) -> None:
+        news = self._soon.is_set()
+        self._soon.clear()  # first: news from now on wakes the next tick
         self._collect_starts()
         self._local = self._observe()
-        if self._clock() >= self._next_beat:
+        if self._clock() >= self._next_beat or (news and not self._backing_off):
             self._heartbeat()
         self._check_contact()
         self._converge()
@@ -307,6 +327,7 @@ class Agent:
     def _retry_later(self, exc: PortalError, retry_after: float | None = None) -> None:
         delay = self._backoff.next_delay(retry_after)
         self._next_beat = self._clock() + delay
+        self._backing_off = True
         log.warning("heartbeat failed: %s; retrying in %.1f s", exc, delay)
 
     def _on_rejected(self, exc: RejectedError) -> None:
@@ -328,13 +349,63 @@ class Agent:
             self._cut_off = False
         self._last_contact = now
         self._backoff.reset()
+        self._backing_off = False
         self._apply_timing(reply)
+        self._take_watch(reply.get("watch"))
         self._renew_lease()
         self._desired = self._parse(reply.get("run"), WorkerSpec.from_json, "run")
         self._stop_orders = self._parse(reply.get("stop"), StopOrder.from_json, "stop")
         self._sent_tails = tails
         self._apply_acks(reply.get("ack"))
         self._next_beat = now + self.heartbeat_interval_s
+
+    # -- watch (docs/protocol.md section 2a) ----------------------------------
+
+    def _take_watch(self, watch: Any) -> None:
+        """Remember where to wait for the next change (a portal without a watch sends none:
+        the agent then learns changes at its next beat) and start the watcher once."""
+        valid = (
+            isinstance(watch, dict)
+            and isinstance(watch.get("url"), str)
+            and isinstance(watch.get("ticket"), str)
+            and type(watch.get("version")) is int
+        )
+        if not valid:
+            self._watch = None
+            return
+        timeout = watch.get("timeout_s")
+        ok = isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0
+        self._watch = (watch["url"], watch["ticket"], watch["version"], timeout if ok else 25.0)
+        self._watch_fresh.set()
+        if self._watcher is None:
+            self._watcher = threading.Thread(
+                target=self._watch_loop, name="berth-watch", daemon=True
+            )
+            self._watcher.start()
+
+    def _watch_loop(self) -> None:
+        """Wait on the watch; when it says the desired state changed, heartbeat now."""
+        backoff = Backoff(base_s=1.0, cap_s=30.0)
+        while not self._stop_requested.is_set():
+            watch = self._watch
+            if watch is None:
+                self._watch_fresh.clear()
+                self._watch_fresh.wait(5.0)
+                continue
+            url, ticket, since, timeout = watch
+            try:
+                answer = self._portal.watch(url, ticket, since, timeout)
+            except Exception as exc:  # noqa: BLE001 — the beat still carries every change
+                delay = backoff.next_delay(getattr(exc, "retry_after", None))
+                log.warning("the watch failed: %s; watching again in %.1f s", exc, delay)
+                self._stop_requested.wait(delay)
+                continue
+            backoff.reset()
+            if answer.get("changed") is True:
+                self._watch_fresh.clear()
+                self._soon.set()
+                # Watch again from the version the beat this wakes brings back.
+                self._watch_fresh.wait(self.heartbeat_interval_s + 1)
 
     def _renew_lease(self) -> None:
         """Let the process runtime's workers live for another disconnect limit (shim.py fences
@@ -471,7 +542,9 @@ class Agent:
             ",".join(spec.gpu_uuids) or "no GPUs",
             extra={"worker": spec.key},
         )
-        self._in_flight[spec.key] = self._executor.submit(self._runtime.start, spec)
+        future = self._executor.submit(self._runtime.start, spec)
+        future.add_done_callback(lambda _: self._soon.set())  # report the start at once
+        self._in_flight[spec.key] = future
         self._local[spec.key] = WorkerStatus(spec.key, STARTING)
 
     def _collect_starts(self) -> None:

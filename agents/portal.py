@@ -84,12 +84,33 @@ class PortalClient:
         self.timeout_s = timeout_s
         self._session = session or requests.Session()
         self._session.headers["User-Agent"] = f"berth-agent/{__version__}"
+        self._watch_session = requests.Session()
+        self._watch_session.headers["User-Agent"] = f"berth-agent/{__version__}"
 
     def register(self, payload: dict[str, Any]) -> dict[str, Any]:
         return self._post(REGISTER_PATH, payload)
 
     def heartbeat(self, token: str, payload: dict[str, Any]) -> dict[str, Any]:
         return self._post(HEARTBEAT_PATH, payload, token)
+
+    def watch(self, url: str, ticket: str, since: int, timeout_s: float) -> dict[str, Any]:
+        """Wait until the node's desired state moves past version ``since`` (docs/protocol.md
+        section 2a); ``url`` is a path on the portal or an absolute URL. Its own session, so
+        the watcher thread never shares a connection with the heartbeat."""
+        if not url.startswith(("http://", "https://")):
+            url = self.base_url + "/" + url.lstrip("/")
+        headers = {"Authorization": f"Bearer {ticket}"}
+        try:
+            response = self._watch_session.get(
+                url,
+                params={"since": since},
+                headers=headers,
+                timeout=(self.timeout_s, timeout_s + self.timeout_s),
+                allow_redirects=False,
+            )
+        except requests.RequestException as exc:
+            raise TransientError(f"cannot reach the watch at {url}: {_reason(exc)}") from exc
+        return self._decode(url, response)
 
     def _post(self, path: str, payload: dict[str, Any], token: str | None = None) -> dict[str, Any]:
         url = self.base_url + path
@@ -127,3 +148,4 @@ class PortalClient:
 
     def close(self) -> None:
         self._session.close()
+        self._watch_session.close()

@@ -1,6 +1,6 @@
 """Run one worker command and record how it ended.
 
-The process runtime starts ``python -I shim.py WORKER_DIR -- CMD ARGS...`` in
+The process runtime starts ``python -I -S shim.py WORKER_DIR -- CMD ARGS...`` in
 a new session. The shim starts CMD in a process group of its own, forwards
 stop signals to that group, and writes ``result.json`` with the exit code
 (signal n -> 128 + n) when CMD ends. Because the shim outlives CMD even when
@@ -14,7 +14,7 @@ off from the portal past its disconnect limit — the shim stops the command
 (SIGTERM, then SIGKILL after FENCE_GRACE_S) so a gang the portal requeues
 elsewhere never runs twice. A missing lease file fences nothing.
 
-Standard library only, and run by path with ``-I``: it must work even where
+Standard library only, and run by path with ``-I -S``: it must work even where
 the ``agents`` package is not importable, and it must not shadow anything.
 """
 

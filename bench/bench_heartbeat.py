@@ -4,11 +4,17 @@ scheduled time, so a slow server cannot hide its queueing).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench \\
         .venv/bin/python bench/bench_heartbeat.py [--agents 2000] [--interval 10] \\
-        [--duration 60] [--workers 2] [--threads 8] [--jobs-per-node 1] [--in-process BEATS]
+        [--duration 60] [--workers 2] [--threads 8] [--jobs-per-node 1] [--in-process BEATS] \
+        [--watch]
 
 Each agent reports 8 GPUs with telemetry and its running workers; each reply
 carries its desired state. Target (../shared/DESIGN.md): 2,000 agents every
 10 s with p99 < 100 ms on a 2-core machine.
+
+`--watch` runs the agents' watch as deployed (docs/deploy.md; needs REDIS_URL): the
+heartbeats read each node's desired-state version and sign a watch ticket, and every
+agent keeps one watch waiting on the watch process (uvicorn portal.agentapi.watch:app),
+asking again each time one times out, as the agent does.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ django.setup()
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from bench.bench_api import server_cpu  # noqa: E402
+from bench.bench_api import _proc_cpu, server_cpu  # noqa: E402
 from bench.bench_pass import ensure_database  # noqa: E402
 from portal.core.models import Allocation, Gpu, GpuFlavor, Job, Node, Queue, Team, Worker  # noqa: E402
 from portal.core.secrets import new_secret  # noqa: E402
@@ -137,11 +143,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_gunicorn(port: int, workers: int, threads: int = 1) -> subprocess.Popen:
+SECRET = "b" * 20 + "x9!k#Lm2$Qp7&Rt4*Vw8^Yz1@Ac3-Ef6+"
+
+
+def server_env(watch_port: int | None) -> dict[str, str]:
     env = {
         **os.environ,
         "DJANGO_DEBUG": "0",
-        "DJANGO_SECRET_KEY": "b" * 20 + "x9!k#Lm2$Qp7&Rt4*Vw8^Yz1@Ac3-Ef6+",
+        "DJANGO_SECRET_KEY": SECRET,
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
         "DJANGO_SECURE_SSL_REDIRECT": "0",
         "BERTH_LOG_LEVEL": "WARNING",
@@ -149,6 +158,70 @@ def start_gunicorn(port: int, workers: int, threads: int = 1) -> subprocess.Pope
         # (a session closed by CONN_MAX_AGE takes its CPU time with it).
         "DB_CONN_MAX_AGE": "3600",
     }
+    if watch_port:
+        env["BERTH_WATCH_URL"] = f"http://127.0.0.1:{watch_port}/api/agent/v1/watch"
+    return env
+
+
+def start_watch(port: int) -> subprocess.Popen:
+    """The agents' watch process, as deployed (uvicorn, one process)."""
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "uvicorn"),
+            "portal.agentapi.watch:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "--backlog",
+            "4096",
+        ],  # fmt: skip
+        cwd=ROOT,
+        env=server_env(port),
+        start_new_session=True,
+    )
+    _await_port(port, "uvicorn")
+    return proc
+
+
+def _await_port(port: int, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise SystemExit(f"{what} did not start")
+
+
+async def watch_forever(port: int, ticket: str, until: float, counts: dict) -> None:
+    """One agent's watch: a GET that waits; again each time it answers, from the version
+    it answered (the agent takes it from the beat that a change wakes)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    since = 0
+    while time.monotonic() < until:
+        writer.write(
+            f"GET /api/agent/v1/watch?since={since} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {ticket}\r\n\r\n".encode()
+        )
+        await writer.drain()
+        status = int((await reader.readline()).split()[1])
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "content-length":
+                length = int(value)
+        body = json.loads(await reader.readexactly(length))
+        since = body.get("version", since)
+        counts[status] = counts.get(status, 0) + 1
+    writer.close()
+
+
+def start_gunicorn(port: int, workers: int, threads: int = 1, watch_port=None) -> subprocess.Popen:
+    env = server_env(watch_port)
     proc = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "gunicorn"),
@@ -246,6 +319,32 @@ async def run_load(
     return latencies, statuses
 
 
+def watch_tickets() -> list[str]:
+    """Every node's watch ticket, signed with the servers' key."""
+    from django.core import signing
+
+    from portal.core.wake import TICKET_SALT
+
+    node_ids = list(Node.objects.order_by("pk").values_list("pk", flat=True))
+    connection.close()
+    return [signing.dumps(pk, key=SECRET, salt=TICKET_SALT, compress=False) for pk in node_ids]
+
+
+async def load_and_watch(port, agents, args, watch_port, watches, tickets):
+    """The heartbeats' open loop, with every agent's watch waiting alongside when asked."""
+    if not watch_port:
+        return await run_load(port, agents, args.interval, args.duration, args.connections)
+    until = time.monotonic() + args.duration + 1
+    watchers = [asyncio.create_task(watch_forever(watch_port, t, until, watches)) for t in tickets]
+    await asyncio.sleep(1.0)
+    try:
+        return await run_load(port, agents, args.interval, args.duration, args.connections)
+    finally:
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+
+
 def in_process(agents: list[tuple[str, bytes]], beats: int) -> None:
     """The web side's CPU per beat without gunicorn or queueing: Django's test client
     in this process, one beat after another, cycling through the agents (each agent's
@@ -300,6 +399,7 @@ def main() -> None:
         metavar="BEATS",
         help="instead of the load: BEATS beats through Django's test client, CPU per beat",
     )
+    parser.add_argument("--watch", action="store_true", help="with the agents' watch (above)")
     args = parser.parse_args()
 
     ensure_database()
@@ -308,7 +408,9 @@ def main() -> None:
         return in_process(agents, args.in_process)
     connection.close()
     port = free_port()
-    server = start_gunicorn(port, args.workers, args.threads)
+    watch_port = free_port() if args.watch else None
+    watch = start_watch(watch_port) if watch_port else None
+    server = start_gunicorn(port, args.workers, args.threads, watch_port)
     try:
         # Warm up outside the figures: every worker (imports, URL resolver, database
         # sessions), and every agent once, so each node has its inventory written, as on
@@ -316,15 +418,25 @@ def main() -> None:
         # telemetry, when it is due: one beat in three per node at 10 s).
         asyncio.run(run_load(port, agents, args.interval, args.interval, args.connections))
         time.sleep(1.0)
+        tickets = watch_tickets() if watch else []
         t0, c0, s0 = time.monotonic(), time.process_time(), server_cpu(server.pid)
+        w0 = _proc_cpu(watch.pid) if watch else 0.0
+        watches: dict[int, int] = {}
         latencies, statuses = asyncio.run(
-            run_load(port, agents, args.interval, args.duration, args.connections)
+            load_and_watch(port, agents, args, watch_port, watches, tickets)
         )
         wall = time.monotonic() - t0
         s1 = server_cpu(server.pid)
+        if watch:
+            s1["watch"], s0["watch"] = _proc_cpu(watch.pid), w0
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(20)
+        if watch:
+            os.killpg(watch.pid, signal.SIGTERM)
+            watch.wait(20)
+    if watch:
+        print(f"{len(agents)} agents watching all along; watch answers {watches}")
     latencies.sort()
     q = statistics.quantiles(latencies, n=100)
     print(
@@ -339,8 +451,9 @@ def main() -> None:
     per = {k: (s1[k] - s0[k]) / len(latencies) * 1000 for k in s0}
     client = (time.process_time() - c0) / len(latencies) * 1000
     total = sum(per.values()) + client
+    watch_cpu = f"watch {per['watch']:.2f} ms, " if "watch" in per else ""
     print(
-        f"CPU per heartbeat: gunicorn {per['web server']:.2f} ms, postgres {per['postgres']:.2f} ms, "
+        f"CPU per heartbeat: gunicorn {per['web server']:.2f} ms, {watch_cpu}postgres {per['postgres']:.2f} ms, "
         f"load generator {client:.2f} ms = {total:.2f} ms → {os.cpu_count()} idle cores ≈ "
         f"{os.cpu_count() * 1000 / total:,.0f} heartbeats/s"
     )

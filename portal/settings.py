@@ -226,7 +226,10 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 BERTH = {
     # Scheduling pass
     "SCHEDULE_INTERVAL_S": env_float("BERTH_SCHEDULE_INTERVAL_S", 5.0, minimum=0.5),
-    "SCHEDULE_DEBOUNCE_S": env_float("BERTH_SCHEDULE_DEBOUNCE_S", 1.0, minimum=0.0),
+    # A write that changes what may run asks for a pass this long from now; the requests
+    # in between (a burst of submits or job ends) ride on that one pass. Short, so a job
+    # on an idle cluster is admitted within about a tenth of a second (docs/benchmarks.md).
+    "SCHEDULE_DEBOUNCE_S": env_float("BERTH_SCHEDULE_DEBOUNCE_S", 0.1, minimum=0.0),
     "POLICY": env_choice("BERTH_POLICY", "fairshare", ("fairshare", "fifo", "fifo-backfill")),
     "FAIRSHARE_HALF_LIFE_S": env_float("BERTH_FAIRSHARE_HALF_LIFE_S", 7 * 24 * 3600.0, minimum=1.0),
     "TOPOLOGY_KEY": env_choice("BERTH_TOPOLOGY_KEY", "block", ("block", "rack")),
@@ -241,6 +244,13 @@ BERTH = {
     # Node agents (see docs/protocol.md for how these three relate)
     "HEARTBEAT_INTERVAL_S": env_float("BERTH_HEARTBEAT_INTERVAL_S", 5.0, minimum=0.5),
     "AGENT_DISCONNECT_LIMIT_S": env_float("BERTH_AGENT_DISCONNECT_LIMIT_S", 60.0, minimum=1.0),
+    # The agents' watch (docs/protocol.md 2a, portal/agentapi/watch.py): where an agent waits
+    # for its desired state to change (a path on the portal, or an absolute URL), and for
+    # how long one wait may last. Empty: no watch, agents learn changes at their next beat.
+    # It needs Redis (the versions and wake messages live there).
+    "WATCH_URL": env_str("BERTH_WATCH_URL", ""),
+    "WATCH_TIMEOUT_S": env_float("BERTH_WATCH_TIMEOUT_S", 25.0, minimum=1.0),
+    "REDIS_URL": _redis_url or "",
     "NODE_NOT_READY_AFTER_S": env_float("BERTH_NODE_NOT_READY_AFTER_S", 40.0, minimum=1.0),
     "NODE_EVICT_AFTER_S": env_float("BERTH_NODE_EVICT_AFTER_S", 60.0, minimum=0.0),
     # Gang rendezvous ports (MASTER_PORT, portal/agentapi/desired.py master_port): job N gets

@@ -89,6 +89,10 @@ class Runtime(ABC):
     def __init__(self, stops: StopBook, clock: Callable[[], float] = time.time):
         self._stops = stops
         self._clock = clock
+        # Called (from any thread, with the worker's key) when a worker this runtime
+        # started may have ended, so the agent reports the exit at once rather than at
+        # its next tick. A runtime that cannot tell leaves it uncalled.
+        self.on_exit: Callable[[str], None] | None = None
 
     @abstractmethod
     def start(self, spec: WorkerSpec) -> None:

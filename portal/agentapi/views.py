@@ -20,6 +20,7 @@ from portal.agentapi.auth import authenticated_node, bearer
 from portal.agentapi.desired import desired_state
 from portal.agentapi.errors import error
 from portal.agentapi.schema import Invalid, parse_heartbeat, parse_registration
+from portal.core import wake
 from portal.core.actions.heartbeat import ProtocolError, record_heartbeat
 from portal.core.actions.nodes import NodeIdentityTaken, register_node, rotate_node_token
 
@@ -110,9 +111,14 @@ def heartbeat_view(request):
     if node is None:
         return error(401, "unauthenticated", "Missing or unknown node token.")
     beat = parse_heartbeat(_body(request))
+    # Read before the workers are: a change committed after this bumps the version after
+    # its commit, so the watch sees it even if this reply does not (portal.core.wake).
+    seen = wake.version(node.pk) if wake.enabled() else None
     recorded = record_heartbeat(
         node, agent_version=beat.agent_version, gpus=beat.gpus, workers=beat.workers
     )
     reply = desired_state(node, live=recorded.live)
     reply["ack"] = recorded.ack
+    if watch := wake.watch_reply(node.pk, seen):
+        reply["watch"] = watch
     return JsonResponse(reply)

@@ -44,6 +44,10 @@ class FakePortal:
         self.requests: list[Request] = []
         self.unknown_keys: set[str] = set()
         self.closed = False
+        # The watch (docs/protocol.md 2a): None answers heartbeats as a portal without one.
+        self.watch_version: int | None = None
+        self.watch_timeout_s = 2.0
+        self._watch_changed = threading.Condition()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -59,6 +63,16 @@ class FakePortal:
         self.scripted.append(
             Scripted(status, body or {"error": {"code": "x", "message": "scripted"}}, headers)
         )
+
+    def bump_watch(self) -> None:
+        """The node's desired state changed: answer the waiting watch now."""
+        with self._watch_changed:
+            self.watch_version = (self.watch_version or 0) + 1
+            self._watch_changed.notify_all()
+
+    def watches(self) -> list[Request]:
+        with self.lock:
+            return [r for r in self.requests if "/watch" in r.path]
 
     def heartbeats(self) -> list[Request]:
         with self.lock:
@@ -131,7 +145,22 @@ class FakePortal:
             "stop": list(self.stop.values()),
             "ack": ack if self.auto_ack else [],
         }
+        if self.watch_version is not None:
+            reply["watch"] = {
+                "url": "/api/agent/v1/watch",
+                "ticket": "wt_good",
+                "version": self.watch_version,
+                "timeout_s": self.watch_timeout_s,
+            }
         return 200, reply, {}
+
+    def watch(self, since: int) -> tuple[int, dict]:
+        """Wait until the version moves past `since` or the timeout passes (not under `lock`)."""
+        with self._watch_changed:
+            self._watch_changed.wait_for(
+                lambda: self.watch_version != since, timeout=self.watch_timeout_s
+            )
+            return 200, {"changed": self.watch_version != since, "version": self.watch_version}
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         portal = self
@@ -151,6 +180,22 @@ class FakePortal:
                 self.send_header("Content-Length", str(len(data)))
                 for name, value in extra.items():
                     self.send_header(name.replace("_", "-"), value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                path, _, query = self.path.partition("?")
+                since = int(query.removeprefix("since=") or 0)
+                headers = dict(self.headers.items())
+                with portal.lock:
+                    portal.requests.append(
+                        Request(path, headers, {"since": since}, time.monotonic())
+                    )
+                status, reply = portal.watch(since) if path.endswith("/watch") else (404, {})
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 

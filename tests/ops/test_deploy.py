@@ -61,10 +61,11 @@ def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def test_the_four_units_exist():
+def test_the_five_units_exist():
     names = {unit.name for unit in UNITS}
     assert names == {
         "berth-web.service",
+        "berth-watch.service",
         "berth-worker.service",
         "berth-beat.service",
         "berth-agent.service",
@@ -93,6 +94,8 @@ def test_units_agree_with_the_rest_of_the_deployment():
     assert " beat " in beat["ExecStart"][0] and "-B" not in beat["ExecStart"][0].split()
     worker = parse_unit(DEPLOY / "systemd" / "berth-worker.service")["Service"]
     assert " worker " in worker["ExecStart"][0] and " -B" not in worker["ExecStart"][0]
+    watch = parse_unit(DEPLOY / "systemd" / "berth-watch.service")["Service"]
+    assert "uvicorn portal.agentapi.watch:app" in watch["ExecStart"][0]
     agent = parse_unit(DEPLOY / "systemd" / "berth-agent.service")["Service"]
     assert agent["KillMode"] == ["process"]  # an agent restart must not kill the workers
     assert agent["RestartPreventExitStatus"] == ["2 4"]  # agents/cli.py: config, auth

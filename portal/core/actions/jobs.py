@@ -21,7 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from portal.celery import app as celery_app
-from portal.core import statements
+from portal.core import statements, wake
 from portal.core.actions import dependencies
 from portal.core.actions.notifications import notify_job_events, store_job_notify, with_job_notify
 from portal.core.db import insert_rows
@@ -281,6 +281,7 @@ def cancel_job(job: Job, *, actor, reason: str = "") -> Job:
         if not moved:
             job.refresh_from_db(fields=["state"])
             raise InvalidTransition(f"Job {job.pk} already ended ({job.state}); nothing to cancel.")
+        wake.wake_job_nodes_on_commit(moved)  # its workers' stop orders reach them at once
         transaction.on_commit(request_scheduling_pass)
     job.refresh_from_db()
     return job

@@ -20,6 +20,7 @@ from portal.core.actions.unfittable import note_or_fail_unfittable
 from portal.core.db import bulk_set, bulk_set_values
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext
+from portal.core.wake import wake_job_nodes_on_commit, wake_nodes_on_commit
 from scheduler import model as m
 from scheduler.reasons import NEVER_FITS
 
@@ -41,6 +42,7 @@ def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
     preempted = _preempt(plan.preemptions, ctx)
     written = _write_verdicts(plan.verdicts, ctx)
     _unfittable(plan.verdicts, ctx)
+    _wake_changed_nodes(plan, admitted, preempted, ctx)
     return Applied(admitted=admitted, preempted=preempted, verdicts_written=written)
 
 
@@ -83,6 +85,18 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
         for gpu in p.gpus
     )
     return moved
+
+
+def _wake_changed_nodes(plan: m.Plan, admitted: list[int], preempted: list[int], ctx) -> None:
+    """Wake, on commit, the nodes whose desired state this pass changed: those given
+    workers, and those whose workers it preempts (portal.core.wake)."""
+    moved = set(admitted)
+    nodes = {
+        ctx.node_ids[p.node] for a in plan.admissions if a.job_id in moved for p in a.placement
+    }
+    wake_nodes_on_commit(nodes)
+    if preempted:
+        wake_job_nodes_on_commit(preempted)
 
 
 def _admit_message(a: m.Admission) -> str:
