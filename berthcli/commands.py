@@ -191,6 +191,7 @@ def _flag_fields(args) -> dict:
         "priority": args.priority,
         "preemptible": args.preemptible,
         "checkpoint_signal": args.checkpoint_signal,
+        "dependency": args.dependency,
     }
     if args.time:
         fields["max_runtime_seconds"] = parse_duration(args.time)
@@ -272,6 +273,8 @@ def _status_lines(job: dict) -> list[str]:
         lines.append(f"Position:    {ordinal(job['position'])} in its queue")
     if job["estimated_start"]:
         lines.append(f"Est. start:  {when(job['estimated_start'])}")
+    if job.get("dependency"):
+        lines.append(f"Dependency:  {job['dependency']}")
     preempt = "preemptible" if job["preemptible"] else "not preemptible"
     lines += [
         f"Shape:       {shape(job)}, priority {job['priority']}, {preempt}, "
@@ -357,9 +360,17 @@ def _queue_row(job: dict) -> list:
         job["state"],
         job["gpus"],
         job["position"],
-        job["reason_code"] or None,
+        _reason_cell(job),
         start,
     ]
+
+
+def _reason_cell(job: dict) -> str | None:
+    """The reason code; a job held for its dependencies names them, as squeue's
+    `(Dependency)` does not: `dependency(afterok:12)`."""
+    if job["reason_code"] == "dependency" and job.get("dependency"):
+        return f"dependency({job['dependency']})"
+    return job["reason_code"] or None
 
 
 def why(args, client_for) -> int:

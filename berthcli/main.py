@@ -157,6 +157,13 @@ def _submit_command(command) -> None:
     p.add_argument("--env", "-e", action="append", metavar="NAME=VALUE")
     p.add_argument("--checkpoint-signal")
     p.add_argument("--grace-period", help="between the signal and the kill: 30s, 2m")
+    p.add_argument(
+        "--dependency",
+        "-d",
+        metavar="TYPE:JOB[:JOB…][,…]",
+        help="wait for jobs of your team (as sbatch): afterok, afternotok, afterany, after, "
+        "singleton; e.g. afterok:12:13,singleton",
+    )
     p.add_argument("--notify", metavar="URL", help="POST a signed JSON notice to URL on events")
     p.add_argument(
         "--notify-on",

@@ -298,6 +298,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
         "options": {"expires": 20.0},
     },
+    # Held jobs are released on their parents' changes; this catches what a race missed.
+    "dependency-sweep": {
+        "task": "portal.core.tasks.dependency_sweep",
+        "schedule": 30.0,
+        "options": {"expires": 60.0},
+    },
 }
 # --- notifications: webhooks and e-mail (portal/core/actions/notifications.py) -----------
 # docs/security.md "Outbound webhooks": private, loopback and link-local targets are refused

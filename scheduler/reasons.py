@@ -33,6 +33,10 @@ PRIORITY = "priority"
 TOPOLOGY = "topology"
 FRAGMENTED = "fragmented"
 NO_CAPACITY = "no_capacity"
+# Release codes, not pass verdicts: a job held for its dependencies is outside the
+# snapshot (scheduler/dependency.py), so the portal writes these, never the pass.
+DEPENDENCY = "dependency"
+DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"
 
 # code -> the sentence used when PolicyConfig.explain is off; order = precedence.
 REASONS: dict[str, str] = {
@@ -84,6 +88,9 @@ REMEDIES: dict[str, str] = {
     PREVIOUS_ATTEMPT: "Nothing: the workers of its previous attempt are stopping.",
     ARRAY_LIMIT: "Nothing: it starts when a running task of its array ends; a larger %N "
     "limit needs a new array.",
+    DEPENDENCY: "The jobs it depends on reaching the states its dependency names (see the "
+    "reason); it enters the queue with its original submit time once they do, or is "
+    "cancelled if they cannot.",
 }
 
 

@@ -179,6 +179,15 @@ class JobSpecSerializer(StrictSerializer):
         required=False,
         help_text="Seconds between the signal and the kill; default 30.",
     )
+    dependency = TextField(
+        max_length=1000,
+        required=False,
+        allow_blank=True,
+        help_text="Jobs of the same team it waits for, in Slurm's `--dependency` syntax: "
+        "`afterok:12:13` (all succeeded), `afternotok:12` (failed or cancelled), "
+        "`afterany:12` (ended), `after:12` (started), `singleton` (one job of this name "
+        "and user at a time); several joined by `,`, all must hold. See docs/api.md, Pipelines.",
+    )
     notify = NotifySerializer(
         required=False, help_text="Webhook and e-mail on this job's state changes."
     )
@@ -261,6 +270,9 @@ class JobReceiptSerializer(serializers.Serializer):
     checkpoint_signal = serializers.CharField()
     grace_period_seconds = serializers.IntegerField()
     idempotency_key = serializers.CharField(allow_null=True)
+    dependency = serializers.CharField(
+        help_text="Its dependencies, normalized (`afterok:12:13,singleton`); empty when none."
+    )
 
     def to_representation(self, job) -> dict:
         """The fields above, read directly: DRF's field-by-field representation cost
@@ -287,6 +299,7 @@ class JobReceiptSerializer(serializers.Serializer):
             "checkpoint_signal": job.checkpoint_signal,
             "grace_period_seconds": job.grace_period_seconds,
             "idempotency_key": job.idempotency_key,
+            "dependency": job.dependency,
         }
 
 
@@ -332,6 +345,10 @@ class JobSerializer(serializers.Serializer):
         source="array_id", allow_null=True, help_text="The job array it is a task of, or null."
     )
     array_index = serializers.IntegerField(allow_null=True, help_text="Its index in the array.")
+    dependency = serializers.CharField(
+        help_text="Its dependencies, normalized (`afterok:12:13,singleton`); empty when none. "
+        "While they hold it, it is pending with reason `dependency`."
+    )
 
     def get_remedy(self, job) -> str:
         return remedy(job.reason_code) if job.state == JobState.PENDING else ""

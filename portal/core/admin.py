@@ -15,6 +15,7 @@ from portal.core import reports
 from portal.core.actions.arrays import cancel_array
 from portal.core.actions.audit import record_changes, record_event
 from portal.core.actions.budgets import remove_budget, set_budget
+from portal.core.actions.dependencies import settle
 from portal.core.actions.jobs import InvalidTransition, cancel_job
 from portal.core.actions.nodes import (
     EDITABLE,
@@ -40,6 +41,7 @@ from portal.core.models import (
     GpuFlavor,
     Job,
     JobArray,
+    JobDependency,
     JobEvent,
     Membership,
     Node,
@@ -504,6 +506,25 @@ class JobEventInline(admin.TabularInline):
         return False
 
 
+class JobDependencyInline(admin.TabularInline):
+    """The jobs this one depends on (its `dependency` text also says singleton)."""
+
+    model = JobDependency
+    fk_name = "child"
+    extra = 0
+    can_delete = False
+    fields = ("type", "parent", "parent_state")
+    readonly_fields = fields
+    verbose_name = "dependency"
+
+    @admin.display(description="parent state")
+    def parent_state(self, edge):
+        return edge.parent.state
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = (
@@ -519,7 +540,14 @@ class JobAdmin(admin.ModelAdmin):
         "array_task",
         "submitted_at",
     )
-    list_filter = ("state", "team", "flavor", "preemptible", "reason_code")
+    list_filter = (
+        "state",
+        "team",
+        "flavor",
+        "preemptible",
+        "reason_code",
+        "awaiting_dependency",
+    )
     search_fields = (
         "=id",
         "=array__id",
@@ -531,8 +559,8 @@ class JobAdmin(admin.ModelAdmin):
     list_select_related = ("team", "queue", "flavor")
     date_hierarchy = "submitted_at"
     readonly_fields = [f.name for f in Job._meta.fields]
-    inlines = (JobEventInline,)
-    actions = ("cancel",)
+    inlines = (JobDependencyInline, JobEventInline)
+    actions = ("cancel", "judge_dependencies")
 
     @admin.display(description="GPUs")
     def gpus_display(self, job):
@@ -555,6 +583,13 @@ class JobAdmin(admin.ModelAdmin):
             except InvalidTransition:
                 pass
         self.message_user(request, f"Cancelled {done} job(s).", messages.SUCCESS)
+
+    @admin.action(description="Check the dependencies of selected held jobs now")
+    def judge_dependencies(self, request, queryset):
+        """What the periodic sweep does, for these jobs: release, cancel or re-word."""
+        outcome = settle(list(queryset.values_list("pk", flat=True)))
+        counts = ", ".join(f"{len(ids)} {name}" for name, ids in outcome.items())
+        self.message_user(request, f"Held jobs checked: {counts}.", messages.SUCCESS)
 
 
 @admin.register(JobArray)

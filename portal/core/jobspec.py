@@ -17,9 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Max, Q, Sum
 
-from portal.core.models import Gpu, GpuFlavor, Node, Queue, Quota, Team
+from portal.core.models import Gpu, GpuFlavor, Job, Node, Queue, Quota, Team
 from portal.core.outbound import url_problem
 from scheduler import capacity
+from scheduler import dependency as dep
 from scheduler import model as m
 
 MAX_COMMAND_BYTES = 16 * 1024
@@ -56,6 +57,11 @@ RESERVED_ENV = {
     "MASTER_PORT",
     "CUDA_VISIBLE_DEVICES",
 }
+# Dependencies: at most this many parent jobs per job (Slurm sets no limit; a bound
+# keeps a submission's lookups and its edge insert small).
+MAX_DEPENDENCY_PARENTS = 100
+MAX_DEPENDENCY_CHARS = 1000
+MAX_ID = 2**63 - 1  # a job id is a bigint
 # The state changes a job's `notify` or a team webhook may ask for, in the order an event
 # is named when several match (a failed job is `failed` before it is `ended`).
 JOB_EVENTS = ("started", "preempted", "failed", "ended")
@@ -89,6 +95,9 @@ class JobSpec:
     max_runtime_seconds: int = 3600
     checkpoint_signal: str = "SIGTERM"
     grace_period_seconds: int = 30
+    # Dependencies (scheduler/dependency.py): (type, parent id) pairs, and singleton.
+    depends_on: tuple[tuple[str, int], ...] = ()
+    singleton: bool = False
     notify: dict | None = None  # {"url": str | None, "on": [event, …], "email": bool}
     # A task of a job array: set by actions.arrays through submit_many, never from input.
     array_id: int | None = None
@@ -98,14 +107,29 @@ class JobSpec:
     def gpus(self) -> int:
         return self.workers * self.gpus_per_worker
 
+    @property
+    def is_dependent(self) -> bool:
+        """Whether the job is held for dependencies when it is stored."""
+        return bool(self.depends_on) or self.singleton
+
+    @property
+    def dependency(self) -> str:
+        """The dependencies normalized, as Slurm writes them: `afterok:12:13,singleton`."""
+        return format_dependency(self.depends_on, self.singleton)
+
     def fingerprint(self) -> str:
         """A digest of the request: the same Idempotency-Key with another body is a conflict."""
         # Not dataclasses.asdict: it would deep-copy the Queue and GpuFlavor rows first.
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _DEP_FIELDS}
         data |= {"queue": self.queue.name, "flavor": self.flavor.name}
+        if self.is_dependent:  # absent otherwise: keys stored before dependencies still match
+            data["dependency"] = self.dependency
         if self.notify is None:
             del data["notify"]  # the digest of a job without one is what it was before
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+_DEP_FIELDS = ("depends_on", "singleton")
 
 
 class SpecLookups:
@@ -121,6 +145,7 @@ class SpecLookups:
         self._nodes: dict[int, tuple[m.Node, ...]] = {}
         self._gangs: dict[tuple[int, int], capacity.GangLimit | None] = {}
         self._ceiling: dict[int, int] = {}
+        self._team_jobs: set[int] = set()
 
     def queue(self, name: str) -> Queue | None:
         if name not in self._queues and not self._all_queues:
@@ -161,6 +186,15 @@ class SpecLookups:
             self._gangs[key] = capacity.largest_gang(self.nodes(flavor), per_worker, topology)
         return self._gangs[key]
 
+    def missing_jobs(self, ids: set[int]) -> set[int]:
+        """Which of `ids` are not jobs of the team (absent or another team's: the same
+        answer, so a stranger learns nothing); jobs found are remembered."""
+        unknown = ids - self._team_jobs
+        if unknown:
+            found = Job.objects.filter(team=self.team, pk__in=sorted(unknown))
+            self._team_jobs.update(found.values_list("pk", flat=True))
+        return ids - self._team_jobs
+
     def max_gpus_ever(self, flavor: GpuFlavor) -> int:
         if flavor.pk not in self._ceiling:
             self._ceiling[flavor.pk] = max_gpus_ever(self.team, flavor)
@@ -189,6 +223,9 @@ def clean_job_spec(team: Team, data: dict[str, Any], lookups: SpecLookups | None
         )
     if flavor and not errors.keys() & {"workers", "gpus_per_worker"}:
         _check_fits(lookups, spec, errors)
+    text = data.get("dependency")
+    if text and not (isinstance(text, str) and not text.strip()):
+        spec.depends_on, spec.singleton = _check_dependency(lookups, text, errors)
     if errors:
         raise SpecError(errors)
     return spec
@@ -385,6 +422,89 @@ def _check_fits(lookups: SpecLookups, spec: JobSpec, errors) -> None:
             f"The gang needs {spec.gpus} {spec.flavor.name} GPUs but team {lookups.team.slug} can get at most "
             f"{ceiling} (nominal quota plus what it may borrow).",
         )
+
+
+def parse_dependency(text: str) -> tuple[tuple[tuple[str, int], ...], bool]:
+    """(type, job id) pairs in first-seen order without repeats, and whether `singleton`
+    is asked, from Slurm's syntax `afterok:12:13,afterany:14,singleton`; ValueError
+    with the message for the user otherwise. Berth takes Slurm's `,` (all must hold)
+    but not its `?` (any may hold), `+minutes` delays or array types."""
+    if "?" in text:
+        raise ValueError(
+            "Use ',' between dependencies (all must hold); '?' (any) is not supported."
+        )
+    pairs: dict[tuple[str, int], None] = {}
+    singleton = False
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            raise ValueError("An empty dependency between commas: write afterok:12,singleton.")
+        kind, _, ids = part.partition(":")
+        if kind == dep.SINGLETON and not ids:
+            singleton = True
+            continue
+        if kind not in dep.PARENT_TYPES:
+            known = ", ".join(f"{t}:JOB" for t in dep.PARENT_TYPES)
+            raise ValueError(
+                f"Unknown dependency {part!r}: write TYPE:JOB[:JOB…] ({known}) or singleton, "
+                "separated by ',', e.g. afterok:12:13,singleton."
+            )
+        if not ids:
+            raise ValueError(f"{kind} needs job ids: {kind}:12 or {kind}:12:13.")
+        for job_id in ids.split(":"):
+            if "+" in job_id:
+                raise ValueError(f"Delays such as {kind}:{job_id} are not supported.")
+            if not job_id.isascii() or not job_id.isdigit() or not 1 <= int(job_id) <= MAX_ID:
+                raise ValueError(f"{job_id!r} in {part!r} is not a job id (a positive number).")
+            pairs[(kind, int(job_id))] = None
+    return tuple(pairs), singleton
+
+
+def format_dependency(depends_on, singleton: bool) -> str:
+    """The normalized text of parse_dependency's result: types in PARENT_TYPES order."""
+    parts = []
+    for kind in dep.PARENT_TYPES:
+        ids = [str(job_id) for t, job_id in depends_on if t == kind]
+        if ids:
+            parts.append(":".join([kind, *ids]))
+    return ",".join(parts + ([dep.SINGLETON] if singleton else []))
+
+
+def _check_dependency(lookups: SpecLookups, text, errors) -> tuple[tuple, bool]:
+    """The parsed dependencies, or ((), False) with a `dependency` error. Parents must be
+    jobs of the job's own team. A new job has no id yet, so no existing job can depend
+    on it: every edge points from a newer job to an older one and the graph can have no
+    cycle; a parent id not yet given out is refused as missing like any other."""
+    if not isinstance(text, str) or len(text) > MAX_DEPENDENCY_CHARS:
+        _add(
+            errors,
+            "dependency",
+            f"Give the dependency as text of at most {MAX_DEPENDENCY_CHARS} characters.",
+        )
+        return (), False
+    try:
+        depends_on, singleton = parse_dependency(text)
+    except ValueError as exc:
+        _add(errors, "dependency", str(exc))
+        return (), False
+    parents = {job_id for _, job_id in depends_on}
+    if len(parents) > MAX_DEPENDENCY_PARENTS:
+        _add(
+            errors,
+            "dependency",
+            f"At most {MAX_DEPENDENCY_PARENTS} parent jobs (this names {len(parents)}).",
+        )
+        return (), False
+    missing = sorted(lookups.missing_jobs(parents))
+    if missing:
+        jobs = ", ".join(map(str, missing[:5])) + (", …" if len(missing) > 5 else "")
+        word = "job" if len(missing) == 1 else "jobs"
+        _add(
+            errors,
+            "dependency",
+            f"Team {lookups.team.slug} has no {word} {jobs}; a job can depend only on jobs of its own team.",
+        )
+        return (), False
+    return depends_on, singleton
 
 
 def flavor_nodes(flavor: GpuFlavor) -> tuple[m.Node, ...]:

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Q
+from django.db.models import NOT_PROVIDED, Q
 
 from portal.core.db import columns, insert_fields, row_columns, server_binding_cursor, split_row
 from portal.core.models import (
@@ -229,9 +229,16 @@ def insert_job_with_event(job: dict, event: dict, only_if: tuple[str, list] | No
 def submit_statement(only_if: str = "") -> tuple[str, list, list]:
     """The statement of insert_job_with_event and the fields it writes (built once:
     the same text every time is also what lets PostgreSQL keep it prepared)."""
-    # A single job is never a task of a job array: those columns take their NULL, and
-    # the statement stays within psycopg's 50 parameters it caches the parsing of.
-    job_fields = [f for f in insert_fields(Job) if f.name not in ("array", "array_index")]
+    # A single job is never a task of a job array: those columns take their NULL; and a
+    # field with a database default is left to the database (a job that needs another
+    # value sets it in the same transaction: actions.dependencies). So the statement
+    # stays within the 50 parameters psycopg caches the parsing of
+    # (tests/api/test_submit_route.py).
+    job_fields = [
+        f
+        for f in insert_fields(Job)
+        if f.name not in ("array", "array_index") and f.db_default is NOT_PROVIDED
+    ]
     event_fields = [f for f in insert_fields(JobEvent) if f.name != "job"]
     job_cols = ", ".join(f'"{f.column}"' for f in job_fields)
     event_cols = ", ".join(f'"{f.column}"' for f in event_fields)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.core.cache import cache
 
+from portal.core.actions.dependencies import SETTLE_TASK, settle_in_batches, sweep_held_jobs
 from portal.core.actions.jobs import PASS_REQUESTED_KEY, PASS_TASK
 from portal.core.actions.node_monitor import monitor_nodes
 from portal.core.actions.notifications import DELIVER_TASK, deliver, sweep
@@ -25,6 +26,19 @@ def scheduling_pass() -> dict | None:
 def node_monitor() -> dict:
     """Mark silent nodes not ready, evict long-silent ones, stop over-time jobs."""
     return monitor_nodes()
+
+
+@shared_task(name="portal.core.tasks.dependency_sweep", ignore_result=True)
+def dependency_sweep() -> dict:
+    """Judge every job held for its dependencies (the safety net behind the release
+    on each parent's state change; actions.dependencies)."""
+    return sweep_held_jobs()
+
+
+@shared_task(name=SETTLE_TASK, ignore_result=True)
+def dependency_settle(job_ids: list[int]) -> dict:
+    """Judge the many held dependents one transition concerned (actions.dependencies)."""
+    return settle_in_batches(job_ids)
 
 
 @shared_task(name=DELIVER_TASK, bind=True, ignore_result=True)

@@ -65,6 +65,13 @@ class SubmitJobForm(forms.Form):
     grace_period_seconds = forms.IntegerField(
         initial=30, label="Grace period (s)", help_text="Between the signal and the kill."
     )
+    dependency = forms.CharField(
+        required=False,
+        max_length=1000,
+        widget=forms.TextInput(attrs={"placeholder": "e.g. afterok:12:13,singleton"}),
+        help_text="Jobs of this team it waits for: afterok, afternotok, afterany or after "
+        "with job ids, or singleton; several joined by commas. Blank: none.",
+    )
     notify_url = forms.CharField(
         required=False,
         max_length=2000,

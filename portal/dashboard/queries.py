@@ -190,7 +190,7 @@ def recent_jobs(team: Team, limit: int = 6) -> list[Job]:
 @dataclass
 class PendingRow:
     job: Job
-    position: int  # 1-based within its queue, the scheduler's queue order
+    position: int | None  # 1-based within its queue, the scheduler's queue order; None: held
     queue_size: int
     ahead: Job | None  # the job directly ahead of it in its queue
     waited: str
@@ -219,18 +219,23 @@ def pending_page(team: Team, page_number, now: datetime):
     The order is the scheduler's within a queue (priority, then submit time,
     then id: scheduler.ordering.queue_key), so positions match its verdicts. A job
     array's pending tasks are one entry, at its first one, with the array's counts per
-    state (as squeue collapses them): positions count entries.
+    state (as squeue collapses them): positions count entries. Jobs held for their
+    dependencies are not in that order (the scheduler does not see them:
+    actions.dependencies): they come after each queue's others, without a position.
     """
     pending = collapse_arrays(Job.objects.filter(team=team, state=State.PENDING))
-    sizes = dict(
-        pending.values_list("queue__name").annotate(n=Count("pk")).values_list("queue__name", "n")
-    )
+    counted = pending.values_list("queue__name", "awaiting_dependency").annotate(n=Count("pk"))
+    sizes, queued = defaultdict(int), defaultdict(int)
+    for name, held, n in counted.values_list("queue__name", "awaiting_dependency", "n"):
+        sizes[name] += n
+        queued[name] += 0 if held else n
     paginator = Paginator(range(sum(sizes.values())), PENDING_PER_PAGE)
     page = paginator.get_page(page_number)
     start = page.start_index() - 1 if paginator.count else 0
     lead_in = 1 if start > 0 else 0
+    order = (QUEUE_ORDER[0], "awaiting_dependency", *QUEUE_ORDER[1:])
     jobs = list(
-        pending.select_related("submitted_by", "flavor", "queue").order_by(*QUEUE_ORDER)[
+        pending.select_related("submitted_by", "flavor", "queue").order_by(*order)[
             start - lead_in : start + PENDING_PER_PAGE
         ]
     )
@@ -242,12 +247,13 @@ def pending_page(team: Team, page_number, now: datetime):
     for i, job in enumerate(jobs[lead_in:]):
         previous = jobs[i + lead_in - 1] if i + lead_in > 0 else None
         same_queue = previous is not None and previous.queue_id == job.queue_id
+        held = job.awaiting_dependency
         rows.append(
             PendingRow(
                 job=job,
-                position=start + i + 1 - offsets[job.queue.name],
-                queue_size=sizes[job.queue.name],
-                ahead=previous if same_queue else None,
+                position=None if held else start + i + 1 - offsets[job.queue.name],
+                queue_size=queued[job.queue.name],
+                ahead=previous if same_queue and not held else None,
                 waited=duration((now - job.submitted_at).total_seconds()),
                 estimate=relative(job.estimated_start_at, now),
                 array=arrays.get(job.array_id),
@@ -440,10 +446,20 @@ def jobs_ahead(job: Job) -> Ahead:
         | Q(priority=job.priority, submitted_at__lt=job.submitted_at)
         | Q(priority=job.priority, submitted_at=job.submitted_at, pk__lt=job.pk)
     )
-    qs = Job.objects.filter(queue_id=job.queue_id, state=State.PENDING).filter(before)
+    qs = Job.objects.filter(
+        queue_id=job.queue_id, state=State.PENDING, awaiting_dependency=False
+    ).filter(before)
     head = list(qs.select_related("submitted_by").order_by(*QUEUE_ORDER[1:])[:AHEAD_SHOWN])
     count = len(head) if len(head) < AHEAD_SHOWN else qs.count()
     return Ahead(count=count, jobs=head)
+
+
+def job_parents(job: Job) -> list[Job]:
+    """The jobs it depends on (its team's, by the rule of portal.core.jobspec), by id."""
+    if not job.dependency:
+        return []
+    parents = Job.objects.filter(team_id=job.team_id, dependent_edges__child_id=job.pk)
+    return list(parents.distinct().order_by("pk").only("pk", "name", "state"))
 
 
 # --- cluster -------------------------------------------------------------------------

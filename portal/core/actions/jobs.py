@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from portal.celery import app as celery_app
 from portal.core import statements, wake
+from portal.core.actions import dependencies
 from portal.core.actions.notifications import notify_job_events, store_job_notify, with_job_notify
 from portal.core.db import insert_rows
 from portal.core.jobspec import JobSpec
@@ -111,6 +112,7 @@ def transition(
             for pk, old in rows.items()
         )
         notify_job_events(events)  # webhooks and e-mail, as outbox rows (actions/notifications)
+        dependencies.on_transition(list(rows), to_state)  # release or cancel dependents
     return list(rows)
 
 
@@ -148,6 +150,7 @@ def submit_job(
     else:
         created = _insert_with_orm(job, user, spec)
     if created:
+        dependencies.stored(job, spec)
         transaction.on_commit(request_scheduling_pass)
         return Submitted(job, created=True)
     if only_if is not None:
@@ -226,6 +229,7 @@ def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
             insert_rows(JobEvent, events)
         else:
             JobEvent.objects.bulk_create(JobEvent(**event) for event in events)
+        dependencies.record_dependencies(ids, specs)
         store_job_notify(zip(ids, (spec.notify for spec in specs), strict=True))
         transaction.on_commit(request_scheduling_pass)
     return ids
@@ -435,7 +439,7 @@ def _plain_job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[
         submitted_at=now,
         reason_code="new",
         reason="Waiting for the next scheduling pass.",
-    )
+    ) | dependencies.row_fields(spec)
 
 
 def _submitted_event(job: Job, user, spec: JobSpec) -> JobEvent:

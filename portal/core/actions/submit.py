@@ -27,6 +27,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from portal.core import access, grants
+from portal.core.actions.dependencies import submit_dependent_job
 from portal.core.actions.jobs import BulkSubmitted, Submitted, submit_job, submit_jobs
 from portal.core.jobspec import JobSpec, SpecError, SpecLookups, clean_job_spec
 from portal.core.lookups import RememberedLookups
@@ -77,7 +78,7 @@ def submit(
     team, queue = _authorize(caller, slug, queue_name)  # 1.
     lookups = RememberedLookups(team, queues=[queue] if queue else [])
     spec = validated_spec(team, values, parse_errors or {}, lookups)  # 2.
-    return submit_job(team=team, spec=spec, user=caller.user, idempotency_key=idempotency_key)
+    return _store(spec)(team=team, spec=spec, user=caller.user, idempotency_key=idempotency_key)
 
 
 def _submit_granted(caller, slug, queue_name, values, key) -> Submitted | None:
@@ -91,12 +92,18 @@ def _submit_granted(caller, slug, queue_name, values, key) -> Submitted | None:
         spec = clean_job_spec(team, values, RememberedLookups(team, queues=[grant.queue]))
     except SpecError:
         spec = None  # judged against remembered rows: the long way says it for sure
-    result = spec and submit_job(
+    result = spec and _store(spec)(
         team=team, spec=spec, user=grant.token.user, idempotency_key=key, only_if=grant.guard
     )
     if result is None:
         grants.drop(caller.token_digest, slug, queue_name)
     return result
+
+
+def _store(spec: JobSpec):
+    """Step 3's writer: a job with dependencies is stored with its edges in one
+    transaction (actions.dependencies), any other in submit_job's one statement."""
+    return submit_dependent_job if spec.is_dependent else submit_job
 
 
 def submit_many(

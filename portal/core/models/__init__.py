@@ -2,7 +2,16 @@
 
 from .audit import AuditEntry
 from .cluster import Gpu, Node, NodeBootstrapToken
-from .jobs import Allocation, DecayedUsage, Job, JobArray, JobEvent, Usage, Worker
+from .jobs import (
+    Allocation,
+    DecayedUsage,
+    Job,
+    JobArray,
+    JobDependency,
+    JobEvent,
+    Usage,
+    Worker,
+)
 from .notifications import Delivery, JobNotify, TeamWebhook, WebhookSecret
 from .ops import SchedulingPass
 from .tenancy import Budget, Cohort, GpuFlavor, Membership, Queue, Quota, Team
@@ -20,6 +29,7 @@ __all__ = [
     "GpuFlavor",
     "Job",
     "JobArray",
+    "JobDependency",
     "JobEvent",
     "JobNotify",
     "Membership",

@@ -5,6 +5,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from scheduler.dependency import PARENT_TYPES
+
 from ._base import non_negative, positive, valid_choice
 from .cluster import Gpu, Node
 from .tenancy import GpuFlavor, Queue, Team
@@ -138,6 +140,17 @@ class Job(models.Model):
         db_index=False,
     )
     array_index = models.PositiveIntegerField(null=True, blank=True)
+    # Dependencies (Slurm's --dependency; actions/dependencies.py, scheduler/dependency.py):
+    # the spec as submitted, normalized, e.g. "afterok:12:13,singleton"; its parents are
+    # also JobDependency rows. A job held for them stays pending outside the snapshot.
+    # Database defaults: the single-submission statement leaves them to the database
+    # (statements.submit_statement), within psycopg's 50 parameters of a cached statement.
+    dependency = models.CharField(max_length=1000, blank=True, default="", db_default="")
+    awaiting_dependency = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="Held for its dependencies: not scheduled until they are met (reason dependency).",
+    )
 
     submitted_at = models.DateTimeField(default=timezone.now)
     admitted_at = models.DateTimeField(null=True, blank=True)
@@ -155,6 +168,13 @@ class Job(models.Model):
                 fields=["queue", "state", "-priority", "submitted_at"], name="job_queue_order"
             ),
             models.Index(fields=["team", "-submitted_at"], name="job_team_recent"),
+            # Only the held jobs: the singleton release and the safety sweep read these;
+            # a job without dependencies never enters it (nothing paid on its insert).
+            models.Index(
+                fields=["team", "submitted_by", "name"],
+                condition=Q(awaiting_dependency=True, state="pending"),
+                name="job_awaiting_dependency",
+            ),
         ]
         constraints = [
             valid_choice("state", JobState),
@@ -193,6 +213,37 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in self.TERMINAL_STATES
+
+
+class JobDependency(models.Model):
+    """One `type:parent` condition of a dependent job: the edges of the pipeline graph,
+    written with the job in the same transaction. `singleton` has no edge (it names
+    no job); it is in the job's `dependency` text."""
+
+    TYPES = PARENT_TYPES
+
+    # Indexed by one_dependency_edge, which leads with the child.
+    child = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="dependency_edges", db_index=False
+    )
+    parent = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependent_edges")
+    type = models.CharField(max_length=16)
+
+    class Meta:
+        ordering = ["child_id", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["child", "parent", "type"], name="one_dependency_edge"),
+            models.CheckConstraint(
+                condition=Q(type__in=list(PARENT_TYPES)),
+                name="jobdependency_type_valid",
+            ),
+            models.CheckConstraint(
+                condition=~Q(child=models.F("parent")), name="jobdependency_not_self"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.child_id} {self.type}:{self.parent_id}"
 
 
 class JobEvent(models.Model):

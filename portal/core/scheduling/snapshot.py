@@ -164,12 +164,13 @@ def _teams(ctx: PassContext, now: datetime, config: m.PolicyConfig) -> list[m.Te
 
 def _pending(ctx: PassContext) -> list[m.PendingJob]:
     """Pending jobs, each with whether its previous attempt still has live workers
-    (one EXISTS in the same query; the core makes it wait: `previous_attempt`)."""
+    (one EXISTS in the same query; the core makes it wait: `previous_attempt`). Jobs
+    held for their dependencies are not among them (actions.dependencies releases them)."""
     old_workers = Worker.objects.filter(job=OuterRef("pk")).exclude(
         state__in=[Worker.State.EXITED, Worker.State.LOST]
     )
     rows = (
-        Job.objects.filter(state=Job.State.PENDING)
+        Job.objects.filter(state=Job.State.PENDING, awaiting_dependency=False)
         .annotate(draining=Exists(old_workers))
         .values(
             "pk",

@@ -40,7 +40,9 @@ def job_detail(request, job_id: int):
         "history": history,
         # A cancelled job keeps its GPUs until its workers stop: keep polling until then.
         "polling": not job.is_terminal or any(w.worker.is_live for w in history.workers),
-        "ahead": queries.jobs_ahead(job) if job.state == Job.State.PENDING else None,
+        "ahead": queries.jobs_ahead(job)
+        if job.state == Job.State.PENDING and not job.awaiting_dependency
+        else None,
         "can_cancel": not job.is_terminal and may_act_on_job(request.user, ctx.role, job),
         "waited": duration(((job.admitted_at or now) - job.submitted_at).total_seconds()),
         "estimate": relative(job.estimated_start_at, now),
@@ -48,6 +50,7 @@ def job_detail(request, job_id: int):
         "max_runtime": duration(job.max_runtime_seconds),
         "command_line": command_line(job.command),
         "remedy": remedy(job.reason_code),
+        "parents": queries.job_parents(job),
         **({} if is_fragment(request) else _notifications(job, ctx)),
     }
     return render_page(request, "dashboard/job.html", context, ctx=ctx, section="job")
