@@ -42,6 +42,7 @@ from scheduler.model import (
     Snapshot,
     Team,
 )
+from scheduler.ordering import queue_key
 from scheduler.reasons import NEVER_FITS, NO_NODES
 from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S, requeue_backoff
 
@@ -103,6 +104,13 @@ def entitlement_weights(teams: Sequence[Team]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _clock_off(r: JobRec, now: float) -> None:
+    """Stop a job's reclaim clock (Simulator._watch_reclaim), keeping the time it ran."""
+    if r.reclaim_since is not None:
+        r.reclaim_s += now - r.reclaim_since
+        r.reclaim_since = None
+
+
 class JobRec:
     """One job's life in the simulation."""
 
@@ -119,7 +127,8 @@ class JobRec:
         "preempted",
         "lost_s",
         "stopping_at",
-        "reclaimable_at",
+        "reclaim_since",
+        "reclaim_s",
     )
 
     def __init__(self, job: TraceJob, pending: PendingJob) -> None:
@@ -135,8 +144,10 @@ class JobRec:
         self.preempted = 0
         self.lost_s = 0.0  # GPU-seconds of work lost to preemption
         self.stopping_at: float | None = None
-        # When enough preemptible borrowed GPUs first existed to place it (reclaim latency).
-        self.reclaimable_at: float | None = None
+        # Reclaim latency: since when reclaim could place it now (None: not now), and
+        # for how long it could before (None: never), while it waited for its first start.
+        self.reclaim_since: float | None = None
+        self.reclaim_s: float | None = None
 
 
 class Simulator:
@@ -286,8 +297,9 @@ class Simulator:
         if r.first_start is None:
             r.first_start = now
             self.watch.pop(job.id, None)
-            if r.reclaimable_at is not None:
-                self.reclaim_latency.append(now - r.reclaimable_at)
+            if r.reclaim_s is not None:
+                open_s = 0.0 if r.reclaim_since is None else now - r.reclaim_since
+                self.reclaim_latency.append(r.reclaim_s + open_s)
         r.running = RunningJob(
             id=job.id,
             team=job.team,
@@ -441,22 +453,28 @@ class Simulator:
         return False
 
     def _watch_reclaim(self) -> None:
-        """Note the first moment each watched job could start if borrowed GPUs were reclaimed.
+        """Run the reclaim clock of each watched job: on while reclaim could start it now.
 
-        That is: its team still fits the job within its nominal quota, the free
-        GPUs of its flavor cannot hold the gang, but the free GPUs plus those
-        of running, preemptible, not stopping jobs of teams above their nominal
-        quota can (whole workers per node; topology is not considered).
+        That is: its team fits it within its nominal quota together with the
+        team's eligible pending jobs ahead of it in its queue (those get the
+        quota first), the free GPUs of its flavor cannot hold the gang, but the
+        free GPUs plus those of running, preemptible, not stopping jobs of
+        teams above their nominal quota can (whole workers per node; topology
+        is not considered). A job whose team's own jobs took its quota waits
+        for them, not for a reclaim: its clock stops until it is entitled again.
         """
-        short = []
+        now, short = self.now, []
         for r in self.watch.values():
             per_worker = r.job.gpus_per_worker
             hist = self.hist[r.pending.flavor]
             free = sum(k * (c // per_worker) for c, k in enumerate(hist) if k)
             if free < r.job.workers and self._within_nominal(r):
                 short.append(r)
+            else:
+                _clock_off(r, now)
         if not short:
             return
+        ahead = self._ahead({(r.job.team, r.pending.flavor) for r in short})
         borrowing = {k for k, used in self.usage.items() if used > self.nominal.get(k, 0)}
         extra: dict[int, int] = {}
         for run in self.running.values():
@@ -465,9 +483,35 @@ class Simulator:
                     i = self.node_at[w.node]
                     extra[i] = extra.get(i, 0) + len(w.gpus)
         for r in short:
-            if self._slots(r.pending.flavor, r.job.gpus_per_worker, extra) >= r.job.workers:
-                r.reclaimable_at = self.now
-                del self.watch[r.job.id]
+            key = (r.job.team, r.pending.flavor)
+            before = ahead.get(r.job.id, 0)
+            entitled = self.usage.get(key, 0) + before + r.job.gpus <= self.nominal.get(key, 0)
+            if entitled and self._slots(key[1], r.job.gpus_per_worker, extra) >= r.job.workers:
+                if r.reclaim_since is None:
+                    r.reclaim_since = now
+                    r.reclaim_s = r.reclaim_s or 0.0
+            else:
+                _clock_off(r, now)
+
+    def _ahead(self, keys: set[tuple[str, str]]) -> dict[int, int]:
+        """Return job id -> GPUs of its team's eligible pending jobs ahead of it in queue order.
+
+        Only for the (team, flavor) pairs in `keys`; jobs larger than the team's
+        nominal quota never take it and are not counted.
+        """
+        now, groups = self.now, {}
+        for j in self.pending.values():
+            key = (j.team, j.flavor)
+            if key in keys and j.eligible_at <= now:
+                groups.setdefault(key, []).append(j)
+        out: dict[int, int] = {}
+        for key, group in groups.items():
+            nominal, total = self.nominal.get(key, 0), 0
+            for j in sorted(group, key=queue_key):
+                out[j.id] = total
+                if j.gpus <= nominal:
+                    total += j.gpus
+        return out
 
     def _slots(self, flavor: str, per_worker: int, extra: dict[int, int]) -> int:
         """Return how many workers of `per_worker` GPUs fit on free GPUs plus `extra` per node."""
