@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -189,6 +190,8 @@ class Simulator:
         # reclaim moment has not come: checked before each pass (_watch_reclaim).
         self.watch: dict[int, JobRec] = {}
         self.reclaim_latency: list[float] = []
+        # (team, flavor) -> its pending jobs' (queue_key, id), sorted: who is ahead of whom.
+        self.queues: dict[tuple[str, str], list[tuple]] = {}
 
     # -- the cluster ----------------------------------------------------------
 
@@ -273,8 +276,17 @@ class Simulator:
         self.usage[key] = self.usage.get(key, 0) + gpus
         self.rec.hold(team, gpus)
 
+    def _enqueue(self, job: PendingJob) -> None:
+        self.pending[job.id] = job
+        insort(self.queues.setdefault((job.team, job.flavor), []), (queue_key(job), job.id))
+
+    def _dequeue(self, job: PendingJob) -> None:
+        del self.pending[job.id]
+        queue = self.queues[(job.team, job.flavor)]
+        del queue[bisect_left(queue, (queue_key(job), job.id))]
+
     def _arrive(self, r: JobRec) -> None:
-        self.pending[r.job.id] = r.pending
+        self._enqueue(r.pending)
         self.rec.demand_change(r.job.flavor, r.job.team, r.job.gpus)
         if self._within_nominal(r):
             self.watch[r.job.id] = r
@@ -285,7 +297,7 @@ class Simulator:
 
     def _start(self, r: JobRec, admission) -> None:
         job, now = r.job, self.now
-        del self.pending[job.id]
+        self._dequeue(r.pending)
         gpus = 0
         for w in admission.placement:
             self._take(self.node_at[w.node], w.gpus)
@@ -372,7 +384,7 @@ class Simulator:
             preempted_by=by,
         )
         r.pending_since = self.now
-        self.pending[r.job.id] = r.pending
+        self._enqueue(r.pending)
         if delay > 0:
             heapq.heappush(self.events, (self.now + delay, WAKE, r.job.id, r.attempt))
 
@@ -482,11 +494,19 @@ class Simulator:
                 for w in run.placement:
                     i = self.node_at[w.node]
                     extra[i] = extra.get(i, 0) + len(w.gpus)
+        slots: dict[tuple[str, int], int] = {}
         for r in short:
             key = (r.job.team, r.pending.flavor)
-            before = ahead.get(r.job.id, 0)
-            entitled = self.usage.get(key, 0) + before + r.job.gpus <= self.nominal.get(key, 0)
-            if entitled and self._slots(key[1], r.job.gpus_per_worker, extra) >= r.job.workers:
+            before = ahead.get(r.job.id)
+            if before is None or (
+                self.usage.get(key, 0) + before + r.job.gpus > self.nominal.get(key, 0)
+            ):
+                _clock_off(r, now)
+                continue
+            shape = (key[1], r.job.gpus_per_worker)
+            if shape not in slots:
+                slots[shape] = self._slots(*shape, extra)
+            if slots[shape] >= r.job.workers:
                 if r.reclaim_since is None:
                     r.reclaim_since = now
                     r.reclaim_s = r.reclaim_s or 0.0
@@ -496,21 +516,24 @@ class Simulator:
     def _ahead(self, keys: set[tuple[str, str]]) -> dict[int, int]:
         """Return job id -> GPUs of its team's eligible pending jobs ahead of it in queue order.
 
-        Only for the (team, flavor) pairs in `keys`; jobs larger than the team's
-        nominal quota never take it and are not counted.
+        Only for the (team, flavor) pairs in `keys`, and only as far down each
+        queue as the team's idle nominal quota reaches: a job not in the result
+        cannot be entitled. Jobs larger than the nominal quota never take it
+        and are not counted.
         """
-        now, groups = self.now, {}
-        for j in self.pending.values():
-            key = (j.team, j.flavor)
-            if key in keys and j.eligible_at <= now:
-                groups.setdefault(key, []).append(j)
-        out: dict[int, int] = {}
-        for key, group in groups.items():
-            nominal, total = self.nominal.get(key, 0), 0
-            for j in sorted(group, key=queue_key):
-                out[j.id] = total
-                if j.gpus <= nominal:
-                    total += j.gpus
+        now, out = self.now, {}
+        for key in keys:
+            nominal = self.nominal.get(key, 0)
+            room, total = nominal - self.usage.get(key, 0), 0
+            for _, job_id in self.queues.get(key, ()):
+                job = self.pending[job_id]
+                if job.eligible_at > now:
+                    continue
+                out[job_id] = total
+                if job.gpus <= nominal:
+                    total += job.gpus
+                    if total >= room:
+                        break
         return out
 
     def _slots(self, flavor: str, per_worker: int, extra: dict[int, int]) -> int:
