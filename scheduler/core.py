@@ -18,7 +18,7 @@ from .model import Admission, PendingJob, Plan, Snapshot
 from .ordering import queue_key, stopping_key
 from .placement import Where
 from .policies import get_policy
-from .preemption import PREEMPT_ON, honour_reservations, try_preempt, unreclaimable
+from .preemption import honour_reservations, may_preempt, try_preempt, unreclaimable
 from .quota import Ledger, TeamBook, contribution
 from .reasons import (
     ARRAY_LIMIT,
@@ -198,7 +198,7 @@ class Pass:
             wait = self.gate.try_admit(self, job, pool)
             if wait is None:
                 return
-        if self.preempting and wait.code in PREEMPT_ON:
+        if self.preempting and may_preempt(wait):
             wait = try_preempt(self, job, pool) or self._unreclaimable(job, wait)
         if not (wait.code == COHORT_BUSY and wait.info[4] and wait.info[4][0] == "kept"):
             # held back only for this pass (kept_for_others): no cohort hold for it

@@ -54,7 +54,7 @@ from . import placement
 from .model import PendingJob, Preemption
 from .ordering import last_progress, stopping_key, victim_key
 from .quota import contribution
-from .reasons import CAPACITY, COHORT_BUSY, QUOTA, WAITING_FOR_PREEMPTION, Wait
+from .reasons import CAPACITY, COHORT_BUSY, QUOTA, RESERVED, WAITING_FOR_PREEMPTION, Wait
 from .state import Running, Stops, Transaction
 
 if TYPE_CHECKING:
@@ -64,6 +64,22 @@ if TYPE_CHECKING:
 
 # A job blocked for one of these may try preemption.
 PREEMPT_ON = CAPACITY | {QUOTA, COHORT_BUSY}
+
+
+def may_preempt(wait: Wait) -> bool:
+    """Return whether a blocked job may try preemption.
+
+    A quota or capacity reason, or `reserved` because the GPUs it fits on are
+    held for another job's backfill reservation (info[2], the reservation's
+    nodes, > 0; not a quota or cohort hold): with those GPUs hidden it is short
+    of capacity exactly as a job that would not fit even with them, and may
+    reclaim borrowed GPUs elsewhere. Without this, a within-nominal job that
+    fits only on held GPUs waited for the reservation's job to start instead
+    of reclaiming (replays: hours of reclaim latency, docs/simulation.md).
+    """
+    if wait.code in PREEMPT_ON:
+        return True
+    return wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] > 0
 
 
 class Choice(NamedTuple):

@@ -90,3 +90,25 @@ for fl in single model; do
   $SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors $fl \
       --policy fairshare --json $OUT/openb-8n-$fl-merged.json
 done
+
+# Issue 13's last part (branch tails on 76c6a02: the reclaim-latency clock, reclaim from held
+# GPUs): the scan with the defaults, openb, and the fair-share rows of the tables refreshed.
+$S --worst 3 --json $OUT/scan-tails.json
+for fl in single model; do
+  $SIM --trace $OPENB --format openb --start 1970-04-26 --nodes 8 --openb-flavors $fl \
+      --policy fairshare --json $OUT/openb-8n-$fl-tails.json
+done
+W="--start 2017-10-02 --end 2017-10-16 --gpus-per-node 8 --policy fairshare"
+$SIM --trace $PHILLY $W --nodes 80 --json $OUT/philly-oct02-80n-tails.json
+$SIM --trace $PHILLY $W --nodes 96 --json $OUT/philly-oct02-96n-tails.json
+$SIM --trace $PHILLY $W --nodes 64 --json $OUT/philly-oct02-64n-tails.json
+$SIM --trace $PHILLY --start 2017-10-16 --end 2017-10-30 --gpus-per-node 8 --policy fairshare \
+    --nodes 96 --json $OUT/philly-oct16-96n-tails.json
+$SIM --trace $PHILLY --start 2017-11-06 --end 2017-11-20 --gpus-per-node 8 --policy fairshare \
+    --nodes 48 --json $OUT/philly-nov06-48n-tails.json
+for est in double queue-max; do
+  $SIM --trace $PHILLY $W --nodes 80 --runtime-estimate $est --json $OUT/philly-oct02-80n-$est-tails.json
+done
+$SIM --trace $PHILLY $W --nodes 80 --quota equal --json $OUT/philly-oct02-80n-equal-tails.json
+$SIM --trace $PHILLY $W --nodes 80 --racks 5 --json $OUT/philly-oct02-80n-racks-tails.json
+$SIM --trace $PHILLY --nodes 125 --gpus-per-node 8 --policy fairshare --json $OUT/philly-all-125n-tails.json

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -42,6 +43,7 @@ from scheduler.model import (
     Snapshot,
     Team,
 )
+from scheduler.ordering import queue_key
 from scheduler.reasons import BUDGET_EXHAUSTED, NEVER_FITS, NO_NODES
 from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S, requeue_backoff
 
@@ -106,6 +108,13 @@ def entitlement_weights(teams: Sequence[Team]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _clock_off(r: JobRec, now: float) -> None:
+    """Stop a job's reclaim clock (Simulator._watch_reclaim), keeping the time it ran."""
+    if r.reclaim_since is not None:
+        r.reclaim_s += now - r.reclaim_since
+        r.reclaim_since = None
+
+
 class JobRec:
     """One job's life in the simulation."""
 
@@ -122,7 +131,8 @@ class JobRec:
         "preempted",
         "lost_s",
         "stopping_at",
-        "reclaimable_at",
+        "reclaim_since",
+        "reclaim_s",
     )
 
     def __init__(self, job: TraceJob, pending: PendingJob) -> None:
@@ -138,8 +148,10 @@ class JobRec:
         self.preempted = 0
         self.lost_s = 0.0  # GPU-seconds of work lost to preemption
         self.stopping_at: float | None = None
-        # When enough preemptible borrowed GPUs first existed to place it (reclaim latency).
-        self.reclaimable_at: float | None = None
+        # Reclaim latency: since when reclaim could place it now (None: not now), and
+        # for how long it could before (None: never), while it waited for its first start.
+        self.reclaim_since: float | None = None
+        self.reclaim_s: float | None = None
 
 
 class Simulator:
@@ -187,6 +199,8 @@ class Simulator:
             else None
         )
         self.reset_wake = -1.0  # the month end a wake is queued for (budgets)
+        # (team, flavor) -> its pending jobs' (queue_key, id), sorted: who is ahead of whom.
+        self.queues: dict[tuple[str, str], list[tuple]] = {}
 
     # -- the cluster ----------------------------------------------------------
 
@@ -271,8 +285,17 @@ class Simulator:
         self.usage[key] = self.usage.get(key, 0) + gpus
         self.rec.hold(team, gpus)
 
+    def _enqueue(self, job: PendingJob) -> None:
+        self.pending[job.id] = job
+        insort(self.queues.setdefault((job.team, job.flavor), []), (queue_key(job), job.id))
+
+    def _dequeue(self, job: PendingJob) -> None:
+        del self.pending[job.id]
+        queue = self.queues[(job.team, job.flavor)]
+        del queue[bisect_left(queue, (queue_key(job), job.id))]
+
     def _arrive(self, r: JobRec) -> None:
-        self.pending[r.job.id] = r.pending
+        self._enqueue(r.pending)
         self.rec.demand_change(r.job.flavor, r.job.team, r.job.gpus)
         if self._within_nominal(r):
             self.watch[r.job.id] = r
@@ -283,7 +306,7 @@ class Simulator:
 
     def _start(self, r: JobRec, admission) -> None:
         job, now = r.job, self.now
-        del self.pending[job.id]
+        self._dequeue(r.pending)
         gpus = 0
         for w in admission.placement:
             self._take(self.node_at[w.node], w.gpus)
@@ -295,8 +318,9 @@ class Simulator:
         if r.first_start is None:
             r.first_start = now
             self.watch.pop(job.id, None)
-            if r.reclaimable_at is not None:
-                self.reclaim_latency.append(now - r.reclaimable_at)
+            if r.reclaim_s is not None:
+                open_s = 0.0 if r.reclaim_since is None else now - r.reclaim_since
+                self.reclaim_latency.append(r.reclaim_s + open_s)
         r.running = RunningJob(
             id=job.id,
             team=job.team,
@@ -371,7 +395,7 @@ class Simulator:
             preempted_by=by,
         )
         r.pending_since = self.now
-        self.pending[r.job.id] = r.pending
+        self._enqueue(r.pending)
         if delay > 0:
             heapq.heappush(self.events, (self.now + delay, WAKE, r.job.id, r.attempt))
 
@@ -452,22 +476,28 @@ class Simulator:
         return False
 
     def _watch_reclaim(self) -> None:
-        """Note the first moment each watched job could start if borrowed GPUs were reclaimed.
+        """Run the reclaim clock of each watched job: on while reclaim could start it now.
 
-        That is: its team still fits the job within its nominal quota, the free
-        GPUs of its flavor cannot hold the gang, but the free GPUs plus those
-        of running, preemptible, not stopping jobs of teams above their nominal
-        quota can (whole workers per node; topology is not considered).
+        That is: its team fits it within its nominal quota together with the
+        team's eligible pending jobs ahead of it in its queue (those get the
+        quota first), the free GPUs of its flavor cannot hold the gang, but the
+        free GPUs plus those of running, preemptible, not stopping jobs of
+        teams above their nominal quota can (whole workers per node; topology
+        is not considered). A job whose team's own jobs took its quota waits
+        for them, not for a reclaim: its clock stops until it is entitled again.
         """
-        short = []
+        now, short = self.now, []
         for r in self.watch.values():
             per_worker = r.job.gpus_per_worker
             hist = self.hist[r.pending.flavor]
             free = sum(k * (c // per_worker) for c, k in enumerate(hist) if k)
             if free < r.job.workers and self._within_nominal(r):
                 short.append(r)
+            else:
+                _clock_off(r, now)
         if not short:
             return
+        ahead = self._ahead({(r.job.team, r.pending.flavor) for r in short})
         borrowing = {k for k, used in self.usage.items() if used > self.nominal.get(k, 0)}
         extra: dict[int, int] = {}
         for run in self.running.values():
@@ -475,10 +505,47 @@ class Simulator:
                 for w in run.placement:
                     i = self.node_at[w.node]
                     extra[i] = extra.get(i, 0) + len(w.gpus)
+        slots: dict[tuple[str, int], int] = {}
         for r in short:
-            if self._slots(r.pending.flavor, r.job.gpus_per_worker, extra) >= r.job.workers:
-                r.reclaimable_at = self.now
-                del self.watch[r.job.id]
+            key = (r.job.team, r.pending.flavor)
+            before = ahead.get(r.job.id)
+            if before is None or (
+                self.usage.get(key, 0) + before + r.job.gpus > self.nominal.get(key, 0)
+            ):
+                _clock_off(r, now)
+                continue
+            shape = (key[1], r.job.gpus_per_worker)
+            if shape not in slots:
+                slots[shape] = self._slots(*shape, extra)
+            if slots[shape] >= r.job.workers:
+                if r.reclaim_since is None:
+                    r.reclaim_since = now
+                    r.reclaim_s = r.reclaim_s or 0.0
+            else:
+                _clock_off(r, now)
+
+    def _ahead(self, keys: set[tuple[str, str]]) -> dict[int, int]:
+        """Return job id -> GPUs of its team's eligible pending jobs ahead of it in queue order.
+
+        Only for the (team, flavor) pairs in `keys`, and only as far down each
+        queue as the team's idle nominal quota reaches: a job not in the result
+        cannot be entitled. Jobs larger than the nominal quota never take it
+        and are not counted.
+        """
+        now, out = self.now, {}
+        for key in keys:
+            nominal = self.nominal.get(key, 0)
+            room, total = nominal - self.usage.get(key, 0), 0
+            for _, job_id in self.queues.get(key, ()):
+                job = self.pending[job_id]
+                if job.eligible_at > now:
+                    continue
+                out[job_id] = total
+                if job.gpus <= nominal:
+                    total += job.gpus
+                    if total >= room:
+                        break
+        return out
 
     def _slots(self, flavor: str, per_worker: int, extra: dict[int, int]) -> int:
         """Return how many workers of `per_worker` GPUs fit on free GPUs plus `extra` per node."""

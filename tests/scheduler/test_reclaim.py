@@ -419,3 +419,29 @@ def test_reclaim_admits_the_gang_within_two_passes(c):
         assert all(running[p.job_id].preemptible for p in plan.preemptions)
         check_not_over_committed(sim)
     assert 1 in sim.started
+
+
+# -- a reservation's held GPUs do not stop a reclaim ------------------------------
+
+
+def test_within_nominal_job_that_fits_only_on_held_gpus_reclaims_elsewhere():
+    """g's 8-GPU job cannot reclaim a whole node (b borrows only 4), so it reserves n0
+    from +1000 s and its 4 free GPUs are held. a's 4-GPU job, within a's nominal,
+    fits only on those held GPUs and outlasts the reservation: it is `reserved`, but
+    it may reclaim b's borrowed GPUs on n1 instead (before, it waited without
+    reclaiming until g's job started: hours of reclaim latency in replays)."""
+    c = Cluster().node("n0").node("n1")
+    c.team("g", nominal=16, cohort="c").team("b", nominal=4, cohort="c")
+    c.team("a", nominal=4, cohort="c", decayed={"h100": 4 * 7 * 86400 / 0.693})
+    c.run(10, "g", on={"n0": 4}, runtime=1600)  # ends at +1000
+    c.run(20, "b", on={"n1": 4}, runtime=100 * HOUR)
+    c.run(21, "b", on={"n1": 4}, runtime=100 * HOUR)
+    c.job(1, "g", gpus=8, runtime=HOUR)
+    c.job(2, "a", gpus=4, runtime=2 * HOUR)
+    plan = schedule(c.snapshot())
+    assert verdict(plan, 1).reason_code == "no_capacity"
+    assert preempted(plan) == [21]  # b's newest: b then uses its nominal 4
+    assert verdict(plan, 2).reason_code == "waiting_for_preemption"
+    sim = Sim(c)
+    run_passes(sim, [NOW, NOW + GRACE])
+    assert sim.started[2] == NOW + GRACE

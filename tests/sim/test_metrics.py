@@ -119,3 +119,17 @@ def test_reclaim_latency_ignores_jobs_above_nominal_and_reports_zero_without_any
     _, s = run(jobs, nodes=2, teams=[team("a", 8), team("b", 8)])
     assert s["reclaim_jobs"] == 0
     assert s["reclaim_latency_p99_s"] == 0.0
+
+
+def test_reclaim_latency_stops_while_the_teams_own_jobs_ahead_hold_its_quota():
+    # b borrows a's idle quota (two 8-GPU jobs). At t=100 a submits two 8-GPU jobs; each
+    # alone fits a's nominal 8 when submitted, but together they do not: job 3 reclaims
+    # b's GPUs and starts after one grace period, job 4 waits for job 3, a's own job, to
+    # end at t=1130. That wait is not reclaim latency (it counted 1,030 s before).
+    jobs = [job(1, "b", duration=5000, gpus=8), job(2, "b", duration=5000, gpus=8)]
+    jobs += [job(3, "a", at=100, duration=1000, gpus=8), job(4, "a", at=100, gpus=8)]
+    sim, s = run(jobs, nodes=2, teams=[team("a", 8), team("b", 8)])
+    assert sim.recs[3].first_start == T0 + 130
+    assert sim.recs[4].first_start == T0 + 1130
+    assert s["reclaim_jobs"] == 1
+    assert s["reclaim_latency_p99_s"] == 30.0
