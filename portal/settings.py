@@ -224,6 +224,12 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 # --- Berth behaviour -----------------------------------------------------------
 BERTH = {
+    # Single submissions stored in batches (portal/core/actions/store.py): at most this
+    # many jobs a statement, a wait of at most this long for requests on their way, at
+    # most this many waiting (more: 429 with Retry-After).
+    "SUBMIT_BATCH_MAX": env_int("BERTH_SUBMIT_BATCH_MAX", 64, minimum=1),
+    "SUBMIT_BATCH_WAIT_MS": env_float("BERTH_SUBMIT_BATCH_WAIT_MS", 2.0, minimum=0.0),
+    "SUBMIT_QUEUE_MAX": env_int("BERTH_SUBMIT_QUEUE_MAX", 256, minimum=1),
     # Scheduling pass
     "SCHEDULE_INTERVAL_S": env_float("BERTH_SCHEDULE_INTERVAL_S", 5.0, minimum=0.5),
     "SCHEDULE_DEBOUNCE_S": env_float("BERTH_SCHEDULE_DEBOUNCE_S", 1.0, minimum=0.0),
