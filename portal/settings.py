@@ -122,8 +122,13 @@ def _database(url: str) -> dict:
         # paths, bulk inserts) are prepared after 5 runs on a connection: PostgreSQL then
         # skips parsing and planning them. Django's own queries bind on the client and are
         # never prepared. Off for PgBouncer older than 1.21 in transaction mode.
+        # They are planned once, too (a generic plan): left to choose, PostgreSQL kept
+        # planning the submission's insert for each run, ~1 ms of its CPU each time
+        # (docs/benchmarks.md, issue 19). Only prepared statements are affected.
         if env_bool("DB_PREPARED_STATEMENTS", True):
-            config.setdefault("OPTIONS", {})["prepare_threshold"] = 5
+            options = config.setdefault("OPTIONS", {})
+            options["prepare_threshold"] = 5
+            options["options"] = "-c plan_cache_mode=force_generic_plan"
     return config
 
 

@@ -21,6 +21,9 @@ as it ends (autocommit); each caller gets its own outcome only after that.
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -82,3 +85,14 @@ SUBMISSIONS = Batcher(
     max_wait_s=settings.BERTH["SUBMIT_BATCH_WAIT_MS"] / 1000,
     max_queue=settings.BERTH["SUBMIT_QUEUE_MAX"],
 )
+
+
+if os.environ.get("BERTH_BATCH_STATS"):  # bench/bench_api.py: how big the batches were
+    atexit.register(
+        lambda: print(
+            f"batcher of process {os.getpid()}: {SUBMISSIONS.items} jobs in "
+            f"{SUBMISSIONS.batches} batches",
+            file=sys.stderr,
+            flush=True,
+        )
+    )
