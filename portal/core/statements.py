@@ -239,12 +239,14 @@ def insert_jobs_with_events(rows: Sequence[NewJob], roles: Sequence[str]) -> lis
     looked up (`Job.objects.filter(team=…, idempotency_key=…).exists()`), the room
     counted (`Job.objects.filter(queue=…, state="pending").count()`), `job.save()`
     and the JobEvent's `save()`."""
-    sql, job_fields, event_fields = submit_statement(tuple(roles))
+    sql, job_fields, event_fields = submit_statement(tuple(roles), len(rows) == 1)
     guards = [row.guard or _NO_GUARD for row in rows]
     params = [[row.job["queue"].max_pending_jobs for row in rows]]
     params += [list(column) for column in zip(*guards, strict=True)]
     params += row_columns(job_fields, [row.job for row in rows])
     params += row_columns(event_fields, [row.event for row in rows])
+    if len(rows) == 1:  # one value a column, not arrays of one: dumping arrays cost more
+        params = [column[0] for column in params]
     params.append(Job.State.PENDING)
     with server_binding_cursor() as cursor:
         cursor.execute(sql, params)
@@ -256,9 +258,11 @@ _NO_GUARD = SubmitGuard(None, None, None, None, None)
 
 
 @functools.lru_cache(maxsize=8)
-def submit_statement(roles: tuple[str, ...]) -> tuple[str, list, list]:
+def submit_statement(roles: tuple[str, ...], one: bool = False) -> tuple[str, list, list]:
     """The statement of insert_jobs_with_events and the fields it writes (built once:
-    the same text every time is also what lets PostgreSQL keep it prepared)."""
+    the same text every time is also what lets PostgreSQL keep it prepared). Its
+    rows come as arrays, one a column, or (`one`) as one value a column: the same
+    statement but for how its one input row is bound."""
     job_fields = insert_fields(Job)
     event_fields = [f for f in insert_fields(JobEvent) if f.name != "job"]
     j = [f"j{i}" for i in range(len(job_fields))]
@@ -275,12 +279,19 @@ def submit_statement(roles: tuple[str, ...]) -> tuple[str, list, list]:
     ]
     arrays += [f"%b::{f.cast_db_type(connection)}[]" for f in [*job_fields, *event_fields]]
     names = ["room", "g_token", "g_user", "g_queue", "g_team", "g_slug", *j, *e, "ord"]
+    if one:
+        values = [
+            f"{a.replace('%b', '%s')[:-2]} AS {n}" for a, n in zip(arrays, names, strict=False)
+        ]
+        inputs = f"SELECT {', '.join(values)}, 1::bigint AS ord"
+    else:
+        inputs = (
+            f"SELECT * FROM unnest({', '.join(arrays)}) WITH ORDINALITY AS i({', '.join(names)})"
+        )
     table, events = Job._meta.db_table, JobEvent._meta.db_table
     sequence = f"pg_get_serial_sequence('{table}', '{Job._meta.pk.column}')"
     sql = f"""
-        WITH i AS (
-            SELECT * FROM unnest({", ".join(arrays)}) WITH ORDINALITY AS i({", ".join(names)})
-        ), allowed AS (
+        WITH i AS ({inputs}), allowed AS (
             SELECT i.*, row_number() OVER (PARTITION BY {queue} ORDER BY i.ord) AS nth FROM i
             WHERE i.g_token IS NULL OR {guard_sql("i", team, queue, roles)}
         ), pending AS (
