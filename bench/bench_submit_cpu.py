@@ -143,6 +143,8 @@ def profile(run, n: int) -> None:
         cum = sum(v[3] for k, v in stats.items() if k[2] == name and k[0].endswith(suffix))
         print(f"  {label:<66} {cum / n * 1000:7.3f} ms  {cum / total:5.1%}")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    if os.environ.get("PROFILE_CUM"):
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(os.environ["PROFILE_CUM"], 40)
 
 
 if __name__ == "__main__":

@@ -200,6 +200,9 @@ def test_a_row_that_breaks_a_constraint_fails_alone(live, personas, monkeypatch)
         [lambda item=item: store.store_job(item) for item in items],
     )
     assert held.sizes[:2] == [1, 3]
-    assert isinstance(answers[2], IntegrityError)
+    if connection.vendor == "postgresql":
+        assert isinstance(answers[2], IntegrityError)
+    else:  # the ORM insert answers "not stored" for any IntegrityError, as it did alone
+        assert answers[2] is None
     assert all(isinstance(a, int) for a in (answers[0], answers[1], answers[3]))
     assert sorted(Job.objects.values_list("name", flat=True)) == ["a", "b", "plug"]

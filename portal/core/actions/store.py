@@ -68,12 +68,16 @@ def _store(items: list[Storing], alone: bool = False) -> list:
 
 
 def _store_with_orm(items: list[Storing]) -> list:
+    """The ORM inserts of a batch in one transaction (one commit): each runs in a
+    savepoint of its own (actions.jobs._insert_with_orm), so one that fails leaves
+    the others."""
+    if len(items) == 1:
+        return [items[0].with_orm()]
     outcomes = []
     with transaction.atomic():
         for item in items:
             try:
-                with transaction.atomic():
-                    outcomes.append(item.with_orm())
+                outcomes.append(item.with_orm())
             except DatabaseError as exc:
                 outcomes.append(exc)
     return outcomes
