@@ -55,7 +55,7 @@ def may_act_on_job(user, role: str | None, job: Job) -> bool:
 
 def token_usable(token, user) -> bool:
     """Whether an API token may be used now: not revoked, not expired (the token's own
-    ApiToken.is_usable), and its user active. statements.submit_guard says the same in SQL."""
+    ApiToken.is_usable), and its user active. statements.guard_sql says the same in SQL."""
     return token.is_usable and user.is_active
 
 

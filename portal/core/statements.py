@@ -18,7 +18,7 @@ Where they run:
   ORM query beside each. Their parity tests run on PostgreSQL.
 
 The access rules are portal/core/access.py's: a statement that must decide one
-takes it from there as a parameter (`submit_guard`'s roles are access.SUBMIT_ROLES)
+takes it from there as a parameter (`guard_sql`'s roles are access.SUBMIT_ROLES)
 and says in SQL only what access.token_usable says in Python. The generic writers
 (db.bulk_set_values, db.update_row, db.insert_rows) stay in db.py: they build the
 statement for any model's fields, not one query.
