@@ -29,7 +29,9 @@ def live(transactional_db, cluster, monkeypatch):
     """The cluster in a database every thread sees, the batcher taking what is queued
     at once (no wait for requests on their way: the tests queue them themselves)."""
     monkeypatch.setattr(store.SUBMISSIONS, "max_wait_s", 0)
-    return cluster
+    assert not store.SUBMISSIONS._queue and not store.SUBMISSIONS._leading, "left by a test"
+    yield cluster
+    assert not store.SUBMISSIONS._queue and not store.SUBMISSIONS._leading
 
 
 class Held:
@@ -81,6 +83,7 @@ def one_batch(held: Held, plug, requests) -> list:
     held.release.set()
     for t in threads:
         t.join(WAIT)
+    assert not any(t.is_alive() for t in threads), "a request never finished"
     return results
 
 
@@ -160,14 +163,25 @@ def test_a_process_stopped_before_the_commit_answers_no_201_and_stores_nothing(
     """The leader is stopped (SystemExit, as when gunicorn stops a worker) before the
     batch's statement commits: nobody in that batch gets a 201, nothing is stored."""
 
+    plug_answered = threading.Event()
+
     def stopped(items):
+        # Django's test client re-raises an exception of any thread's request in every
+        # request in flight (a global signal): let the plug's answer be out first.
+        assert plug_answered.wait(WAIT)
         raise SystemExit(1)
+
+    def plug():
+        try:
+            return api.post(JOBS, job_body(name="plug"))
+        finally:
+            plug_answered.set()
 
     held = Held(monkeypatch, second=stopped)
     api = bearer(personas.member_a)
     answers = one_batch(
         held,
-        lambda: api.post(JOBS, job_body(name="plug")),
+        plug,
         [lambda i=i: api.post(JOBS, job_body(name=f"job-{i}")) for i in range(3)],
     )
     assert answers[0].status_code == 201
