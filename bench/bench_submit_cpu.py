@@ -30,6 +30,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--bulk", type=int, default=1000, help="jobs per bulk request")
     parser.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: cProfile N warm single submissions and print where their CPU goes",
+    )
     args = parser.parse_args()
     sys.path.insert(0, args.tree)
     os.chdir(args.tree)
@@ -83,6 +90,9 @@ def main() -> None:
 
     print(f"tree {args.tree}")
     batch("/api/v1/jobs/", single, 200)  # warm-up
+    if args.profile:
+        profile(lambda: batch("/api/v1/jobs/", single, args.profile), args.profile)
+        return
     per_request = [batch("/api/v1/jobs/", single, args.requests // 5) for _ in range(5)]
     print(
         f"single submit: {statistics.median(per_request) * 1000:.3f} ms CPU per request "
@@ -93,6 +103,48 @@ def main() -> None:
         f"bulk submit: {statistics.median(per_bulk) / args.bulk * 1e6:.1f} µs CPU per job "
         f"({args.bulk} jobs per request)"
     )
+
+
+# Where a submission's CPU goes: (label, function as pstats names it, file suffix). Each
+# share is the function's cumulative time; nested ones are inside the ones above them.
+STEPS = [
+    (
+        "WSGI handler (Django request/response, all middleware, the view)",
+        "__call__",
+        "handlers/wsgi.py",
+    ),
+    ("  the view (submit_job_view)", "submit_job_view", "views/submit.py"),
+    ("    authenticate (token digest, remembered token)", "_caller", "views/submit.py"),
+    ("    throttle (Redis round trip)", "_throttle", "views/submit.py"),
+    ("    read body: JSON + field types", "_read", "views/submit.py"),
+    ("    submit action", "submit", "actions/submit.py"),
+    ("      validate (clean_job_spec)", "clean_job_spec", "core/jobspec.py"),
+    ("      store (submit_job)", "submit_job", "actions/jobs.py"),
+    ("        the insert statement (execute)", "execute", "psycopg/cursor.py"),
+    ("    receipt (to_representation + render)", "render", "renderers.py"),
+]
+
+
+def profile(run, n: int) -> None:
+    """cProfile `run` (n submissions) and print the CPU of each step per submission."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile(time.process_time)  # CPU, not waiting on PostgreSQL
+    start = time.process_time()
+    profiler.runcall(run)
+    total = time.process_time() - start
+    stats = pstats.Stats(profiler).stats
+    calls = sum(v[1] for v in stats.values())
+    print(
+        f"{n} submissions, {total / n * 1000:.3f} ms CPU each under cProfile, {calls / n:,.0f} calls each"
+    )
+    for label, name, suffix in STEPS:
+        cum = sum(v[3] for k, v in stats.items() if k[2] == name and k[0].endswith(suffix))
+        print(f"  {label:<66} {cum / n * 1000:7.3f} ms  {cum / total:5.1%}")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    if os.environ.get("PROFILE_CUM"):
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(os.environ["PROFILE_CUM"], 40)
 
 
 if __name__ == "__main__":

@@ -122,8 +122,13 @@ def _database(url: str) -> dict:
         # paths, bulk inserts) are prepared after 5 runs on a connection: PostgreSQL then
         # skips parsing and planning them. Django's own queries bind on the client and are
         # never prepared. Off for PgBouncer older than 1.21 in transaction mode.
+        # They are planned once, too (a generic plan): left to choose, PostgreSQL kept
+        # planning the submission's insert for each run, ~1 ms of its CPU each time
+        # (docs/benchmarks.md, issue 19). Only prepared statements are affected.
         if env_bool("DB_PREPARED_STATEMENTS", True):
-            config.setdefault("OPTIONS", {})["prepare_threshold"] = 5
+            options = config.setdefault("OPTIONS", {})
+            options["prepare_threshold"] = 5
+            options["options"] = "-c plan_cache_mode=force_generic_plan"
     return config
 
 
@@ -224,6 +229,12 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 # --- Berth behaviour -----------------------------------------------------------
 BERTH = {
+    # Single submissions stored in batches (portal/core/actions/store.py): at most this
+    # many jobs a statement, a wait of at most this long for requests on their way, at
+    # most this many waiting (more: 429 with Retry-After).
+    "SUBMIT_BATCH_MAX": env_int("BERTH_SUBMIT_BATCH_MAX", 64, minimum=1),
+    "SUBMIT_BATCH_WAIT_MS": env_float("BERTH_SUBMIT_BATCH_WAIT_MS", 2.0, minimum=0.0),
+    "SUBMIT_QUEUE_MAX": env_int("BERTH_SUBMIT_QUEUE_MAX", 256, minimum=1),
     # Scheduling pass
     "SCHEDULE_INTERVAL_S": env_float("BERTH_SCHEDULE_INTERVAL_S", 5.0, minimum=0.5),
     # A write that changes what may run asks for a pass this long from now; the requests

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 
 from portal.core import access
 from portal.core.actions.jobs import IdempotencyConflict, InvalidTransition, QueueFull
+from portal.core.batcher import Busy
 from portal.core.jobspec import SpecError
 from portal.errors import error_body, page_not_found
 
@@ -88,6 +89,8 @@ def _domain_error(exc: Exception) -> ApiError | None:
         return ApiError(
             429, "queue_full", str(exc), headers={"Retry-After": str(int(exc.retry_after))}
         )
+    if isinstance(exc, Busy):
+        return ApiError(429, "busy", str(exc), headers={"Retry-After": str(exc.retry_after)})
     if isinstance(exc, IdempotencyConflict):
         return ApiError(409, "idempotency_conflict", str(exc), {"Idempotency-Key": [str(exc)]})
     if isinstance(exc, InvalidTransition):

@@ -61,7 +61,7 @@ def may_manage_notifications(role: str | None) -> bool:
 
 def token_usable(token, user) -> bool:
     """Whether an API token may be used now: not revoked, not expired (the token's own
-    ApiToken.is_usable), and its user active. statements.submit_guard says the same in SQL."""
+    ApiToken.is_usable), and its user active. statements.guard_sql says the same in SQL."""
     return token.is_usable and user.is_active
 
 

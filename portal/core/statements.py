@@ -18,7 +18,7 @@ Where they run:
   ORM query beside each. Their parity tests run on PostgreSQL.
 
 The access rules are portal/core/access.py's: a statement that must decide one
-takes it from there as a parameter (`submit_guard`'s roles are access.SUBMIT_ROLES)
+takes it from there as a parameter (`guard_sql`'s roles are access.SUBMIT_ROLES)
 and says in SQL only what access.token_usable says in Python. The generic writers
 (db.bulk_set_values, db.update_row, db.insert_rows) stay in db.py: they build the
 statement for any model's fields, not one query.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -153,25 +154,41 @@ def token_and_submit_target(token_digest: str, slug: str | None, queue_name: str
         return cursor.fetchall()
 
 
-def submit_guard(
-    token: ApiToken, team: Team, queue: Queue, slug: bool, roles: Sequence[str]
-) -> tuple[str, list]:
-    """SQL that finds a row while authenticate_for_submit would still grant the same:
-    the token usable (access.token_usable) and still its user's, the user unchanged
-    (active, not staff, the same name for the receipt), a member in one of `roles`
-    (access.SUBMIT_ROLES) of the team, the team in the token's scope (and, with no
-    team named, the user's only one there), the team and the queue unchanged
-    (row_version). PostgreSQL only (row_version, statement_timestamp()): it is
-    submit_job's `only_if`, checked inside the insert.
+class SubmitGuard(NamedTuple):
+    """What a remembered grant decided from (submit_guard): the token, the rows'
+    digests (row_version) when it was found, and whether the request named its team."""
+
+    token_id: int
+    user_version: str
+    queue_version: str
+    team_version: str
+    slug_named: bool
+
+
+def submit_guard(token: ApiToken, team: Team, queue: Queue, slug: bool) -> SubmitGuard:
+    """The values guard_sql compares with the rows as they are now, for a grant of
+    `token` to submit to `queue` of `team` (`slug`: the team was named)."""
+    return SubmitGuard(token.pk, token.user.row_version, queue.row_version, team.row_version, slug)
+
+
+def guard_sql(row: str, team: str, queue: str, roles: Sequence[str]) -> str:
+    """SQL true while authenticate_for_submit would still grant what a SubmitGuard in
+    the columns `{row}.g_token`, `g_user`, `g_queue`, `g_team`, `g_slug` recorded, for
+    the team and queue ids in the columns `team` and `queue`: the token usable
+    (access.token_usable) and still its user's, the user unchanged (active, not staff,
+    the same name for the receipt), a member in one of `roles` (access.SUBMIT_ROLES)
+    of the team, the team in the token's scope (and, with no team named, the user's
+    only one there), the team and the queue unchanged (row_version). PostgreSQL only
+    (row_version, statement_timestamp()): insert_jobs_with_events checks it inside
+    the insert.
 
     Replaces running token_by_digest_orm and access.get_submit_target again and
     comparing their answers with the remembered grant (tests/api/test_submit_route.py,
     the grant-invalidation table, is its parity test)."""
     User = get_user_model()
     mine = Membership._meta.db_table
-    # The roles are constants written into the text, not parameters: the whole insert
-    # must stay within psycopg's 50 parameters, or it is parsed again on every
-    # submission (tests/api/test_submit_route.py), and an array costs a dumper each time.
+    # The roles are constants written into the text, not parameters: an array costs a
+    # dumper each time, and the insert must stay within psycopg's 50 parameters.
     listed = ", ".join(f"'{role}'" for role in roles)
     scope = f"SELECT st.team_id FROM {ApiToken.teams.through._meta.db_table} st WHERE st.apitoken_id = tk.id"
 
@@ -179,56 +196,73 @@ def submit_guard(
         return f"(NOT EXISTS ({scope}) OR {column} IN ({scope}))"
 
     only_team = (
-        ""
-        if slug
-        else f" AND (SELECT count(*) FROM {mine} m2 WHERE m2.user_id = u.id AND {in_scope('m2.team_id')}) = 1"
+        f"({row}.g_slug OR (SELECT count(*) FROM {mine} m2 "
+        f"WHERE m2.user_id = u.id AND {in_scope('m2.team_id')}) = 1)"
     )
-    sql = (
-        f"SELECT 1 FROM {ApiToken._meta.db_table} tk JOIN {User._meta.db_table} u ON u.id = tk.user_id "
-        f"JOIN {mine} m ON m.user_id = u.id AND m.team_id = %s "
+    return (
+        f"EXISTS (SELECT 1 FROM {ApiToken._meta.db_table} tk JOIN {User._meta.db_table} u ON u.id = tk.user_id "
+        f"JOIN {mine} m ON m.user_id = u.id AND m.team_id = {team} "
         f"JOIN {Team._meta.db_table} t ON t.id = m.team_id "
-        f"JOIN {Queue._meta.db_table} q ON q.team_id = t.id AND q.id = %s "
-        "WHERE tk.id = %s AND tk.revoked_at IS NULL "
+        f"JOIN {Queue._meta.db_table} q ON q.team_id = t.id AND q.id = {queue} "
+        f"WHERE tk.id = {row}.g_token AND tk.revoked_at IS NULL "
         "AND (tk.expires_at IS NULL OR tk.expires_at > statement_timestamp()) "
         f"AND u.is_active AND NOT u.is_staff AND m.role IN ({listed}) AND {in_scope('m.team_id')} "
-        f"AND {row_version('u')} = %s AND {row_version('q')} = %s AND {row_version('t')} = %s"
-        f"{only_team}"
+        f"AND {row_version('u')} = {row}.g_user AND {row_version('q')} = {row}.g_queue "
+        f"AND {row_version('t')} = {row}.g_team AND {only_team})"
     )
-    params = [team.pk, queue.pk, token.pk]
-    return sql, params + [token.user.row_version, queue.row_version, team.row_version]
 
 
-# --- storing a submitted job (actions/jobs.py) ----------------------------------------
+# --- storing submitted jobs (actions/store.py) ----------------------------------------
 
 
-def insert_job_with_event(job: dict, event: dict, only_if: tuple[str, list] | None = None):
-    """Insert the job and its event (given as fields) with the queue's room check in a
-    single statement: one round trip instead of five, which is most of a submission's
-    cost. Returns the job's id, or None when nothing was inserted: a retry whose
-    Idempotency-Key already exists (ON CONFLICT on the partial unique index), a full
-    queue, a failed `only_if`; the caller tells them apart. PostgreSQL only (a
-    data-modifying WITH).
+class NewJob(NamedTuple):
+    """One job to store: its fields and its `submitted` event's (but the job), and the
+    guard of the grant it was submitted with (None: decided just now)."""
 
-    Replaces actions.jobs._insert_with_orm: in one transaction, the key looked up
-    (`Job.objects.filter(team=…, idempotency_key=…).exists()`), the room counted
-    (`Job.objects.filter(queue=…, state="pending").count()`), `job.save()` and the
-    JobEvent's `save()`."""
-    sql, job_fields, event_fields = submit_statement(only_if[0] if only_if else "")
-    queue = job["queue"]
-    params = [queue.max_pending_jobs, queue.pk, Job.State.PENDING]
-    params += [col[0] for col in row_columns(job_fields, [job])]
-    params += list(only_if[1]) if only_if else []
-    params += [col[0] for col in row_columns(event_fields, [event])]
+    job: dict
+    event: dict
+    guard: SubmitGuard | None = None
+
+
+def insert_jobs_with_events(rows: Sequence[NewJob], roles: Sequence[str]) -> list[int | None]:
+    """Insert the jobs and their events, each with its queue's room check and its guard
+    (guard_sql with `roles`), in a single statement: the one store of every single
+    submission on PostgreSQL, for one job or a batch (actions/store.py). Returns each
+    row's new id in order, or None where nothing was inserted: an Idempotency-Key
+    that exists (ON CONFLICT on the partial unique index; of two rows with one key,
+    the first), a full queue (the rows ahead of it in `rows` for the same queue count
+    as pending), a guard that no longer holds; the caller tells them apart. The
+    statement is atomic: a row that breaks a constraint fails them all (the caller
+    then stores each alone). PostgreSQL only (a data-modifying WITH, arrays).
+
+    Replaces actions.jobs._insert_with_orm, once per row: in one transaction, the key
+    looked up (`Job.objects.filter(team=…, idempotency_key=…).exists()`), the room
+    counted (`Job.objects.filter(queue=…, state="pending").count()`), `job.save()`
+    and the JobEvent's `save()`."""
+    sql, job_fields, event_fields = submit_statement(tuple(roles), len(rows) == 1)
+    guards = [row.guard or _NO_GUARD for row in rows]
+    params = [[row.job["queue"].max_pending_jobs for row in rows]]
+    params += [list(column) for column in zip(*guards, strict=True)]
+    params += row_columns(job_fields, [row.job for row in rows])
+    params += row_columns(event_fields, [row.event for row in rows])
+    if len(rows) == 1:  # one value a column, not arrays of one: dumping arrays cost more
+        params = [column[0] for column in params]
+    params.append(Job.State.PENDING)
     with server_binding_cursor() as cursor:
         cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return None if row is None else row[0]
+        stored = dict(cursor.fetchall())
+    return [stored.get(i) for i in range(1, len(rows) + 1)]
 
 
-@functools.lru_cache(maxsize=64)
-def submit_statement(only_if: str = "") -> tuple[str, list, list]:
-    """The statement of insert_job_with_event and the fields it writes (built once:
-    the same text every time is also what lets PostgreSQL keep it prepared)."""
+_NO_GUARD = SubmitGuard(None, None, None, None, None)
+
+
+@functools.lru_cache(maxsize=8)
+def submit_statement(roles: tuple[str, ...], one: bool = False) -> tuple[str, list, list]:
+    """The statement of insert_jobs_with_events and the fields it writes (built once:
+    the same text every time is also what lets PostgreSQL keep it prepared). Its
+    rows come as arrays, one a column, or (`one`) as one value a column: the same
+    statement but for how its one input row is bound."""
     # A single job is never a task of a job array: those columns take their NULL; and a
     # field with a database default is left to the database (a job that needs another
     # value sets it in the same transaction: actions.dependencies). So the statement
@@ -240,22 +274,56 @@ def submit_statement(only_if: str = "") -> tuple[str, list, list]:
         if f.name not in ("array", "array_index") and f.db_default is NOT_PROVIDED
     ]
     event_fields = [f for f in insert_fields(JobEvent) if f.name != "job"]
-    job_cols = ", ".join(f'"{f.column}"' for f in job_fields)
-    event_cols = ", ".join(f'"{f.column}"' for f in event_fields)
-    condition = f" AND EXISTS ({only_if})" if only_if else ""
+    j = [f"j{i}" for i in range(len(job_fields))]
+    e = [f"e{i}" for i in range(len(event_fields))]
+    by_name = {f.name: name for f, name in zip(job_fields, j, strict=True)}
+    team, queue = f"i.{by_name['team']}", f"i.{by_name['queue']}"
+    arrays = [
+        "%b::bigint[]",
+        "%b::bigint[]",
+        "%b::text[]",
+        "%b::text[]",
+        "%b::text[]",
+        "%b::bool[]",
+    ]
+    arrays += [f"%b::{f.cast_db_type(connection)}[]" for f in [*job_fields, *event_fields]]
+    names = ["room", "g_token", "g_user", "g_queue", "g_team", "g_slug", *j, *e, "ord"]
+    if one:
+        values = [
+            f"{a.replace('%b', '%s')[:-2]} AS {n}" for a, n in zip(arrays, names, strict=False)
+        ]
+        inputs = f"SELECT {', '.join(values)}, 1::bigint AS ord"
+    else:
+        inputs = (
+            f"SELECT * FROM unnest({', '.join(arrays)}) WITH ORDINALITY AS i({', '.join(names)})"
+        )
+    table, events = Job._meta.db_table, JobEvent._meta.db_table
+    sequence = f"pg_get_serial_sequence('{table}', '{Job._meta.pk.column}')"
     sql = f"""
-        WITH room AS (
-            SELECT count(*) < %s AS ok FROM {Job._meta.db_table}
-            WHERE queue_id = %s AND state = %s
+        WITH i AS ({inputs}), allowed AS (
+            SELECT i.*, row_number() OVER (PARTITION BY {queue} ORDER BY i.ord) AS nth FROM i
+            WHERE i.g_token IS NULL OR {guard_sql("i", team, queue, roles)}
+        ), pending AS (
+            SELECT a.queue_id, (SELECT count(*) FROM {table} p
+                                WHERE p.queue_id = a.queue_id AND p.state = %s) AS n
+            FROM (SELECT DISTINCT {queue.replace("i.", "")} AS queue_id FROM allowed) a
+        ), fits AS (
+            SELECT a.*, nextval({sequence}) AS new_id FROM allowed a
+            JOIN pending p ON p.queue_id = a.{queue.replace("i.", "")} WHERE a.nth + p.n <= a.room
         ), job AS (
-            INSERT INTO {Job._meta.db_table} ({job_cols})
-            SELECT {", ".join(["%s"] * len(job_fields))} WHERE (SELECT ok FROM room){condition}
+            INSERT INTO {table} ("{Job._meta.pk.column}", {", ".join(f'"{f.column}"' for f in job_fields)})
+            SELECT new_id, {", ".join(j)} FROM fits ORDER BY ord
             ON CONFLICT (team_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
             RETURNING id
+        ), event AS (
+            INSERT INTO {events} (job_id, {", ".join(f'"{f.column}"' for f in event_fields)})
+            SELECT fits.new_id, {", ".join(e)} FROM fits JOIN job ON job.id = fits.new_id
+            RETURNING job_id
         )
-        INSERT INTO {JobEvent._meta.db_table} (job_id, {event_cols})
-        SELECT id, {", ".join(["%s"] * len(event_fields))} FROM job RETURNING job_id"""
-    return sql, job_fields, event_fields
+        SELECT fits.ord, fits.new_id FROM fits JOIN event ON event.job_id = fits.new_id"""
+    # One line: psycopg caches a statement's parsing only within 4 KB of text (and 50
+    # parameters; tests/api/test_submit_route.py fails if the statement outgrows them).
+    return " ".join(sql.split()), job_fields, event_fields
 
 
 # --- the agent API: which node calls, what it runs (agentapi/) ------------------------

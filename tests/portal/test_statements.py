@@ -232,7 +232,9 @@ def test_submit_statement_stores_as_the_orm(cluster, personas):
         return row, jobs._submitted_event_fields(team, spec, user, now)
 
     def by_sql(key):
-        return statements.insert_job_with_event(*fields(key))
+        return statements.insert_jobs_with_events(
+            [statements.NewJob(*fields(key))], access.SUBMIT_ROLES
+        )[0]
 
     def by_orm(key):
         job = Job(**fields(key)[0])
@@ -250,3 +252,34 @@ def test_submit_statement_stores_as_the_orm(cluster, personas):
     spec.queue.max_pending_jobs = 2
     assert (by_sql(None), by_orm(None)) == (None, None)  # full: 2 pending of 2
     assert Job.objects.count() == 2
+
+
+@postgresql_only
+def test_one_statement_stores_a_batch_row_by_row(cluster, personas):
+    """In one batch each row is judged alone, in order: of two rows with one key the
+    first is stored, a row the queue has no room for is not (rows ahead of it in the
+    batch count as pending), a row whose guard fails is not; the others are, each
+    with its event."""
+    team, user = cluster.team_a, personas.member_a
+    spec = clean_job_spec(
+        team,
+        {"name": "j", "image": "img", "command": ["true"], "flavor": "h100-80gb",
+         "max_runtime_seconds": 600, "workers": 1, "gpus_per_worker": 1},
+    )  # fmt: skip
+    now = timezone.now()
+    Queue.objects.filter(pk=cluster.queue_a.pk).update(max_pending_jobs=4)
+    spec.queue.max_pending_jobs = 4
+    stale = statements.SubmitGuard(0, "x", "x", "x", True)  # no such token: never holds
+
+    def row(key, guard=None):
+        fields = jobs._job_fields(team, spec, user, key, spec.fingerprint() if key else "", now)
+        return statements.NewJob(fields, jobs._submitted_event_fields(team, spec, user, now), guard)
+
+    rows = [row("a"), row("a"), row(None, stale), row("b"), row(None), row(None), row("c")]
+    ids = statements.insert_jobs_with_events(rows, access.SUBMIT_ROLES)
+    assert [i is not None for i in ids] == [True, False, False, True, True, False, False]
+    # the duplicate "a" counted as pending within the batch: 4 rows ahead fill the queue
+    assert sorted(Job.objects.values_list("idempotency_key", flat=True), key=str) == sorted(
+        ["a", "b", None], key=str
+    )
+    assert JobEvent.objects.filter(job_id__in=[i for i in ids if i]).count() == 3

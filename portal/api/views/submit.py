@@ -38,6 +38,7 @@ from portal.api.errors import exception_response, flatten, invalid
 from portal.api.parsers import read_json
 from portal.api.throttles import TokenRateThrottle
 from portal.core import grants
+from portal.core.actions.store import SUBMISSIONS
 from portal.core.actions.submit import Caller, CallerChanged, submit
 from portal.core.actions.tokens import token_scope
 from portal.core.secrets import digest
@@ -57,6 +58,11 @@ _PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
 
 def submit_job_view(request) -> HttpResponse:
     """The one handler of a single submission (see the module's docstring)."""
+    with SUBMISSIONS.coming():  # the batch being gathered may wait for this one
+        return _submit_job(request)
+
+
+def _submit_job(request) -> HttpResponse:
     caller = None
     try:
         if not _accepts_json(request):  # 1.

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from portal.celery import app as celery_app
 from portal.core import statements, wake
-from portal.core.actions import dependencies
+from portal.core.actions import dependencies, store
 from portal.core.actions.notifications import notify_job_events, store_job_notify, with_job_notify
 from portal.core.db import insert_rows
 from portal.core.jobspec import JobSpec
@@ -123,34 +123,33 @@ def submit_job(
     spec: JobSpec,
     user,
     idempotency_key: str | None = None,
-    only_if: tuple[str, list] | None = None,
+    only_if: statements.SubmitGuard | None = None,
 ) -> Submitted | None:
     """Store a pending job and ask for a scheduling pass. Idempotent on the key.
 
-    Raises QueueFull when the queue is at its pending limit and
-    IdempotencyConflict when the key was used with another body.
+    Raises QueueFull when the queue is at its pending limit, IdempotencyConflict
+    when the key was used with another body, and store.Busy when this process
+    stores as many jobs as it may at once. The job is stored together with the
+    others this process stores at the same moment (actions/store.py: one statement,
+    one commit) and this returns only once it is committed.
 
-    `only_if` (PostgreSQL only) is SQL and its parameters that must find a row for
-    the job to be stored, checked in the same statement: what the caller decided
-    from data it remembered still holds. With it, nothing stored (a full queue, a
-    key used before, the condition failing) returns None without saying which, and
-    the caller asks again without it.
+    `only_if` (PostgreSQL only) is a remembered grant's guard (statements.guard_sql),
+    checked in the statement that stores the job: what the caller decided from data
+    it remembered still holds. With it, nothing stored (a full queue, a key used
+    before, the guard failing) returns None without saying which, and the caller
+    asks again without it.
     """
     fingerprint = spec.fingerprint() if idempotency_key else ""
     now = timezone.now()
     row = _job_fields(team, spec, user, idempotency_key, fingerprint, now)
     job = Job(**row)
-    if connection.vendor == "postgresql":
-        event = _submitted_event_fields(team, spec, user, now)
-        job.pk = statements.insert_job_with_event(row, event, only_if)
-        job._state.adding = job.pk is None
-        created = job.pk is not None
-    elif only_if is not None:
+    if only_if is not None and connection.vendor != "postgresql":
         raise ValueError("submit_job: only_if needs PostgreSQL")
-    else:
-        created = _insert_with_orm(job, user, spec)
-    if created:
-        dependencies.stored(job, spec)
+    new = statements.NewJob(row, _submitted_event_fields(team, spec, user, now), only_if)
+    job.pk = store.store_job(store.Storing(new, lambda: _insert_with_orm(job, user, spec)))
+    job._state.adding = job.pk is None
+    if job.pk is not None:
+        dependencies.stored(job, spec)  # a dependent job is stored in a transaction (submit._store)
         transaction.on_commit(request_scheduling_pass)
         return Submitted(job, created=True)
     if only_if is not None:
@@ -161,8 +160,9 @@ def submit_job(
     raise QueueFull(spec.queue, retry_after=30)
 
 
-def _insert_with_orm(job: Job, user, spec: JobSpec) -> bool:
-    """Room check, job and event in one transaction; False when the key exists or the queue is full."""
+def _insert_with_orm(job: Job, user, spec: JobSpec) -> int | None:
+    """Room check, job and event in one transaction; the job's id, or None when the key
+    exists or the queue is full."""
     try:
         with transaction.atomic():
             if (
@@ -171,14 +171,14 @@ def _insert_with_orm(job: Job, user, spec: JobSpec) -> bool:
                     team_id=job.team_id, idempotency_key=job.idempotency_key
                 ).exists()
             ):
-                return False
+                return None
             if _pending_in(job.queue) >= job.queue.max_pending_jobs:
-                return False
+                return None
             job.save()
             _submitted_event(job, user, spec).save()
     except IntegrityError:
-        return False  # a concurrent retry with the same key won the race
-    return True
+        return None  # a concurrent retry with the same key won the race
+    return job.pk
 
 
 def submit_jobs(

@@ -12,7 +12,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from portal.core import statements
-from portal.core.access import SUBMIT_ROLES, submit_target_from, token_usable, visible_teams
+from portal.core.access import submit_target_from, token_usable, visible_teams
 from portal.core.actions.audit import record_event
 from portal.core.db import split_row
 from portal.core.models import ApiToken, Queue, Team
@@ -76,14 +76,14 @@ def authenticate_token(plaintext: str) -> ApiToken | None:
 
 @dataclass(frozen=True)
 class SubmitGrant:
-    """Who submits where (authenticate_for_submit), and `guard`: SQL and parameters
-    that find a row only while that still holds (submit_job's `only_if`), so the
-    grant may be remembered briefly and re-checked by the statement that uses it."""
+    """Who submits where (authenticate_for_submit), and `guard`: what the statement
+    that stores the job compares with the rows as they are then (submit_job's
+    `only_if`, statements.guard_sql), so the grant may be remembered briefly."""
 
     token: ApiToken
     team: Team
     queue: Queue
-    guard: tuple[str, list]
+    guard: statements.SubmitGuard
 
 
 def authenticate_for_submit(
@@ -111,7 +111,7 @@ def authenticate_for_submit(
         return None
     team, queue = found
     token.user.row_version = user_version
-    guard = statements.submit_guard(token, team, queue, bool(slug), SUBMIT_ROLES)
+    guard = statements.submit_guard(token, team, queue, bool(slug))
     return SubmitGrant(token, team, queue, guard)
 
 

@@ -8,6 +8,7 @@ from portal.core.access import NotFound
 from portal.core.actions import submit as submission
 from portal.core.actions.arrays import ArrayIdempotencyConflict, submit_array
 from portal.core.actions.jobs import IdempotencyConflict, QueueFull
+from portal.core.batcher import Busy
 from portal.core.jobspec import SpecError
 from portal.dashboard import queries
 from portal.dashboard.format import duration
@@ -62,7 +63,7 @@ def _submit(request, team, form: SubmitJobForm):
         form.add_error("queue", "No such queue.")
     except SpecError as exc:
         form.add_spec_errors(exc)
-    except QueueFull as exc:
+    except (QueueFull, Busy) as exc:
         form.add_error(None, f"{exc} Try again in a little while.")
     except IdempotencyConflict as exc:
         form.add_error(
