@@ -328,3 +328,21 @@ def test_many_dependents_are_settled_by_a_task_after_the_commit(
 
     assert tasks.dependency_settle(children) == {"released": 3, "cancelled": 0, "waiting": 0}
     assert {job(as_member_a, pk)["reason_code"] for pk in children} == {"new"}
+
+
+def test_an_array_may_depend_on_a_job_and_its_tasks_are_released_together(cluster, as_member_a):
+    """Pipelines combine: an eval array after training, every task held, then released."""
+    from tests.api.test_arrays import ARRAYS, array_body
+
+    train = submitted(as_member_a, name="train")
+    response = as_member_a.post(
+        ARRAYS, array_body("0-3%2", dependency=f"afterok:{train['id']}")
+    )
+    assert response.status_code == 201, response.content
+    ids = response.json()["ids"]
+    tasks = Job.objects.filter(pk__in=ids)
+    assert set(tasks.values_list("reason_code", flat=True)) == {"dependency"}
+    assert all(t.awaiting_dependency for t in tasks)
+    end(train["id"], "succeeded")
+    assert not Job.objects.filter(pk__in=ids, awaiting_dependency=True).exists()
+    assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"pending"}
