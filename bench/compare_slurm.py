@@ -153,7 +153,19 @@ def measure_rate(
         latencies = [
             int(x) / 1e6 for i in range(clients) for x in Path(d, str(i)).read_text().split()
         ]
+    # Cancel them and wait until the controller has purged them (MinJobAge), so that
+    # what runs next is not measured against a controller busy forgetting them.
     subprocess.run(["scancel", "-p", partition], check=False)
+    deadline = time.time() + 120
+    while (
+        time.time() < deadline
+        and subprocess.run(
+            ["squeue", "-h", "-t", "all", "-p", partition, "-o", "%i"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    ):
+        time.sleep(1)
     return {
         "clients": clients,
         "seconds": duration,
@@ -213,59 +225,96 @@ def _load(path: str | None) -> dict:
     return json.loads(Path(path).read_text())
 
 
-def _single_run(api: dict) -> dict:
-    for run in api.get("runs", []):
-        if run.get("kind") == "single":
-            return run
-    return {}
+def _get(d, *keys):
+    for k in keys:
+        if not isinstance(d, dict) or d.get(k) is None:
+            return None
+        d = d[k]
+    return d
+
+
+def capacity(server_ms: float | None, client_ms: float | None) -> float | None:
+    """Submissions/s this machine's cores would sustain at this CPU cost a submission
+    (server and clients) with nothing else running: the figure a shared machine's
+    neighbours move least."""
+    if not server_ms:
+        return None
+    return (os.cpu_count() or 1) * 1000 / (server_ms + (client_ms or 0))
+
+
+def _cell(values: list[float], fmt: str) -> tuple[str, float | None]:
+    """'median (min–max)' of a metric over the rounds, and the median."""
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return "not measured", None
+    n = len(values)
+    median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    if n == 1:
+        return fmt.format(median), median
+    return f"{fmt.format(median)} ({fmt.format(values[0])}–{fmt.format(values[-1])})", median
 
 
 def table_main(args: argparse.Namespace) -> None:
-    slurm, api_doc, e2e = _load(args.slurm), _load(args.api), _load(args.e2e)
-    api = _single_run(api_doc)
-    sub, idle, backlog = slurm.get("submit", {}), slurm.get("idle", {}), slurm.get("backlog", {})
-    b_idle, b_backlog = e2e.get("idle", {}), e2e.get("backlog", {})
-    b_cpu = api.get("cpu_ms", {})
-    b_server = (b_cpu.get("web server", 0) + b_cpu.get("postgres", 0)) if b_cpu else None
+    """Slurm's and Berth's figures side by side; where there are several rounds
+    (submissions), each cell is the median (min–max) and the ratio is of medians."""
+    slurms = [_load(p) for p in args.slurm]
+    apis = [_load(p) for p in args.api or []]
+    e2e = _load(args.e2e)
+    subs = [d["submit"] for d in slurms if d.get("submit")]
+    idle = next((d["idle"] for d in slurms if d.get("idle")), {})
+    backlog = next((d["backlog"] for d in slurms if d.get("backlog")), {})
+    singles = [r for d in apis for r in d.get("runs", []) if r.get("kind") == "single"]
+    b_server = [_get(r, "cpu_ms", "web server") + _get(r, "cpu_ms", "postgres") for r in singles]
 
-    def get(d: dict, *keys):
-        for k in keys:
-            if not isinstance(d, dict) or k not in d:
-                return None
-            d = d[k]
-        return d
-
-    # (metric, Slurm, Berth, format, higher is better)
+    # (metric, Slurm's values, Berth's values, format, higher is better)
     rows = [
-        ("single submissions/s, long-running clients", get(sub, "per_s"), api.get("per_s"), "{:,.0f}", True),
-        ("  server CPU per submission, ms", get(sub, "server_cpu_ms"), b_server, "{:.2f}", False),
-        ("  submission latency p99, ms", get(sub, "latency_ms", "p99"), get(api, "latency_ms", "p99"), "{:.1f}", False),
-        (f"trivial 1-GPU jobs completed/s, {get(backlog, 'gpus') or 64} GPUs, backlog",
-         get(backlog, "jobs_completed_per_s"), get(b_backlog, "jobs_completed_per_s"), "{:.1f}", True),
-        ("submit→running p50 (idle), s", get(idle, "submit_to_running_s", "p50"),
-         get(b_idle, "submit_to_running_s", "p50"), "{:.3f}", False),
-        ("submit→running p99 (idle), s", get(idle, "submit_to_running_s", "p99"),
-         get(b_idle, "submit_to_running_s", "p99"), "{:.3f}", False),
+        ("single submissions/s, long-running clients",
+         [s["per_s"] for s in subs], [r["per_s"] for r in singles], "{:,.0f}", True),
+        ("  server CPU per submission, ms",
+         [s["server_cpu_ms"] for s in subs], b_server, "{:.2f}", False),
+        (f"  what {os.cpu_count()} idle cores sustain at that CPU cost (clients' too), /s",
+         [capacity(s["server_cpu_ms"], s["client_cpu_ms"]) for s in subs],
+         [capacity(b, _get(r, "cpu_ms", "clients")) for b, r in zip(b_server, singles, strict=True)],
+         "{:,.0f}", True),
+        ("  submission latency p99, ms",
+         [_get(s, "latency_ms", "p99") for s in subs],
+         [_get(r, "latency_ms", "p99") for r in singles], "{:.1f}", False),
+        (f"trivial 1-GPU jobs completed/s, {_get(backlog, 'gpus') or 64} GPUs, backlog",
+         [_get(backlog, "jobs_completed_per_s")],
+         [_get(e2e, "backlog", "jobs_completed_per_s")], "{:.1f}", True),
+        ("submit→running p50, idle cluster, s", [_get(idle, "submit_to_running_s", "p50")],
+         [_get(e2e, "idle", "submit_to_running_s", "p50")], "{:.3f}", False),
+        ("submit→running p99, idle cluster, s", [_get(idle, "submit_to_running_s", "p99")],
+         [_get(e2e, "idle", "submit_to_running_s", "p99")], "{:.3f}", False),
     ]  # fmt: skip
     lines = [
         "| metric | Slurm | Berth | ratio (≥ 1.0: Berth at least as good) |",
         "| --- | --- | --- | --- |",
     ]
-    for name, s, b, fmt, higher in rows:
-        ratio = "n/a"
-        if s and b:
-            ratio = f"{(b / s) if higher else (s / b):.2f}×"
-        lines.append(
-            f"| {name} | {fmt.format(s) if s is not None else 'not measured'} | "
-            f"{fmt.format(b) if b is not None else 'not measured'} | {ratio} |"
-        )
+    for name, s_values, b_values, fmt, higher in rows:
+        (s_text, s), (b_text, b) = _cell(s_values, fmt), _cell(b_values, fmt)
+        ratio = f"{(b / s) if higher else (s / b):.2f}×" if s and b else "n/a"
+        lines.append(f"| {name} | {s_text} | {b_text} | {ratio} |")
     print("\n".join(lines))
-    if sub and api:
-        print(
-            f"\nclients: Slurm {sub['clients']} libslurm processes; Berth {api_doc.get('clients')} "
-            f"raw-socket HTTP processes ({api_doc.get('server')}, {api_doc.get('workers')} workers × "
-            f"{api_doc.get('threads')} threads)"
+    notes = []
+    if subs:
+        notes.append(
+            f"Slurm: {subs[0]['clients']} libslurm client processes, {len(subs)} round(s) of "
+            f"{subs[0]['seconds']:g} s; server CPU = slurmctld + munged + the slurmd."
         )
+    if apis:
+        a = apis[0]
+        notes.append(
+            f"Berth: {a.get('clients')} raw-socket HTTP client processes, {a.get('server')} "
+            f"{a.get('workers')} workers × {a.get('threads')} threads, {len(singles)} round(s); "
+            "server CPU = web server + its PostgreSQL sessions."
+        )
+    if idle:
+        notes.append(
+            f"idle: {idle['started']} of {idle['jobs']} jobs; backlog: {backlog.get('jobs')} jobs."
+        )
+    if notes:
+        print("\n" + "\n".join(notes))
 
 
 def main() -> None:
@@ -294,8 +343,8 @@ def main() -> None:
     )
     s.add_argument("--backlog-jobs", type=int, default=2000, help="0: skip")
     t = commands.add_parser("table", help="print the side-by-side table")
-    t.add_argument("--slurm", required=True)
-    t.add_argument("--api", help="bench_api.py --json output")
+    t.add_argument("--slurm", action="append", required=True, help="repeatable")
+    t.add_argument("--api", action="append", help="bench_api.py --json output; repeatable")
     t.add_argument("--e2e", help="bench_e2e.py --json output")
     args = parser.parse_args()
     {"slurm": slurm_main, "table": table_main}[args.command](args)

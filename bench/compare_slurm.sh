@@ -2,7 +2,7 @@
 # Berth and Slurm side by side, in one run on one machine (docs/benchmarks.md,
 # "Berth and Slurm side by side"):
 #
-#   bench/compare_slurm.sh [--duration 20] [--clients 16] [--idle-jobs 50]
+#   bench/compare_slurm.sh [--duration 20] [--clients 16] [--rounds 2] [--idle-jobs 50]
 #       [--backlog-jobs 2000] [--out DIR] [--no-berth] [--no-slurm] [--keep]
 #       [--sched-params 'batch_sched_delay=0,...']   (slurm.conf SchedulerParameters;
 #        Slurm's defaults without it)
@@ -17,9 +17,10 @@
 #    bench/slurm_submit.c): submit→running on an idle cluster, trivial 1-GPU jobs
 #    completed/s on 64 GPUs with a backlog, single submissions/s from long-running
 #    clients with the server CPU per submission.
-# 4. Stops Slurm, then measures Berth: bench/bench_api.py (single submissions/s and
-#    CPU per submission) and, when the tree has it, bench/bench_e2e.py (jobs
-#    completed/s and submit→running). DATABASE_URL and REDIS_URL are passed through
+# 4. Measures Berth: bench/bench_api.py (single submissions/s and CPU per
+#    submission), alternating with Slurm's submission run --rounds times (the machine
+#    is noisy); then stops Slurm and runs, when the tree has it, bench/bench_e2e.py
+#    (jobs completed/s and submit→running). DATABASE_URL and REDIS_URL are passed through
 #    (bench_api.py's defaults otherwise); PYTHON names the venv's python (.venv/bin/python).
 # 5. Prints the side-by-side table (metric | Slurm | Berth | ratio, ≥ 1.0 when Berth
 #    is at least as good) and writes it, the JSON figures and the logs to --out
@@ -31,6 +32,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DURATION=20
+ROUNDS=2
 CLIENTS=16
 IDLE_JOBS=50
 BACKLOG_JOBS=2000
@@ -48,6 +50,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) DURATION=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --clients) CLIENTS=$2; shift 2 ;;
     --idle-jobs) IDLE_JOBS=$2; shift 2 ;;
     --backlog-jobs) BACKLOG_JOBS=$2; shift 2 ;;
@@ -73,7 +76,7 @@ log() { echo "== $*" | tee -a "$OUT/run.log"; }
        "mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) $(uname -r)"
   echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')" \
        "$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo '(with uncommitted changes)')"
-  echo "flags: --duration $DURATION --clients $CLIENTS --idle-jobs $IDLE_JOBS --backlog-jobs $BACKLOG_JOBS${SCHED_PARAMS:+ --sched-params $SCHED_PARAMS}"
+  echo "flags: --duration $DURATION --clients $CLIENTS --rounds $ROUNDS --idle-jobs $IDLE_JOBS --backlog-jobs $BACKLOG_JOBS${SCHED_PARAMS:+ --sched-params $SCHED_PARAMS}"
   echo "load before: $(uptime)"
 } | tee "$OUT/run.log"
 
@@ -244,24 +247,43 @@ EOF
   cc -O2 -o "$S/slurm_submit" "$ROOT/bench/slurm_submit.c" -lslurm
 }
 
+slurm_measure() {  # JSON [compare_slurm.py slurm flags]
+  local pids
+  pids=$(IFS=,; echo "${PIDS[*]}")
+  python3 "$ROOT/bench/compare_slurm.py" slurm --json "$1" --client "$S/slurm_submit" \
+    --pids "$pids" --jobcomp "$S/jobcomp.log" --nodes $NODES --gpus-per-node $GPUS "${@:2}" 2>&1 \
+    | tee -a "$OUT/run.log"
+}
+
+berth_api() {  # JSON
+  log "berth: bench_api.py (DATABASE_URL=${DATABASE_URL:-bench_api.py\'s default})"
+  (cd "$ROOT" && "$PYTHON" bench/bench_api.py --duration "$DURATION" --clients "$CLIENTS" \
+    --bulk-duration 5 --json "$1") 2>&1 | grep -v -e UserWarning -e mw_instance | tee -a "$OUT/run.log"
+}
+
+if [ $RUN_BERTH = 1 ] && [ ! -x "$PYTHON" ]; then
+  echo "no python at $PYTHON (make install, or set PYTHON)" >&2
+  exit 1
+fi
 if [ $RUN_SLURM = 1 ]; then
   start_slurm
-  pids=$(IFS=,; echo "${PIDS[*]}")
-  python3 "$ROOT/bench/compare_slurm.py" slurm --json "$OUT/slurm.json" --client "$S/slurm_submit" \
-    --pids "$pids" --jobcomp "$S/jobcomp.log" --nodes $NODES --gpus-per-node $GPUS \
-    --duration "$DURATION" --clients "$CLIENTS" --idle-jobs "$IDLE_JOBS" \
-    --backlog-jobs "$BACKLOG_JOBS" 2>&1 | tee -a "$OUT/run.log"
+  slurm_measure "$OUT/slurm.json" --duration 0 --idle-jobs "$IDLE_JOBS" --backlog-jobs "$BACKLOG_JOBS"
+fi
+# Single submissions alternate, Slurm then Berth, --rounds times: the machine is noisy.
+# (Slurm's daemons stay up, idle, while Berth runs.)
+for r in $(seq "$ROUNDS"); do
+  log "submissions, round $r of $ROUNDS: $(uptime)"
+  if [ $RUN_SLURM = 1 ]; then
+    slurm_measure "$OUT/slurm_submit_$r.json" --idle-jobs 0 --backlog-jobs 0 \
+      --duration "$DURATION" --clients "$CLIENTS"
+  fi
+  [ $RUN_BERTH = 1 ] && berth_api "$OUT/berth_api_$r.json"
+done
+if [ $RUN_SLURM = 1 ]; then
   log "load after slurm: $(uptime)"
   stop_slurm
 fi
-
-# --- Berth ------------------------------------------------------------------------
-
 if [ $RUN_BERTH = 1 ]; then
-  [ -x "$PYTHON" ] || { echo "no python at $PYTHON (make install, or set PYTHON)" >&2; exit 1; }
-  log "berth: bench_api.py (DATABASE_URL=${DATABASE_URL:-bench_api.py\'s default})"
-  (cd "$ROOT" && "$PYTHON" bench/bench_api.py --duration "$DURATION" --clients "$CLIENTS" \
-    --bulk-duration 5 --json "$OUT/berth_api.json") 2>&1 | tee -a "$OUT/run.log"
   if [ -f "$ROOT/bench/bench_e2e.py" ]; then
     log "berth: bench_e2e.py"
     (cd "$ROOT" && "$PYTHON" bench/bench_e2e.py --json "$OUT/berth_e2e.json" --nodes $NODES \
@@ -276,6 +298,9 @@ fi
 
 # --- the table --------------------------------------------------------------------
 
-python3 "$ROOT/bench/compare_slurm.py" table --slurm "$OUT/slurm.json" --api "$OUT/berth_api.json" \
-  --e2e "$OUT/berth_e2e.json" | tee "$OUT/table.md"
+table=(--slurm "$OUT/slurm.json" --e2e "$OUT/berth_e2e.json")
+for r in $(seq "$ROUNDS"); do
+  table+=(--slurm "$OUT/slurm_submit_$r.json" --api "$OUT/berth_api_$r.json")
+done
+python3 "$ROOT/bench/compare_slurm.py" table "${table[@]}" | tee "$OUT/table.md"
 echo "figures, logs and the table: $OUT"
