@@ -155,6 +155,7 @@ def measure_rate(
         ]
     # Cancel them and wait until the controller has purged them (MinJobAge), so that
     # what runs next is not measured against a controller busy forgetting them.
+    cancel_start = time.time()
     subprocess.run(["scancel", "-p", partition], check=False)
     deadline = time.time() + 120
     while (
@@ -175,6 +176,7 @@ def measure_rate(
         "latency_ms": {"p50": 1000 * pct(latencies, 0.5), "p99": 1000 * pct(latencies, 0.99)},
         "server_cpu_ms": 1000 * (after - before) / max(1, ok),
         "client_cpu_ms": 1000 * client_cpu / max(1, ok),
+        "cancel_and_purge_s": time.time() - cancel_start,
     }
 
 
@@ -309,6 +311,16 @@ def table_main(args: argparse.Namespace) -> None:
             f"{a.get('workers')} workers × {a.get('threads')} threads, {len(singles)} round(s); "
             "server CPU = web server + its PostgreSQL sessions."
         )
+    for i, sub in enumerate(subs):
+        if sub.get("errors"):
+            notes.append(
+                f"WARNING: Slurm's submission round {i + 1} had {sub['errors']} failed submissions "
+                f"(p99 {sub['latency_ms']['p99']:.0f} ms): the controller stalled; see its log."
+            )
+    for i, run in enumerate(singles):
+        failed = sum(v for k, v in run.get("statuses", {}).items() if not k.startswith("2"))
+        if failed:
+            notes.append(f"WARNING: Berth's round {i + 1} had {failed} failed submissions.")
     if idle:
         notes.append(
             f"idle: {idle['started']} of {idle['jobs']} jobs; backlog: {backlog.get('jobs')} jobs."

@@ -2,7 +2,7 @@
 # Berth and Slurm side by side, in one run on one machine (docs/benchmarks.md,
 # "Berth and Slurm side by side"):
 #
-#   bench/compare_slurm.sh [--duration 20] [--clients 16] [--rounds 2] [--idle-jobs 50]
+#   bench/compare_slurm.sh [--duration 20] [--clients 16] [--rounds 3] [--idle-jobs 50]
 #       [--backlog-jobs 2000] [--out DIR] [--no-berth] [--no-slurm] [--keep]
 #       [--sched-params 'batch_sched_delay=0,...']   (slurm.conf SchedulerParameters;
 #        Slurm's defaults without it)
@@ -32,7 +32,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DURATION=20
-ROUNDS=2
+ROUNDS=3
 CLIENTS=16
 IDLE_JOBS=50
 BACKLOG_JOBS=2000
@@ -195,7 +195,7 @@ SlurmctldPidFile=$S/run/slurmctld.pid
 SlurmdPidFile=$S/run/slurmd.%n.pid
 SlurmctldLogFile=$S/log/slurmctld.log
 SlurmdLogFile=$S/log/slurmd.%n.log
-SlurmctldDebug=error
+SlurmctldDebug=${SLURMCTLD_DEBUG:-error}
 SlurmdDebug=error
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
