@@ -18,7 +18,8 @@ and stops the private Slurm): the three Slurm figures, and the side-by-side tabl
    each a closed loop of slurm_submit_batch_job into a DOWN partition (accepted,
    stored, never run: the stand-in for bench_api.py's drainer), `--duration`
    seconds after 3 s of warm-up; server CPU (slurmctld, munged, the slurmd) and
-   client CPU per submission read from /proc and getrusage.
+   client CPU per submission read from /proc and getrusage. The jobs stay there:
+   compare_slurm.sh restarts the controller (-c) after each round.
 
 Standard library only: it runs with any Python 3.9+.
 """
@@ -153,20 +154,6 @@ def measure_rate(
         latencies = [
             int(x) / 1e6 for i in range(clients) for x in Path(d, str(i)).read_text().split()
         ]
-    # Cancel them and wait until the controller has purged them (MinJobAge), so that
-    # what runs next is not measured against a controller busy forgetting them.
-    cancel_start = time.time()
-    subprocess.run(["scancel", "-p", partition], check=False)
-    deadline = time.time() + 120
-    while (
-        time.time() < deadline
-        and subprocess.run(
-            ["squeue", "-h", "-t", "all", "-p", partition, "-o", "%i"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    ):
-        time.sleep(1)
     return {
         "clients": clients,
         "seconds": duration,
@@ -176,7 +163,6 @@ def measure_rate(
         "latency_ms": {"p50": 1000 * pct(latencies, 0.5), "p99": 1000 * pct(latencies, 0.99)},
         "server_cpu_ms": 1000 * (after - before) / max(1, ok),
         "client_cpu_ms": 1000 * client_cpu / max(1, ok),
-        "cancel_and_purge_s": time.time() - cancel_start,
     }
 
 

@@ -155,6 +155,43 @@ trap 'exit 130' INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+start_ctld() {  # a fresh controller: -c, no jobs from before
+  slurmctld -D -c -i -f "$SLURM_CONF" >>"$S/log/slurmctld.out" 2>&1 &
+  CTLD_PID=$!
+  PIDS+=("$CTLD_PID")
+  for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
+}
+
+wait_nodes_idle() {
+  local idle=0
+  for _ in $(seq 300); do
+    idle=$(sinfo -h -p gpu -t idle -o %D 2>/dev/null | head -1)
+    [ "${idle:-0}" = "$NODES" ] && break
+    sleep 0.2
+  done
+  if [ "${idle:-0}" != "$NODES" ]; then
+    echo "slurm did not come up ($idle of $NODES nodes idle); logs in $S/log" >&2
+    sinfo >&2 || true
+    KEEP=1
+    exit 1
+  fi
+}
+
+# Between submission rounds: the thousands of jobs a round left in the sink partition
+# go with the controller (scancel sends one RPC a job, and the controller stalled for
+# minutes on 12,000 of them); the slurmd stay up and register with the new one.
+restart_ctld() {
+  kill -TERM "$CTLD_PID"
+  for _ in $(seq 150); do kill -0 "$CTLD_PID" 2>/dev/null || break; sleep 0.2; done
+  kill -KILL "$CTLD_PID" 2>/dev/null || true
+  wait "$CTLD_PID" 2>/dev/null || true
+  local kept=() pid
+  for pid in "${PIDS[@]}"; do [ "$pid" = "$CTLD_PID" ] || kept+=("$pid"); done
+  PIDS=("${kept[@]}")
+  start_ctld
+  wait_nodes_idle
+}
+
 start_slurm() {
   install_missing
   local p
@@ -222,27 +259,13 @@ EOF
     >"$S/cgroup.conf"
   export SLURM_CONF=$S/slurm.conf
 
-  slurmctld -D -c -i -f "$SLURM_CONF" >"$S/log/slurmctld.out" 2>&1 &
-  CTLD_PID=$!
-  PIDS+=("$CTLD_PID")
-  for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
+  start_ctld
   for n in $(seq "$NODES"); do
     slurmd -D -N "n$n" -f "$SLURM_CONF" >"$S/log/slurmd.n$n.out" 2>&1 &
     SLURMD_PIDS+=($!)
     PIDS+=($!)
   done
-  local idle=0
-  for _ in $(seq 300); do
-    idle=$(sinfo -h -p gpu -t idle -o %D 2>/dev/null | head -1)
-    [ "${idle:-0}" = "$NODES" ] && break
-    sleep 0.2
-  done
-  if [ "${idle:-0}" != "$NODES" ]; then
-    echo "slurm did not come up ($idle of $NODES nodes idle); logs in $S/log" >&2
-    sinfo >&2 || true
-    KEEP=1
-    exit 1
-  fi
+  wait_nodes_idle
   log "slurm $(sinfo -V | awk '{print $2}') up in $S: $NODES nodes × $GPUS GPUs (pids ${PIDS[*]})"
   cc -O2 -o "$S/slurm_submit" "$ROOT/bench/slurm_submit.c" -lslurm
 }
@@ -276,6 +299,7 @@ for r in $(seq "$ROUNDS"); do
   if [ $RUN_SLURM = 1 ]; then
     slurm_measure "$OUT/slurm_submit_$r.json" --idle-jobs 0 --backlog-jobs 0 \
       --duration "$DURATION" --clients "$CLIENTS"
+    restart_ctld
   fi
   [ $RUN_BERTH = 1 ] && berth_api "$OUT/berth_api_$r.json"
 done
