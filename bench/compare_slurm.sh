@@ -159,13 +159,13 @@ start_ctld() {  # a fresh controller: -c, no jobs from before
   slurmctld -D -c -i -f "$SLURM_CONF" >>"$S/log/slurmctld.out" 2>&1 &
   CTLD_PID=$!
   PIDS+=("$CTLD_PID")
-  for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.1; done
+  for _ in $(seq 300); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.2; done
 }
 
 wait_nodes_idle() {
   local idle=0
   for _ in $(seq 300); do
-    idle=$(sinfo -h -p gpu -t idle -o %D 2>/dev/null | head -1)
+    idle=$(sinfo -h -p gpu -t idle -o %D 2>/dev/null | head -1 || true)
     [ "${idle:-0}" = "$NODES" ] && break
     sleep 0.2
   done
@@ -177,18 +177,35 @@ wait_nodes_idle() {
   fi
 }
 
+start_slurmd() {
+  SLURMD_PIDS=()
+  for n in $(seq "$NODES"); do
+    slurmd -D -N "n$n" -f "$SLURM_CONF" >>"$S/log/slurmd.n$n.out" 2>&1 &
+    SLURMD_PIDS+=($!)
+    PIDS+=($!)
+  done
+}
+
 # Between submission rounds: the thousands of jobs a round left in the sink partition
-# go with the controller (scancel sends one RPC a job, and the controller stalled for
-# minutes on 12,000 of them); the slurmd stay up and register with the new one.
-restart_ctld() {
-  kill -TERM "$CTLD_PID"
-  for _ in $(seq 150); do kill -0 "$CTLD_PID" 2>/dev/null || break; sleep 0.2; done
-  kill -KILL "$CTLD_PID" 2>/dev/null || true
-  wait "$CTLD_PID" 2>/dev/null || true
-  local kept=() pid
-  for pid in "${PIDS[@]}"; do [ "$pid" = "$CTLD_PID" ] || kept+=("$pid"); done
-  PIDS=("${kept[@]}")
+# go with a fresh controller and fresh slurmd (scancel sends one RPC a job, and the
+# controller stalled for minutes on 12,000 of them; a new controller alone waits
+# a minute for the old slurmd to register again). munged stays.
+restart_slurm() {
+  local old=("${SLURMD_PIDS[@]}" "$CTLD_PID") pid
+  for pid in "${old[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    local alive=0
+    for pid in "${old[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.2
+  done
+  for pid in "${old[@]}"; do
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  PIDS=("$MUNGED_PID")
   start_ctld
+  start_slurmd
   wait_nodes_idle
 }
 
@@ -260,11 +277,7 @@ EOF
   export SLURM_CONF=$S/slurm.conf
 
   start_ctld
-  for n in $(seq "$NODES"); do
-    slurmd -D -N "n$n" -f "$SLURM_CONF" >"$S/log/slurmd.n$n.out" 2>&1 &
-    SLURMD_PIDS+=($!)
-    PIDS+=($!)
-  done
+  start_slurmd
   wait_nodes_idle
   log "slurm $(sinfo -V | awk '{print $2}') up in $S: $NODES nodes × $GPUS GPUs (pids ${PIDS[*]})"
   cc -O2 -o "$S/slurm_submit" "$ROOT/bench/slurm_submit.c" -lslurm
@@ -299,7 +312,7 @@ for r in $(seq "$ROUNDS"); do
   if [ $RUN_SLURM = 1 ]; then
     slurm_measure "$OUT/slurm_submit_$r.json" --idle-jobs 0 --backlog-jobs 0 \
       --duration "$DURATION" --clients "$CLIENTS"
-    restart_ctld
+    [ "$r" -lt "$ROUNDS" ] && restart_slurm
   fi
   [ $RUN_BERTH = 1 ] && berth_api "$OUT/berth_api_$r.json"
 done
