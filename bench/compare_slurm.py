@@ -290,7 +290,7 @@ def table_main(args: argparse.Namespace) -> None:
             f"Slurm: {subs[0]['clients']} libslurm client processes, {len(subs)} round(s) of "
             f"{subs[0]['seconds']:g} s; server CPU = slurmctld + munged + the slurmd."
         )
-    if apis:
+    if singles:
         a = apis[0]
         notes.append(
             f"Berth: {a.get('clients')} raw-socket HTTP client processes, {a.get('server')} "
