@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -345,6 +346,8 @@ def main() -> None:
     t.add_argument("--api", action="append", help="bench_api.py --json output; repeatable")
     t.add_argument("--e2e", help="bench_e2e.py --json output")
     args = parser.parse_args()
+    # A TERM (compare_slurm.sh interrupted) unwinds, so the temp dirs go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     {"slurm": slurm_main, "table": table_main}[args.command](args)
 
 

@@ -21,7 +21,8 @@
 #    submission), alternating with Slurm's submission run --rounds times (the machine
 #    is noisy); then stops Slurm and runs, when the tree has it, bench/bench_e2e.py
 #    (jobs completed/s and submit→running). DATABASE_URL and REDIS_URL are passed through
-#    (bench_api.py's defaults otherwise); PYTHON names the venv's python (.venv/bin/python).
+#    (the scripts' defaults otherwise; bench_e2e.py empties that database and flushes
+#    that Redis db: give them their own); PYTHON names the venv's python (.venv/bin/python).
 # 5. Prints the side-by-side table (metric | Slurm | Berth | ratio, ≥ 1.0 when Berth
 #    is at least as good) and writes it, the JSON figures and the logs to --out
 #    (default var/compare-slurm-<time>/).
@@ -116,22 +117,29 @@ CTLD_PID=""
 MUNGED_PID=""
 S=""           # the private cluster's directory
 
+alive() {  # a zombie (a daemon a signal ended, not yet reaped) is not alive
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [[ $state != Z* ]]
+}
+
 stop_slurm() {
   [ ${#PIDS[@]} -eq 0 ] && return 0
-  # Our cluster's jobs first (a running job's slurmstepd outlives its slurmd).
-  if [ -n "$CTLD_PID" ] && kill -0 "$CTLD_PID" 2>/dev/null; then
-    scancel --quiet --partition=gpu,sink 2>/dev/null || true
-    for _ in $(seq 50); do
-      [ -z "$(squeue -h -t R,CG -o %i 2>/dev/null)" ] && break
+  # Our cluster's running jobs first (a running job's slurmstepd outlives its
+  # slurmd); pending ones go with the controller.
+  if [ -n "$CTLD_PID" ] && alive "$CTLD_PID"; then
+    timeout 10 scancel --quiet --state=RUNNING 2>/dev/null || true
+    for _ in $(seq 25); do
+      [ -z "$(timeout 5 squeue -h -t R,CG -o %i 2>/dev/null || true)" ] && break
       sleep 0.2
     done
   fi
   local i pid
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[i]}" 2>/dev/null || true; done
   for _ in $(seq 50); do
-    local alive=0
-    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ $alive = 0 ] && break
+    local any=0
+    for pid in "${PIDS[@]}"; do alive "$pid" && any=1; done
+    [ $any = 0 ] && break
     sleep 0.2
   done
   for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
@@ -146,6 +154,8 @@ stop_slurm() {
 
 cleanup() {
   local rc=$?
+  trap '' INT TERM  # a second Ctrl-C (or the pending one) must not cut the cleanup short
+  set +e
   stop_slurm
   if [ -n "$S" ] && [ $KEEP = 0 ]; then rm -rf "$S"; fi
   exit $rc
@@ -194,9 +204,9 @@ restart_slurm() {
   local old=("${SLURMD_PIDS[@]}" "$CTLD_PID") pid
   for pid in "${old[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for _ in $(seq 50); do
-    local alive=0
-    for pid in "${old[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ $alive = 0 ] && break
+    local any=0
+    for pid in "${old[@]}"; do alive "$pid" && any=1; done
+    [ $any = 0 ] && break
     sleep 0.2
   done
   for pid in "${old[@]}"; do
