@@ -5,7 +5,8 @@ gunicorn on PostgreSQL, closed loop from several client processes.
     REDIS_URL=redis://127.0.0.1:6379/12 \\
         .venv/bin/python bench/bench_api.py [--duration 30] [--clients 16] \\
         [--workers 2] [--threads 8] [--worker-class sync|gthread] \\
-        [--keepalive-requests 100] [--reuse-port] [--bulk-size 1000] [--context]
+        [--keepalive-requests 100] [--reuse-port] [--bulk-size 1000] [--context] \\
+        [--json PATH]
 
 Every request carries a Bearer token (one per client, each of its own team),
 passes the per-token throttle (its rate raised so it counts without refusing),
@@ -17,6 +18,9 @@ Each run also reports the CPU one success cost (gunicorn workers, their
 PostgreSQL sessions, the client processes), read from /proc, and what the
 machine's cores could sustain at that cost if nothing else ran: on a shared
 machine the measured rate depends on the neighbours, the CPU cost much less.
+
+`--json PATH` also writes the figures of every run there (bench/compare_slurm.sh
+reads them).
 
 `--server granian` serves the same WSGI application with granian (a Rust HTTP
 server; not a dependency of Berth: `.venv/bin/pip install granian` first) to
@@ -304,12 +308,16 @@ def purge_pass_requests(when: str) -> int:
     return dropped
 
 
+RESULTS: list[dict] = []  # every report()'s figures, for --json
+
+
 def report(what: str, run: Run, duration: float, per_request: int) -> None:
     """Throughput, latency, statuses, and the CPU each success cost: what an idle
     machine with os.cpu_count() cores could sustain is cores / CPU per success."""
     rate = run.ok * per_request / duration
     cpu = run.cpu_per_success_ms()
     total = sum(cpu.values())
+    RESULTS.append(result_record(what, run, duration, per_request, rate, cpu))
     print(
         f"{what}: {rate:,.0f} jobs/s over {duration:g} s; p50 {pct(run.latencies, 0.5):.1f} ms, "
         f"p90 {pct(run.latencies, 0.9):.1f} ms, p99 {pct(run.latencies, 0.99):.1f} ms; "
@@ -318,6 +326,21 @@ def report(what: str, run: Run, duration: float, per_request: int) -> None:
         + f" = {total:.2f} ms → {os.cpu_count()} idle cores ≈ "
         f"{os.cpu_count() * 1000 / total * per_request if total else float('nan'):,.0f} jobs/s"
     )
+
+
+def result_record(what, run, duration, per_request, rate, cpu) -> dict:
+    """One run's figures as --json writes them; `kind` is single, bulk or context."""
+    kind = "bulk" if per_request > 1 else "context" if what.startswith("context") else "single"
+    return {
+        "kind": kind,
+        "what": what,
+        "per_s": rate,
+        "seconds": duration,
+        "jobs_per_request": per_request,
+        "latency_ms": {f"p{q}": pct(run.latencies, q / 100) for q in (50, 90, 99)},
+        "statuses": {str(k): v for k, v in run.statuses.items()},
+        "cpu_ms": cpu,
+    }
 
 
 def pct(values, q):
@@ -373,6 +396,7 @@ def main() -> None:
     )
     parser.add_argument("--port", type=int, default=8777)
     parser.add_argument("--server", choices=["gunicorn", "granian"], default="gunicorn")
+    parser.add_argument("--json", metavar="PATH", help="also write every run's figures here")
     args = parser.parse_args()
 
     ensure_database()
@@ -430,6 +454,25 @@ def main() -> None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         purge_pass_requests("after the run")
+        if args.json:
+            write_json(args.json, args)
+
+
+def write_json(path: str, args) -> None:
+    """--json: the machine, the configuration and every run's figures."""
+    Path(path).write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "clients": args.clients,
+                "workers": args.workers,
+                "threads": args.threads,
+                "server": args.server,
+                "runs": RESULTS,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":
