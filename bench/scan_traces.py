@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scheduler import PolicyConfig  # noqa: E402
-from scheduler.model import AGE_WEIGHT, BACKFILL_RESERVATIONS, MAX_AGE_S  # noqa: E402
+from scheduler.model import AGE_WEIGHT, BACKFILL_RESERVATIONS, MAX_AGE_S, MAX_WAIT_S  # noqa: E402
 from scheduler.sim import POLICY_NAMES, SimConfig, Simulator  # noqa: E402
 from scheduler.sim.cluster import homogeneous, quota_teams  # noqa: E402
 from scheduler.sim.results import HEADLINE_KEYS, duration, summarize  # noqa: E402
@@ -244,6 +244,7 @@ def main() -> int:
         "--backfill-reservations", type=int, default=BACKFILL_RESERVATIONS, help="per flavor"
     )
     p.add_argument("--reclaim-backoff", action="store_true", help="PolicyConfig.reclaim_backoff")
+    p.add_argument("--max-wait", type=float, default=MAX_WAIT_S, help="PolicyConfig.max_wait, s")
     p.add_argument("--reuse", help="take runs from this earlier --json output")
     p.add_argument(
         "--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print fair share before/after"
@@ -267,6 +268,7 @@ def main() -> int:
         "max_age": args.max_age,
         "backfill_reservations": args.backfill_reservations,
         "reclaim_backoff": args.reclaim_backoff,
+        "max_wait": args.max_wait,
     }
     tasks, load_of, results = [], {}, {}
     for i, (lo, hi) in enumerate(windows(_JOBS, args.weeks)):

@@ -154,7 +154,7 @@ class Backfill(Gate):
         if pool is None or not waits_for_gpus(wait):
             return
         held = self.held_for(f)
-        if len(held) >= self.limit or self.tries.get(f, 0) >= MAX_TRIES:
+        if len(held) >= self.limit + self._starving(p, job) or self.tries.get(f, 0) >= MAX_TRIES:
             return
         res = reserve(p, job, pool, held)
         if res is None:
@@ -165,6 +165,17 @@ class Backfill(Gate):
         else:
             self.reservations[f] = res
         hold(pool, [*held, res])
+
+    def _starving(self, p: Pass, job: PendingJob) -> int:
+        """Return 1 if the job has waited PolicyConfig.max_wait or more, else 0.
+
+        A starving job gets a reservation even when its flavor has its
+        `limit` already (one more at most; Volcano's sla plugin reserves for
+        a job past its sla-waiting-time), so an earlier blocked job cannot
+        keep the flavor's only reservation from it.
+        """
+        bound = p.config.max_wait
+        return 1 if 0 < bound <= p.now - job.submitted_at else 0
 
     def _hold_quota(self, p: Pass, job: PendingJob) -> None:
         """Hold the team's quota for its first quota-blocked job of the flavor."""

@@ -20,6 +20,8 @@ AGE_WEIGHT = 0.0
 MAX_AGE_S = 7 * 24 * 3600.0  # Slurm's PriorityMaxAge default
 BACKFILL_RESERVATIONS = 1
 RECLAIM_BACKOFF = False
+# Default of PolicyConfig.max_wait (0: off; docs/scheduling.md, "Starvation bound").
+MAX_WAIT_S = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,11 @@ class PolicyConfig:
     # Reclaim backoff per team and flavor (Kueue KEP-14468): while a job of a team and
     # flavor backs off after a requeue, the team's other jobs of that flavor may not borrow.
     reclaim_backoff: bool = RECLAIM_BACKOFF
+    # Starvation bound (Volcano's sla plugin, sla-waiting-time): in the fair-share order a
+    # job that has waited max_wait seconds or more comes before the jobs of its class
+    # (within nominal / would borrow) that have not, oldest first, so it gets the flavor's
+    # reservation or cohort hold ahead of share order. 0 turns it off.
+    max_wait: float = MAX_WAIT_S
 
 
 @dataclass(frozen=True, slots=True)

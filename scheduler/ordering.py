@@ -32,22 +32,30 @@ def submit_key(job: PendingJob) -> tuple:
     return (job.submitted_at, job.id)
 
 
-def team_key(borrows: bool, priority: float, head: PendingJob, team_index: int) -> tuple:
+def team_key(
+    borrows: bool, priority: float, head: PendingJob, team_index: int, starving: bool = False
+) -> tuple:
     """Order teams in the fair-share heap by their next job.
 
     1. a next job that fits in the team's nominal quota before one that would
        borrow (Kueue: workloads that do not borrow are admitted first; nominal
        quota is guaranteed, so a borrower admitted first would only be
        reclaimed later)
-    2. the next job's priority, highest first: the team's fair-share factor
+    2. a starving next job (it has waited PolicyConfig.max_wait or more) before
+       one that is not, and starving jobs by submit time alone (Volcano's sla
+       plugin, sla-waiting-time: a job past its waiting time goes first and
+       gets resources reserved), so share order cannot overtake it forever
+    3. the next job's priority, highest first: the team's fair-share factor
        (2^-share of its weighted dominant share; Kueue admission fair sharing,
        Slurm's fair-share factor) plus the job's weighted age factor (Slurm's
        PriorityWeightAge, PriorityMaxAge); scheduler.fairshare.priority
-    3. submitted_at of the team's next job, oldest first
-    4. id of that job
-    5. the team's index (only reached if job ids repeat)
+    4. submitted_at of the team's next job, oldest first
+    5. id of that job
+    6. the team's index (only reached if job ids repeat)
     """
-    return (borrows, -priority, head.submitted_at, head.id, team_index)
+    if starving:
+        return (borrows, 0, 0.0, head.submitted_at, head.id, team_index)
+    return (borrows, 1, -priority, head.submitted_at, head.id, team_index)
 
 
 def last_progress(job: RunningJob) -> float:

@@ -97,8 +97,9 @@ def fair_share_order(p: Pass) -> Iterator[PendingJob]:
 def _key(p: Pass, book: TeamBook, head: PendingJob, t: int) -> tuple:
     borrows = book.used(head.flavor) + head.gpus > book.quota(head.flavor).nominal
     cfg = p.config
-    rank = priority(p.ledger.share(book), p.now - head.submitted_at, cfg.age_weight, cfg.max_age)
-    return team_key(borrows, rank, head, t)
+    age = p.now - head.submitted_at
+    rank = priority(p.ledger.share(book), age, cfg.age_weight, cfg.max_age)
+    return team_key(borrows, rank, head, t, 0 < cfg.max_wait <= age)
 
 
 def head_of_line(config: PolicyConfig) -> Gate:

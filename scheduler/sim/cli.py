@@ -25,6 +25,7 @@ from scheduler.model import (
     AGE_WEIGHT,
     BACKFILL_RESERVATIONS,
     MAX_AGE_S,
+    MAX_WAIT_S,
     RECLAIM_BACKOFF,
     PolicyConfig,
 )
@@ -97,6 +98,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=MAX_AGE_S,
         help=f"fair share: wait in s at which the age factor is full (default {MAX_AGE_S:g})",
+    )
+    p.add_argument(
+        "--max-wait",
+        type=float,
+        default=MAX_WAIT_S,
+        help="fair share: starvation bound in s, jobs waiting longer go first (0: off)",
     )
     p.add_argument(
         "--backfill-reservations",
@@ -221,6 +228,7 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
                 max_age=args.max_age,
                 backfill_reservations=args.backfill_reservations,
                 reclaim_backoff=args.reclaim_backoff,
+                max_wait=args.max_wait,
             ),
             runtime_estimate=args.runtime_estimate,
             queue_max_s=args.queue_max,
@@ -312,6 +320,7 @@ def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
         "max_age_s": args.max_age,
         "backfill_reservations": args.backfill_reservations,
         "reclaim_backoff": args.reclaim_backoff,
+        "max_wait_s": args.max_wait,
         "budgets": [f"{b.team}:{b.flavor}={b.gpu_hours:g}" for b in getattr(args, "budget", ())],
         "trace_jobs": len(jobs),
         "notes": notes,

@@ -149,6 +149,7 @@ def snapshots(draw):
         age_weight=draw(st.sampled_from([0.0, 0.0, 1.0])),
         max_age=draw(st.sampled_from([600.0, 86400.0])),
         backfill_reservations=draw(st.sampled_from([1, 1, 3])),
+        max_wait=draw(st.sampled_from([0.0, 0.0, 200.0])),  # jobs waited 0-500 s
     )
     built = tuple(
         Node(n["name"], n["flavor"], tuple(n["free"]), n["total"], n["rack"], n["block"])

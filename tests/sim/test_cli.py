@@ -98,10 +98,11 @@ def test_the_fair_share_rules_are_flags_and_recorded_in_the_setup(philly, tmp_pa
     out = tmp_path / "rules.json"
     args = ["--trace", str(philly), "--nodes", "2", "--gpus-per-node", "8", "--json", str(out)]
     rules = ["--age-weight", "1", "--max-age", "3600", "--backfill-reservations", "3"]
-    assert main([*args, *rules, "--reclaim-backoff"]) == 0
+    assert main([*args, *rules, "--reclaim-backoff", "--max-wait", "43200"]) == 0
     setup = json.loads(out.read_text())["setup"]
     assert (setup["age_weight"], setup["max_age_s"]) == (1.0, 3600.0)
     assert setup["backfill_reservations"] == 3 and setup["reclaim_backoff"] is True
+    assert setup["max_wait_s"] == 43200.0
 
 
 def test_nodes_are_required_for_a_philly_trace(philly):
