@@ -169,10 +169,10 @@ def test_stop_delivers_the_signal_once_then_kills_after_the_grace_period(runtime
     )
     runtime.start(spec("45.0.1", "exec sleep 60"))
     wait_until(lambda: {s.state for s in runtime.poll()} == {RUNNING}, 10, "both running")
+    stopped_at = time.monotonic()  # before the first order: the grace period runs from each
     for key in ("45.0.0", "45.0.1"):
         runtime.stop(key, signal.SIGTERM, 2)
         runtime.stop(key, signal.SIGTERM, 2)  # repeated orders: signalled once
-    stopped_at = time.monotonic()
     assert ended(runtime, "45.0.0", 2).exit_code == 0
     assert "checkpoint" in runtime.log_tail("45.0.0")
     assert {s.key: s.state for s in runtime.list()}["45.0.1"] == STOPPING

@@ -6,6 +6,7 @@ timeout. The watch is the real ASGI application, called in an event loop here.""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import time
@@ -46,7 +47,10 @@ def run(coroutine_fn):
         finally:
             await app.close()
 
-    return asyncio.run(main())
+    # in a thread of its own: a browser test's Playwright (sync API) may have left an
+    # event loop running in this one, and asyncio.run refuses to nest
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result()
 
 
 async def call(app, *, ticket=None, query=b"", method="GET"):
