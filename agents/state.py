@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,11 @@ class NodeTokenFile:
 # Renewed by the agent after every answered heartbeat; read by the process
 # runtime's shim, which stops its worker when the lease runs out.
 LEASE_FILE = "lease.json"
+
+
+def write_lease(path: Path, valid_for_s: float) -> None:
+    """Renew the workers' lease for ``valid_for_s`` seconds. ``valid_until`` is epoch seconds
+    (what shims of earlier versions read); ``valid_until_uptime_cs`` is hundredths of a second
+    on the boot clock /proc/uptime shows, which agents/shim.sh compares without a process."""
+    uptime_cs = int((time.clock_gettime(time.CLOCK_BOOTTIME) + valid_for_s) * 100)
+    write_json(path, {"valid_until": time.time() + valid_for_s, "valid_until_uptime_cs": uptime_cs})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.runtimes.process import ProcessRuntime
-from agents.state import LEASE_FILE
+from agents.state import LEASE_FILE, write_lease
 from agents.workers import EXITED, FAILED_TO_START, RUNNING, STOPPING
 from tests.agents.conftest import kill_all, make_spec, wait_until
 
@@ -206,7 +206,7 @@ def test_stop_deadline_survives_a_runtime_restart(runtime, tmp_path):
 def test_shim_that_cannot_start_is_a_recorded_failed_start(tmp_path):
     from agents.runtimes.base import StartFailed
 
-    broken = ProcessRuntime(tmp_path, python="/bin/false")
+    broken = ProcessRuntime(tmp_path, shell="/bin/false")
     with pytest.raises(StartFailed, match="the worker shim exited with 1"):
         broken.start(make_spec("14.0.0", ("true",)))
     (status,) = ProcessRuntime(tmp_path).list()
@@ -218,7 +218,7 @@ def test_worker_is_fenced_when_the_agents_lease_runs_out(tmp_path):
     """A worker whose agent died (no lease renewal) stops itself, so a gang the portal
     requeues elsewhere never runs twice."""
     lease = tmp_path / LEASE_FILE
-    lease.write_text(json.dumps({"valid_until": time.time() + 2}))
+    write_lease(lease, 2)
     rt = ProcessRuntime(tmp_path)
     rt.start(make_spec("21.0.0", ("sleep", "60")))
     (status,) = rt.list()
@@ -237,10 +237,10 @@ def test_worker_is_fenced_when_the_agents_lease_runs_out(tmp_path):
 def test_a_renewed_lease_keeps_the_worker_running(tmp_path):
     lease = tmp_path / LEASE_FILE
     rt = ProcessRuntime(tmp_path)
-    lease.write_text(json.dumps({"valid_until": time.time() + 1.5}))
+    write_lease(lease, 1.5)
     rt.start(make_spec("22.0.0", ("sleep", "60")))
     for _ in range(6):  # the agent renews every beat
-        lease.write_text(json.dumps({"valid_until": time.time() + 1.5}))
+        write_lease(lease, 1.5)
         time.sleep(0.5)
     (status,) = rt.list()
     assert status.state == RUNNING
