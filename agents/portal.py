@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import email.utils
+import os
 import re
 import time
 from typing import Any
@@ -76,16 +77,29 @@ def _error_body(response: requests.Response) -> dict[str, Any]:
     return {"code": f"http_{response.status_code}", "message": response.text[:300].strip()}
 
 
+def _settled(session: requests.Session, base_url: str) -> requests.Session:
+    """The session with what requests would read from the environment on every request
+    (proxies, NO_PROXY, a CA bundle) read once now: scanning ``os.environ`` per request
+    was a tenth of the agent's CPU at tens of beats a second (docs/benchmarks.md). A
+    watch URL on another host than the portal's still gets the proxies of the portal's."""
+    session.headers["User-Agent"] = f"berth-agent/{__version__}"
+    if session.trust_env:
+        session.proxies.update(requests.utils.get_environ_proxies(base_url))
+        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if bundle and session.verify is True:
+            session.verify = bundle
+        session.trust_env = False
+    return session
+
+
 class PortalClient:
     def __init__(
         self, base_url: str, *, timeout_s: float = 10.0, session: requests.Session | None = None
     ):
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._session = session or requests.Session()
-        self._session.headers["User-Agent"] = f"berth-agent/{__version__}"
-        self._watch_session = requests.Session()
-        self._watch_session.headers["User-Agent"] = f"berth-agent/{__version__}"
+        self._session = _settled(session or requests.Session(), self.base_url)
+        self._watch_session = _settled(requests.Session(), self.base_url)
 
     def register(self, payload: dict[str, Any]) -> dict[str, Any]:
         return self._post(REGISTER_PATH, payload)

@@ -170,7 +170,7 @@ class ProcessRuntime(Runtime):
         tmp = self._root / f".{spec.key}.new"
         shutil.rmtree(tmp, ignore_errors=True)
         ensure_dir(tmp)
-        write_json(tmp / "meta.json", self._meta(spec))
+        write_json(tmp / "meta.json", self._meta(spec), durable=False)
         tmp.rename(wdir)
 
     def _await_shim(self, key: str, child: subprocess.Popen) -> None:
