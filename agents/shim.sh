@@ -1,6 +1,6 @@
 # Run one worker command and record how it ended.  POSIX sh (run as /bin/sh shim.sh).
 #
-#   /bin/sh shim.sh WORKER_DIR [--lease FILE] -- COMMAND [ARGS...]
+#   /bin/sh shim.sh WORKER_DIR [--lease FILE] [--reset-signals env|PYTHON] -- COMMAND [ARGS...]
 #
 # The process runtime starts this in a new session. It starts COMMAND in a process group
 # of its own (setsid), forwards stop signals to that group (holding any that arrive before
@@ -22,17 +22,32 @@
 # command) and, while COMMAND runs, one `sleep` per lease poll.
 #
 # Variables are prefixed _berth_ because the worker's environment is the shell's: an
-# imported variable that the script assigned would reach COMMAND changed.
+# imported variable that the script assigned would reach COMMAND changed (so a job's own
+# _berth_* variables are not passed on as they were). Nothing here splits words on $IFS,
+# which the job's environment may set.
 
 _berth_dir=$1
 shift
 _berth_lease=
-if [ "$1" = "--lease" ]; then
-    _berth_lease=$2
-    shift 2
-fi
+_berth_reset=
+while :; do
+    case $1 in
+    --lease) _berth_lease=$2 && shift 2 ;;
+    --reset-signals) _berth_reset=$2 && shift 2 ;;
+    *) break ;;
+    esac
+done
+# A shell without job control starts a background command with SIGINT and SIGQUIT
+# ignored, and an ignored signal stays ignored across exec: a job would never see a
+# SIGINT stop order (and Python would install no KeyboardInterrupt). `--reset-signals env`
+# puts them back with env --default-signal (coreutils 8.31+); `--reset-signals PYTHON`
+# with that interpreter, where env cannot (slow: an interpreter per worker, as before).
+_berth_reset_py='import os, signal, sys
+for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
+    signal.signal(s, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])'
 if [ "$1" != "--" ] || [ $# -lt 2 ]; then
-    echo "usage: shim.sh WORKER_DIR [--lease FILE] -- COMMAND [ARGS...]" >&2
+    echo "usage: shim.sh WORKER_DIR [--lease FILE] [--reset-signals env|PYTHON] -- COMMAND [ARGS...]" >&2
     exit 2
 fi
 shift
@@ -57,13 +72,16 @@ _berth_start_ticks() {  # field 22 of /proc/PID/stat (start time in clock ticks 
 }
 
 _berth_child=
-_berth_pending=
 _berth_forward() {
     if [ -z "$_berth_child" ]; then
-        _berth_pending="$_berth_pending $1"
+        eval "_berth_held_$1=1"  # held until the group exists
     else
-        kill -s "$1" -- "-$_berth_child" 2>/dev/null
+        _berth_send "$1"
     fi
+}
+# To the group; until setsid has made it (a moment after the fork) to the process itself.
+_berth_send() {
+    kill -s "$1" -- "-$_berth_child" 2>/dev/null || kill -s "$1" "$_berth_child" 2>/dev/null
 }
 for _berth_sig in TERM INT HUP QUIT USR1 USR2; do
     # shellcheck disable=SC2064
@@ -90,13 +108,18 @@ if [ $? -ne 0 ]; then
 fi
 
 # setsid(1) makes COMMAND the leader of a new session and process group, without a fork.
-setsid -- "$@" &
+case $_berth_reset in
+env) setsid -- env --default-signal=INT,QUIT "$@" & ;;
+'') setsid -- "$@" & ;;
+*) setsid -- "$_berth_reset" -I -S -c "$_berth_reset_py" "$@" & ;;
+esac
 _berth_child=$!
 printf '%s' "$_berth_child" >"$_berth_dir/child.pid"
-for _berth_sig in $_berth_pending; do
-    kill -s "$_berth_sig" -- "-$_berth_child" 2>/dev/null
+for _berth_sig in TERM INT HUP QUIT USR1 USR2; do
+    if eval "[ -n \"\${_berth_held_$_berth_sig-}\" ]"; then
+        _berth_send "$_berth_sig"
+    fi
 done
-_berth_pending=
 
 _berth_fencer=
 if [ -n "$_berth_lease" ]; then
@@ -110,10 +133,10 @@ if [ -n "$_berth_lease" ]; then
             esac
             _berth_until=${_berth_l#*\"valid_until_uptime_cs\": }
             _berth_until=${_berth_until%%[!0-9]*}
-            read -r _berth_up _ </proc/uptime  # "12345.67": seconds since boot, 2 decimals
+            IFS=' ' read -r _berth_up _berth_idle </proc/uptime  # "12345.67 …": seconds since boot
             [ "${_berth_up%.*}${_berth_up#*.}" -ge "$_berth_until" ] || continue
             echo "berth: the agent's lease expired (agent gone or cut off from the portal); stopping the worker" >&2
-            kill -s TERM -- "-$_berth_child" 2>/dev/null
+            _berth_send TERM
             _berth_waited=0
             while [ "$_berth_waited" -lt "$_berth_grace" ] && kill -s 0 -- "-$_berth_child" 2>/dev/null; do
                 sleep 1

@@ -20,11 +20,13 @@ re-adopted, finished ones report their recorded exit code.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -131,6 +133,8 @@ class ProcessRuntime(Runtime):
             str(wdir),
             "--lease",
             str(self._lease),
+            "--reset-signals",
+            signal_reset(),
             "--",
             *spec.command,
         ]
@@ -302,7 +306,12 @@ class ProcessRuntime(Runtime):
         except (OSError, ValueError):
             _send(os.kill, pid["pid"], signal.SIGKILL)  # the command has not started: kill the shim
             return
-        _send(os.killpg, child_pgid, signal.SIGKILL)
+        try:
+            os.killpg(child_pgid, signal.SIGKILL)
+        except ProcessLookupError:  # a moment after the fork, before setsid made the group
+            _send(os.kill, child_pgid, signal.SIGKILL)
+        except PermissionError:
+            pass
 
     def log_tail(self, key: str, limit: int = LOG_TAIL_BYTES) -> str:
         try:
@@ -324,6 +333,27 @@ class ProcessRuntime(Runtime):
             child.poll()
         shutil.rmtree(self._dir(key), ignore_errors=True)
         self._stops.discard(key)
+
+
+@functools.cache
+def signal_reset() -> str:
+    """How shim.sh gives the command back the SIGINT and SIGQUIT a shell's background job
+    starts without: ``env`` where ``env --default-signal`` works (coreutils 8.31+, one exec),
+    else this Python (an interpreter per worker, the old cost). Asked once per agent."""
+    try:
+        probe = subprocess.run(
+            ["env", "--default-signal=INT,QUIT", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        probe = None
+    if probe is not None and probe.returncode == 0:
+        return "env"
+    log.warning("env --default-signal is missing: each worker's start pays for a Python")
+    return sys.executable
 
 
 def _send(kill: Callable[[int, int], None], target: int, sig: signal.Signals) -> None:
