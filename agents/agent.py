@@ -32,7 +32,7 @@ from agents.gpu import FAKE_UTILIZATION_ENV, GpuBackend, GpuInfo, Workload
 from agents.portal import AuthError, PortalClient, PortalError, RejectedError, TransientError
 from agents.reconcile import plan_reconcile
 from agents.runtimes.base import Runtime, StartFailed
-from agents.state import LEASE_FILE, NodeTokenFile, write_json
+from agents.state import LEASE_FILE, NodeTokenFile, write_lease
 from agents.workers import (
     DEFAULT_GRACE_S,
     DEFAULT_STOP_SIGNAL,
@@ -408,11 +408,11 @@ class Agent:
                 self._watch_fresh.wait(self.heartbeat_interval_s + 1)
 
     def _renew_lease(self) -> None:
-        """Let the process runtime's workers live for another disconnect limit (shim.py fences
+        """Let the process runtime's workers live for another disconnect limit (shim.sh fences
         them when this file goes stale, e.g. because this agent died)."""
         lease = self._cfg.state_dir / LEASE_FILE
         try:
-            write_json(lease, {"valid_until": time.time() + self.disconnect_limit_s})
+            write_lease(lease, self.disconnect_limit_s)
         except OSError as exc:
             self._warn_once("lease", "cannot renew the worker lease %s: %s", lease, exc)
 

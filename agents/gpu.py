@@ -54,7 +54,8 @@ class GpuInfo:
     health_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Plain values only: a shallow copy (asdict deep-copies, every beat, every GPU).
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True)

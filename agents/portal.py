@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import email.utils
+import functools
+import os
 import re
 import time
 from typing import Any
@@ -76,16 +78,35 @@ def _error_body(response: requests.Response) -> dict[str, Any]:
     return {"code": f"http_{response.status_code}", "message": response.text[:300].strip()}
 
 
+def _settled(session: requests.Session, base_url: str) -> requests.Session:
+    """The session with what requests would read from the environment on every request
+    (proxies, NO_PROXY, a CA bundle) read once now: scanning ``os.environ`` per request
+    was a tenth of the agent's CPU at tens of beats a second (docs/benchmarks.md). A
+    watch URL on another host asks for its own (``_proxies_for``)."""
+    session.headers["User-Agent"] = f"berth-agent/{__version__}"
+    if session.trust_env:
+        session.proxies.update(requests.utils.get_environ_proxies(base_url))
+        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if bundle and session.verify is True:
+            session.verify = bundle
+        session.trust_env = False
+    return session
+
+
+@functools.lru_cache(maxsize=16)
+def _proxies_for(origin: str) -> tuple[tuple[str, str], ...]:
+    """The environment's proxies for one scheme://host (NO_PROXY applied), read once."""
+    return tuple(sorted(requests.utils.get_environ_proxies(origin).items()))
+
+
 class PortalClient:
     def __init__(
         self, base_url: str, *, timeout_s: float = 10.0, session: requests.Session | None = None
     ):
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._session = session or requests.Session()
-        self._session.headers["User-Agent"] = f"berth-agent/{__version__}"
-        self._watch_session = requests.Session()
-        self._watch_session.headers["User-Agent"] = f"berth-agent/{__version__}"
+        self._session = _settled(session or requests.Session(), self.base_url)
+        self._watch_session = _settled(requests.Session(), self.base_url)
 
     def register(self, payload: dict[str, Any]) -> dict[str, Any]:
         return self._post(REGISTER_PATH, payload)
@@ -100,11 +121,14 @@ class PortalClient:
         if not url.startswith(("http://", "https://")):
             url = self.base_url + "/" + url.lstrip("/")
         headers = {"Authorization": f"Bearer {ticket}"}
+        origin = "/".join(url.split("/", 3)[:3])
+        proxies = None if origin == self.base_url else dict(_proxies_for(origin))
         try:
             response = self._watch_session.get(
                 url,
                 params={"since": since},
                 headers=headers,
+                proxies=proxies,
                 timeout=(self.timeout_s, timeout_s + self.timeout_s),
                 allow_redirects=False,
             )

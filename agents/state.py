@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,23 +15,28 @@ def ensure_dir(path: Path, mode: int = 0o700) -> Path:
     return path
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename, so readers see old or new, never half."""
+def write_atomic(path: Path, text: str, mode: int = 0o600, *, durable: bool = True) -> None:
+    """Write ``text`` to ``path`` via a temporary file and rename, so readers see old or new, never half.
+
+    ``durable=False`` skips the fsync, for files that only matter while the machine stays
+    up (a worker's meta.json, the lease): a reboot ends the workers they describe anyway,
+    and an agent that crashes leaves them in the page cache for the next one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, sort_keys=True))
+def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
+    write_atomic(path, json.dumps(data, sort_keys=True), durable=durable)
 
 
 def read_json(path: Path) -> Any | None:
@@ -62,3 +68,12 @@ class NodeTokenFile:
 # Renewed by the agent after every answered heartbeat; read by the process
 # runtime's shim, which stops its worker when the lease runs out.
 LEASE_FILE = "lease.json"
+
+
+def write_lease(path: Path, valid_for_s: float) -> None:
+    """Renew the workers' lease for ``valid_for_s`` seconds. ``valid_until`` is epoch seconds
+    (what shims of earlier versions read); ``valid_until_uptime_cs`` is hundredths of a second
+    on the boot clock /proc/uptime shows, which agents/shim.sh compares without a process."""
+    uptime_cs = int((time.clock_gettime(time.CLOCK_BOOTTIME) + valid_for_s) * 100)
+    record = {"valid_until": time.time() + valid_for_s, "valid_until_uptime_cs": uptime_cs}
+    write_json(path, record, durable=False)

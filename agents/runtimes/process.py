@@ -6,7 +6,12 @@ Each worker gets a directory ``<state>/workers/<key>/`` holding
 - ``pid``        the shim's pid and start time (guards against pid reuse),
 - ``child.pid``  the command's process group, written by the shim,
 - ``output.log`` stdout and stderr,
-- ``result.json`` the exit code, written by the shim when the command ends.
+- ``result.json`` the exit code, written by the shim when the command ends
+  (its modification time is when; the shim starts no ``date`` for it).
+
+The shim is ``agents/shim.sh``, run by ``/bin/sh``: a shell starts in ~0.7 ms of
+CPU where a Python interpreter took ~16 ms, which was most of what a short job
+cost the node (docs/benchmarks.md, "Submit to running").
 
 A restarted agent rebuilds everything from these files: live shims are
 re-adopted, finished ones report their recorded exit code.
@@ -15,6 +20,7 @@ re-adopted, finished ones report their recorded exit code.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -27,7 +33,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn
 
-from agents import shim
 from agents.runtimes.base import Runtime, StartFailed, StopBook
 from agents.state import LEASE_FILE, ensure_dir, read_json, write_json
 from agents.workers import (
@@ -48,7 +53,7 @@ from agents.workers import (
 
 log = logging.getLogger(__name__)
 
-SHIM_PATH = Path(shim.__file__).resolve()
+SHIM_PATH = Path(__file__).resolve().parent.parent / "shim.sh"
 # A shim that has not written its pid file by then never started (the agent
 # died between writing meta.json and starting it).
 START_TIMEOUT_S = 30.0
@@ -98,15 +103,15 @@ class ProcessRuntime(Runtime):
         self,
         state_dir: Path,
         *,
-        python: str = sys.executable,
+        shell: str = "/bin/sh",
         base_env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ):
         super().__init__(StopBook(state_dir / "stops" / "process"), clock)
         self._root = ensure_dir(state_dir / "workers")
-        # The agent renews this lease; a worker whose lease runs out stops itself (shim.py).
+        # The agent renews this lease; a worker whose lease runs out stops itself (shim.sh).
         self._lease = state_dir / LEASE_FILE
-        self._python = python
+        self._shell = shell
         self._base_env = os.environ if base_env is None else base_env
         # Shims this instance started: polled so they never linger as zombies.
         self._children: dict[str, subprocess.Popen] = {}
@@ -123,13 +128,13 @@ class ProcessRuntime(Runtime):
             return
         self._create_dir(spec, wdir)
         argv = [
-            self._python,
-            "-I",
-            "-S",  # the shim is standard library only: skipping `site` saves ~6 ms a start
+            self._shell,
             str(SHIM_PATH),
             str(wdir),
             "--lease",
             str(self._lease),
+            "--reset-signals",
+            signal_reset(),
             "--",
             *spec.command,
         ]
@@ -169,7 +174,7 @@ class ProcessRuntime(Runtime):
         tmp = self._root / f".{spec.key}.new"
         shutil.rmtree(tmp, ignore_errors=True)
         ensure_dir(tmp)
-        write_json(tmp / "meta.json", self._meta(spec))
+        write_json(tmp / "meta.json", self._meta(spec), durable=False)
         tmp.rename(wdir)
 
     def _await_shim(self, key: str, child: subprocess.Popen) -> None:
@@ -222,7 +227,7 @@ class ProcessRuntime(Runtime):
                 return WorkerStatus(key, STARTING, started_at=started_at)
             state = STOPPING if self.stopping(key) else RUNNING
             return WorkerStatus(key, state, started_at=started_at)
-        result = read_json(wdir / "result.json")
+        result = self._result(wdir)
         if result is None and pid is None and not self._start_overdue(meta):
             return WorkerStatus(key, STARTING, started_at=started_at)
         if result is None:
@@ -237,6 +242,17 @@ class ProcessRuntime(Runtime):
             finished_at=utc_iso(result.get("finished_at")),
             detail=result.get("error", ""),
         )
+
+    @staticmethod
+    def _result(wdir: Path) -> dict | None:
+        """result.json, its ``finished_at`` defaulting to the file's modification time (the
+        shim writes the file the moment the command ended)."""
+        path = wdir / "result.json"
+        result = read_json(path)
+        if isinstance(result, dict) and result.get("finished_at") is None:
+            with contextlib.suppress(OSError):
+                result["finished_at"] = path.stat().st_mtime
+        return result if isinstance(result, dict) else None
 
     def _pid(self, key: str) -> dict | None:
         """The shim's pid file: written by the shim itself once it is ready for signals."""
@@ -290,7 +306,12 @@ class ProcessRuntime(Runtime):
         except (OSError, ValueError):
             _send(os.kill, pid["pid"], signal.SIGKILL)  # the command has not started: kill the shim
             return
-        _send(os.killpg, child_pgid, signal.SIGKILL)
+        try:
+            os.killpg(child_pgid, signal.SIGKILL)
+        except ProcessLookupError:  # a moment after the fork, before setsid made the group
+            _send(os.kill, child_pgid, signal.SIGKILL)
+        except PermissionError:
+            pass
 
     def log_tail(self, key: str, limit: int = LOG_TAIL_BYTES) -> str:
         try:
@@ -312,6 +333,27 @@ class ProcessRuntime(Runtime):
             child.poll()
         shutil.rmtree(self._dir(key), ignore_errors=True)
         self._stops.discard(key)
+
+
+@functools.cache
+def signal_reset() -> str:
+    """How shim.sh gives the command back the SIGINT and SIGQUIT a shell's background job
+    starts without: ``env`` where ``env --default-signal`` works (coreutils 8.31+, one exec),
+    else this Python (an interpreter per worker, the old cost). Asked once per agent."""
+    try:
+        probe = subprocess.run(
+            ["env", "--default-signal=INT,QUIT", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        probe = None
+    if probe is not None and probe.returncode == 0:
+        return "env"
+    log.warning("env --default-signal is missing: each worker's start pays for a Python")
+    return sys.executable
 
 
 def _send(kill: Callable[[int, int], None], target: int, sig: signal.Signals) -> None:

@@ -7,12 +7,15 @@ import logging
 import stat
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from agents.agent import EXIT_AUTH, EXIT_OK
 from agents.gpu import fake_uuid
 from agents.runtimes.fake import FakeRuntime
+from agents.runtimes.process import SHIM_PATH
+from agents.state import LEASE_FILE
 from tests.agents.conftest import wait_until
 from tests.agents.fake_portal import run_entry
 
@@ -274,6 +277,34 @@ def test_restarted_agent_readopts_running_workers(portal, start_agent, tmp_path)
     assert portal.last_report("13.0.0")["state"] == "running"
     assert json.loads(pid_file.read_text())["pid"] == pid
     assert [s.key for s in second.runtime.list()] == ["13.0.0"]
+
+
+def test_a_readopted_worker_reports_the_exit_code_its_shim_recorded(portal, start_agent, tmp_path):
+    """The second agent is not the shim's parent: the exit code reaches the portal through
+    result.json, which the sh shim writes when the command ends."""
+    portal.run["15.0.0"] = run_entry("15.0.0", ["sh", "-c", "echo up; sleep 1.5; exit 7"])
+    first = start_agent()
+    reported(portal, "15.0.0", "running")
+    shim = json.loads((tmp_path / "state" / "workers" / "15.0.0" / "pid").read_text())["pid"]
+    assert Path(f"/proc/{shim}/cmdline").read_bytes().split(b"\0")[:2] == [
+        b"/bin/sh",
+        str(SHIM_PATH).encode(),
+    ]
+    assert first.stop() == EXIT_OK
+    start_agent()
+    report = reported(portal, "15.0.0", "exited")
+    assert report["exit_code"] == 7 and report["log_tail"] == "up\n"
+    assert report["finished_at"] > report["started_at"]
+
+
+def test_the_lease_carries_the_boot_clock_the_sh_shim_reads(portal, start_agent, tmp_path):
+    start_agent()
+    lease = tmp_path / "state" / LEASE_FILE
+    wait_until(lease.exists)
+    record = json.loads(lease.read_text())
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    assert 0 < record["valid_until_uptime_cs"] / 100 - uptime <= portal.disconnect_limit_s + 1
+    assert 0 < record["valid_until"] - time.time() <= portal.disconnect_limit_s + 1
 
 
 def test_stop_workers_on_exit(portal, start_agent):

@@ -75,3 +75,18 @@ def test_backoff_grows_to_a_cap_with_jitter_and_honours_retry_after():
     assert Backoff(1, 8, rng=lambda: 0.0).next_delay(retry_after=10_000) == 300
     low.reset()
     assert low.next_delay() == 0.5
+
+
+def test_proxy_settings_are_read_once_and_no_proxy_still_applies(portal, monkeypatch):
+    # requests would scan the environment on every request; the client reads it once.
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    client = PortalClient(portal.url)
+    monkeypatch.setenv("NO_PROXY", "")  # a later change is not seen: the beat still goes direct
+    portal.script(200, {"run": []})
+    assert client.heartbeat("bnt_good", {"workers": []}) == {"run": []}
+
+    monkeypatch.setenv("NO_PROXY", "")
+    proxied = PortalClient(portal.url)
+    with pytest.raises(TransientError, match="cannot reach"):  # through the dead proxy
+        proxied.heartbeat("bnt_good", {"workers": []})

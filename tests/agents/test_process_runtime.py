@@ -6,12 +6,13 @@ import json
 import os
 import signal
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from agents.runtimes.process import ProcessRuntime
-from agents.state import LEASE_FILE
+from agents.state import LEASE_FILE, write_lease
 from agents.workers import EXITED, FAILED_TO_START, RUNNING, STOPPING
 from tests.agents.conftest import kill_all, make_spec, wait_until
 
@@ -206,7 +207,7 @@ def test_stop_deadline_survives_a_runtime_restart(runtime, tmp_path):
 def test_shim_that_cannot_start_is_a_recorded_failed_start(tmp_path):
     from agents.runtimes.base import StartFailed
 
-    broken = ProcessRuntime(tmp_path, python="/bin/false")
+    broken = ProcessRuntime(tmp_path, shell="/bin/false")
     with pytest.raises(StartFailed, match="the worker shim exited with 1"):
         broken.start(make_spec("14.0.0", ("true",)))
     (status,) = ProcessRuntime(tmp_path).list()
@@ -218,7 +219,7 @@ def test_worker_is_fenced_when_the_agents_lease_runs_out(tmp_path):
     """A worker whose agent died (no lease renewal) stops itself, so a gang the portal
     requeues elsewhere never runs twice."""
     lease = tmp_path / LEASE_FILE
-    lease.write_text(json.dumps({"valid_until": time.time() + 2}))
+    write_lease(lease, 2)
     rt = ProcessRuntime(tmp_path)
     rt.start(make_spec("21.0.0", ("sleep", "60")))
     (status,) = rt.list()
@@ -237,11 +238,87 @@ def test_worker_is_fenced_when_the_agents_lease_runs_out(tmp_path):
 def test_a_renewed_lease_keeps_the_worker_running(tmp_path):
     lease = tmp_path / LEASE_FILE
     rt = ProcessRuntime(tmp_path)
-    lease.write_text(json.dumps({"valid_until": time.time() + 1.5}))
+    write_lease(lease, 1.5)
     rt.start(make_spec("22.0.0", ("sleep", "60")))
     for _ in range(6):  # the agent renews every beat
-        lease.write_text(json.dumps({"valid_until": time.time() + 1.5}))
+        write_lease(lease, 1.5)
         time.sleep(0.5)
     (status,) = rt.list()
     assert status.state == RUNNING
     rt.stop("22.0.0", signal.SIGKILL, 0)
+
+
+def test_the_shim_records_its_own_start_time_for_the_pid_reuse_guard(runtime, tmp_path):
+    runtime.start(make_spec("23.0.0", ("sleep", "30")))
+    pid = json.loads((tmp_path / "workers" / "23.0.0" / "pid").read_text())
+    stat = Path(f"/proc/{pid['pid']}/stat").read_bytes()
+    assert pid["start"] == int(stat[stat.rindex(b")") + 2 :].split()[19])
+    runtime.stop("23.0.0", signal.SIGKILL, 0)
+    assert finished(runtime, "23.0.0").exit_code == 137
+
+
+def test_a_stop_signal_reaches_the_whole_group_and_nothing_is_left_behind(runtime, tmp_path):
+    script = "sleep 30 & echo ready; wait"
+    runtime.start(make_spec("24.0.0", ("sh", "-c", script)))
+    wait_until(lambda: runtime.log_tail("24.0.0") == "ready\n")
+    group = int((tmp_path / "workers" / "24.0.0" / "child.pid").read_text())
+    runtime.stop("24.0.0", signal.SIGTERM, 10)
+    assert finished(runtime, "24.0.0").exit_code == 143
+    assert wait_until(lambda: not live_in_group(group))  # the background sleep went with it
+    assert runtime.log_tail("24.0.0") == "ready\n"  # the shell shim adds no "Terminated"
+
+
+def live_in_group(group: int) -> list[int]:
+    """Processes of a process group that still run (a killed orphan may stay a zombie
+    until the machine's init reaps it)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
+            live.append(int(stat.parent.name))
+    return live
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2])
+def test_every_stop_signal_reaches_the_command_even_those_a_shell_ignores(runtime, sig):
+    # A shell's background job starts with SIGINT and SIGQUIT ignored; the shim puts them
+    # back, so a job's handler (or Python's KeyboardInterrupt) sees a SIGINT stop order.
+    script = f"trap 'echo got {sig.name}; exit 9' {sig.name[3:]}; echo ready; while :; do sleep 0.05; done"
+    runtime.start(make_spec("28.0.0", ("sh", "-c", script)))
+    wait_until(lambda: "ready" in runtime.log_tail("28.0.0"))
+    runtime.stop("28.0.0", sig, 10)
+    assert finished(runtime, "28.0.0").exit_code == 9
+    assert f"got {sig.name}" in runtime.log_tail("28.0.0")
+
+
+def test_the_jobs_environment_reaches_the_command_as_it_is(runtime):
+    # The shim is a shell: its own variables must not leak into the command's environment,
+    # and a job's IFS must not break its parsing. (dash drops an IFS it inherits, so IFS
+    # itself does not reach the command in this runtime: docs/agent.md.)
+    spec = make_spec("25.0.0", ("env",), env={"IFS": ":", "EPOCHS": "3"})
+    runtime.start(spec)
+    assert finished(runtime, "25.0.0").exit_code == 0
+    lines = runtime.log_tail("25.0.0").splitlines()
+    assert "EPOCHS=3" in lines
+    assert not [line for line in lines if line.startswith("_berth")]
+
+
+def test_finished_at_is_when_the_command_ended(runtime):
+    began = time.time()
+    runtime.start(make_spec("26.0.0", ("sleep", "0.2")))
+    time.sleep(3)  # nobody looks meanwhile: the time must come from the shim's record
+    status = finished(runtime, "26.0.0")
+    ended = datetime.fromisoformat(status.finished_at.replace("Z", "+00:00")).timestamp()
+    assert int(began) <= ended < began + 2  # whole seconds; seen 3 s later
+
+
+def test_a_lease_that_runs_out_fences_even_with_the_jobs_own_ifs(tmp_path):
+    write_lease(tmp_path / LEASE_FILE, 1)
+    rt = ProcessRuntime(tmp_path, base_env={"PATH": os.environ["PATH"]})
+    rt.start(make_spec("27.0.0", ("sleep", "60"), env={"IFS": ":"}))
+    status = finished(rt, "27.0.0", timeout=15)
+    assert status.exit_code == 143
+    assert "lease expired" in rt.log_tail("27.0.0")

@@ -145,6 +145,8 @@ def test_agent_killed_and_restarted_readopts_and_a_lost_agent_is_fenced_then_evi
     result = stack.tmp / "agents" / host / "workers" / f"{lost}.0.0" / "result.json"
     wait_for(result.exists, 40, "the orphaned worker to fence itself")
     fenced = json.loads(result.read_text())
+    # The shim records no time in the file: its modification time is when the command ended.
+    fenced.setdefault("finished_at", result.stat().st_mtime)
     wait_for(
         lambda: (
             query(db, "SELECT condition FROM core_node WHERE hostname = %s", [host])[0][0]

@@ -20,6 +20,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 
 from portal.core.actions.jobs import request_scheduling_pass, requeue_or_fail, transition
+from portal.core.db import bulk_set
 from portal.core.models import Allocation, Job, Worker
 
 State = Job.State
@@ -80,9 +81,9 @@ def apply_worker_reports(
             if worker.state in ENDED:
                 ended.append(worker)
     if changed:
-        Worker.objects.bulk_update(
-            changed, ["state", "exit_code", "started_at", "finished_at", "log_tail"]
-        )
+        # One UPDATE … FROM unnest() (db.bulk_set): bulk_update's CASE per row and field
+        # was the heaviest Python of a heartbeat that reports exits (docs/benchmarks.md).
+        bulk_set(Worker, changed, ["state", "exit_code", "started_at", "finished_at", "log_tail"])
         settle_jobs(
             {w.job_id for w in changed},
             ended_workers=ended,
@@ -139,7 +140,7 @@ def lose_workers(workers: list[Worker], *, now: datetime, kind: str, message: st
     """Mark workers lost (their node is gone) and settle their gangs."""
     for worker in workers:
         worker.state, worker.finished_at = WState.LOST, now
-    Worker.objects.bulk_update(workers, ["state", "finished_at"])
+    bulk_set(Worker, workers, ["state", "finished_at"])
     settle_jobs(
         {w.job_id for w in workers},
         ended_workers=workers,
