@@ -335,9 +335,7 @@ def test_an_array_may_depend_on_a_job_and_its_tasks_are_released_together(cluste
     from tests.api.test_arrays import ARRAYS, array_body
 
     train = submitted(as_member_a, name="train")
-    response = as_member_a.post(
-        ARRAYS, array_body("0-3%2", dependency=f"afterok:{train['id']}")
-    )
+    response = as_member_a.post(ARRAYS, array_body("0-3%2", dependency=f"afterok:{train['id']}"))
     assert response.status_code == 201, response.content
     ids = response.json()["ids"]
     tasks = Job.objects.filter(pk__in=ids)
