@@ -11,7 +11,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
 .PHONY: install run test test-sqlite test-fast lint format services browser docker promtool sso bench-core bench-pass \
-        bench-api bench-heartbeat bench-e2e bench-dashboard bench-sim bench-scrape faults fuzz clean
+        bench-api bench-heartbeat bench-e2e bench-slurm bench-dashboard bench-sim bench-scrape faults fuzz clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -110,6 +110,11 @@ bench-api: install services
 BENCH_E2E_REDIS_URL ?= redis://127.0.0.1:6379/14
 bench-e2e: install services
 	DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_E2E_REDIS_URL) $(BIN)/python bench/bench_e2e.py
+
+## Berth and a private local Slurm 22.05 side by side, one sitting (needs root: apt-get, slurmd)
+BENCH_SLURM_REDIS_URL ?= redis://127.0.0.1:6379/14
+bench-slurm: install services
+	DATABASE_URL=$(BENCH_DATABASE_URL) REDIS_URL=$(BENCH_SLURM_REDIS_URL) bench/compare_slurm.sh
 
 bench-dashboard: install services
 	DATABASE_URL=$(BENCH_DATABASE_URL) $(BIN)/python bench/bench_dashboard.py
