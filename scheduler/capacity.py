@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from .model import Node
 from .state import domain_kind, domain_slots
+from .words import gpus as count_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ def why_too_big(limit: GangLimit, workers: int, flavor: str) -> str | None:
     nodes = f"{limit.nodes} node{'s' if limit.nodes != 1 else ''}"
     return (
         f"The largest gang of {gpus}-GPU workers the {flavor} nodes can host is "
-        f"{limit.workers} worker{'s' if limit.workers != 1 else ''} ({limit.workers * gpus} GPUs): "
+        f"{limit.workers} worker{'s' if limit.workers != 1 else ''} ({count_gpus(limit.workers * gpus)}): "
         f"a gang stays inside one {limit.kind}, and the largest, {where}, has room for "
         f"{limit.workers} on {nodes}. Ask for at most {limit.workers} workers, or fewer GPUs "
         f"per worker."

@@ -47,6 +47,7 @@ from .reasons import (
     Wait,
 )
 from .timewords import duration, instant
+from .words import gpus
 
 if TYPE_CHECKING:
     from .core import Pass
@@ -181,14 +182,14 @@ def _promised(p: Pass, job: PendingJob) -> str:
     holders = sorted({h for n, k in stops.hidden.items() if k for h in stops.holders(n)})
     listed = ", ".join(str(h) for h in holders[:5]) + (", ..." if len(holders) > 5 else "")
     return (
-        f"; {stops.hidden_total} free GPUs are reserved for job(s) {listed}, which preempted "
+        f"; {gpus(stops.hidden_total, 'free')} are reserved for job(s) {listed}, which preempted "
         f"jobs to free GPUs for them and start when those stop"
     )
 
 
 def _needs(p: Pass, job: PendingJob) -> str:
     """Return 'needs 16 h100 GPUs (2 workers x 8) in one block'."""
-    text = f"needs {job.gpus} {job.flavor} GPUs"
+    text = f"needs {gpus(job.gpus, job.flavor)}"
     if job.workers > 1:
         text += f" ({job.workers} workers x {job.gpus_per_worker})"
         pool = p.pools.get(job.flavor)
@@ -220,7 +221,7 @@ def _never_fits(p: Pass, job: PendingJob, why: str, *facts) -> str:
     if why == "shape":
         return f"invalid gang shape: {job.workers} workers x {job.gpus_per_worker} GPUs"
     if why == "node":
-        return f"{_needs(p, job)}; a worker needs {job.gpus_per_worker} GPUs but the largest node has {facts[0]}"
+        return f"{_needs(p, job)}; a worker needs {gpus(job.gpus_per_worker)} but the largest node has {facts[0]}"
     if why == "topology":
         kind = p.pools[job.flavor].domain_kind
         return f"{_needs(p, job)}; the largest {kind} holds {facts[0]} such workers even when empty"
@@ -322,7 +323,7 @@ def _cohort_busy(
     )
     if extra and extra[0] == "kept":
         return (
-            f"{text}: {extra[1]} GPUs of idle quota are kept for teams within their nominal "
+            f"{text}: {gpus(extra[1])} of idle quota are kept for teams within their nominal "
             f"quota whose jobs wait for them in this pass"
         )
     if extra and extra[0] == "lent":
@@ -330,11 +331,11 @@ def _cohort_busy(
         names = ", ".join(teams)
         at = -(-at // 60) * 60  # "at the latest": round up to the minute
         return (
-            f"{text}; the {lent} GPUs lent from team {job.team}'s quota run non-preemptible jobs "
+            f"{text}; the {gpus(lent)} lent from team {job.team}'s quota run non-preemptible jobs "
             f"of team {names}, so reclaim cannot free them; they free up when those end, at the "
             f"latest {_at(p, at)}"
         )
-    return f"{text}; would start when {job.gpus - max(0, room):g} GPUs of the cohort are freed"
+    return f"{text}; would start when {gpus(job.gpus - max(0, room))} of the cohort are freed"
 
 
 def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -> str:
@@ -353,7 +354,7 @@ def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -
 def _priority(p: Pass, job: PendingJob, why: str, *facts) -> str:
     if why == "limit":
         return f"{_needs(p, job)}; not reached: the pass stops after {facts[0]} jobs (max_backfill_candidates)"
-    return f"{_needs(p, job)}; {facts[0]} job(s) ahead of it in its queue took {facts[1]} GPUs this pass"
+    return f"{_needs(p, job)}; {facts[0]} job(s) ahead of it in its queue took {gpus(facts[1])} this pass"
 
 
 def _no_capacity(p: Pass, job: PendingJob, free: int = 0, *_) -> str:

@@ -56,6 +56,7 @@ from .ordering import last_progress, stopping_key, victim_key
 from .quota import contribution
 from .reasons import CAPACITY, COHORT_BUSY, QUOTA, RESERVED, WAITING_FOR_PREEMPTION, Wait
 from .state import Running, Stops, Transaction
+from .words import gpus as count_gpus
 
 if TYPE_CHECKING:
     from .core import Pass
@@ -443,7 +444,7 @@ def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running) -> Preempt
     stopping = p.stops(r.pool).quota.get(r.book, 0) if r.pool is not None else 0
     message = (
         f"preempted by job {job.id} of team {job.team}, which reclaims its nominal quota: "
-        f"it needs {job.gpus} {f} GPUs and uses {p.held(book, f)} of {q.nominal} nominal, "
+        f"it needs {count_gpus(job.gpus, f)} and uses {p.held(book, f)} of {q.nominal} nominal, "
         f"while team {r.book.name} borrows ({r.book.used(f) - stopping} used of {vq.nominal} "
         f"nominal)"
     )

@@ -89,6 +89,19 @@ def test_jobs_ahead_in_the_queue_took_the_gpus():
     assert "1 job(s) ahead of it in its queue took 6 GPUs" in verdict(plan, 2).message
 
 
+def test_one_gpu_is_one_gpu_in_the_sentences():
+    c = Cluster().node("n0")
+    c.team("a", nominal=64)
+    c.job(1, gpus=7)
+    c.job(2, gpus=1)
+    c.job(3, gpus=1)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [1, 2]
+    message = verdict(plan, 3).message
+    assert message.startswith("needs 1 h100 GPU;"), message
+    assert "took 8 GPUs" in message and "1 GPUs" not in message
+
+
 def test_jobs_beyond_the_candidate_limit_are_not_reached():
     c = Cluster().node("n0")
     c.team("a", nominal=64)
