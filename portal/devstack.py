@@ -4,7 +4,10 @@ Migrates the database (SQLite by default), seeds the demo, then runs the web
 server, a Celery worker with an embedded beat, and six simulated GPU nodes
 (the real node agent with a fake NVML and the process runtime, or with
 BERTH_DEMO_RUNTIME=docker real containers when a Docker engine answers).
-Prints where to open it and the logins; Ctrl-C stops everything.
+Prints where to open it and the logins; Ctrl-C stops everything. A notification
+worker runs too (webhooks may call this machine: BERTH_NOTIFY_ALLOW_PRIVATE). The
+agents' watch does not (it needs Redis, the demo has none): the nodes learn of an
+admission at their next heartbeat, every few seconds, not at once.
 """
 
 from __future__ import annotations

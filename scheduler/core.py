@@ -423,12 +423,14 @@ class Pass:
         """Record that a task of a job array waits for its array's `%N` limit.
 
         Set aside as a job in its backoff is (back_off): admitting it would run more
-        of its array's tasks at once than the limit allows. Only never_fits and
-        no_nodes outrank it.
+        of its array's tasks at once than the limit allows. Only never_fits, no_nodes
+        and budget_exhausted outrank it (reasons.REASONS).
         """
         self.order.append(job)
         static = self.static_wait(job, self.pools.get(job.flavor), self.ledger.book(job.team))
-        self.waits[job.id] = static or Wait(ARRAY_LIMIT, (job.array_id, job.array_limit))
+        self.waits[job.id] = (
+            static or self.budget_wait(job) or Wait(ARRAY_LIMIT, (job.array_id, job.array_limit))
+        )
 
     def waiting(self) -> list[PendingJob]:
         """Return the jobs not admitted, in the order they were considered."""

@@ -481,6 +481,8 @@ def _honour(p: Pass, job: PendingJob, stopping: bool) -> bool:
     book = p.ledger.book(job.team)
     if pool is None or p.static_wait(job, pool, book) is not None:
         return False
+    if p.budget_wait(job) is not None:
+        return False  # its team's GPU-hour budget cannot take it (now): no claim either
     if book.used(job.flavor) + job.gpus > book.quota(job.flavor).nominal:
         return False  # no longer within its nominal quota: no claim
     if p.quota_wait(job, book) is None:

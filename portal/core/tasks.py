@@ -8,7 +8,7 @@ from celery import shared_task
 from django.core.cache import cache
 
 from portal.core.actions.dependencies import SETTLE_TASK, settle_in_batches, sweep_held_jobs
-from portal.core.actions.jobs import PASS_REQUESTED_KEY, PASS_TASK
+from portal.core.actions.jobs import PASS_REQUESTED_KEY, PASS_TASK, request_scheduling_pass
 from portal.core.actions.node_monitor import monitor_nodes
 from portal.core.actions.notifications import DELIVER_TASK, deliver, sweep
 from portal.core.scheduling import run_pass
@@ -16,10 +16,17 @@ from portal.core.scheduling import run_pass
 
 @shared_task(name=PASS_TASK, ignore_result=True)
 def scheduling_pass() -> dict | None:
-    """One scheduling pass; returns None when another pass holds the lock."""
+    """One scheduling pass; returns None when another pass holds the lock.
+
+    Then this one asks for the next (a moment from now): what was committed after the
+    running pass took its snapshot, and made this request, is not lost until the
+    periodic pass."""
     cache.delete(PASS_REQUESTED_KEY)
     result = run_pass()
-    return result.summary() if result else None
+    if result is None:
+        request_scheduling_pass()
+        return None
+    return result.summary()
 
 
 @shared_task(name="portal.core.tasks.node_monitor", ignore_result=True)

@@ -179,6 +179,24 @@ def test_cancelling_an_admitted_job_wakes_its_node(
     assert wake.version(other.pk) == 0
 
 
+def test_cancelling_an_array_wakes_the_nodes_of_its_running_tasks(
+    cluster, watching, django_capture_on_commit_callbacks
+):
+    from portal.core.actions.arrays import cancel_array
+    from portal.core.models import JobArray
+
+    node = cluster.nodes[0]
+    array = JobArray.objects.create(team=cluster.team_a, name="t{index}", spec="0-0", size=1)
+    job = make_job(cluster, array=array, array_index=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        admit(job, [node])
+    seen = wake.version(node.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        cancel_array(array, actor=cluster.personas.lead_a)
+    job.refresh_from_db()
+    assert job.state == "cancelled" and wake.version(node.pk) == seen + 1
+
+
 def test_with_redis_away_replies_carry_no_watch_and_redis_is_left_alone(
     client, cluster, settings, monkeypatch
 ):

@@ -52,3 +52,14 @@ def test_a_burst_queues_one_short_pass_then_the_next_after_it_began(broker, monk
     time.sleep(settings.BERTH["SCHEDULE_DEBOUNCE_S"])
     request_scheduling_pass()
     assert broker.llen(QUEUE) == 2
+
+
+def test_a_pass_that_finds_another_running_asks_for_the_next(broker, monkeypatch):
+    """Its request must not be lost until the periodic pass: the running pass's
+    snapshot may predate what made it."""
+    from portal.core import tasks
+
+    monkeypatch.setattr(tasks, "run_pass", lambda: None)  # the lock is held elsewhere
+    assert tasks.scheduling_pass() is None
+    assert broker.llen(QUEUE) == 1
+    assert json.loads(broker.lindex(QUEUE, 0))["headers"]["task"] == PASS_TASK

@@ -124,6 +124,30 @@ def test_never_fits_and_no_nodes_outrank_it_and_it_outranks_backoff():
     assert reasons(plan) == {1: "never_fits", 2: "no_nodes", 3: OVER, 4: OVER}
 
 
+def test_it_outranks_an_arrays_limit_too():
+    c = Cluster().node("n0")
+    c.team("vision", nominal=8)
+    for i in (1, 2, 3):
+        c.job(i, "vision", runtime=100 * HOUR)
+        c.pending[-1] = replace(c.pending[-1], array_id=7, array_limit=1)
+    plan = schedule(with_budgets(c, budget(0.0, limit=50.0)))
+    assert reasons(plan) == {1: OVER, 2: OVER, 3: OVER}
+
+
+def test_a_preemptor_its_victims_name_is_not_admitted_past_the_budget():
+    """A reservation is a claim on GPUs, not on GPU-hours: honouring it checks the budget."""
+    for named in (False, True):
+        c = Cluster().nodes_(1)
+        c.team("vision", nominal=8)
+        c.team("speech", nominal=0)
+        c.job(1, "vision", gpus=8, runtime=10 * HOUR)  # 80 GPU-hours on a budget of 50
+        c.job(2, "speech", gpus=8, runtime=HOUR, eligible_at=NOW + 600)  # its victim, requeued
+        if named:
+            c.pending[-1] = replace(c.pending[-1], preempted_by=1)
+        plan = schedule(with_budgets(c, budget(0.0, limit=50.0)))
+        assert admitted(plan) == [] and reasons(plan)[1] == OVER, named
+
+
 def test_the_sentence_at_the_limit_and_the_estimate_is_the_reset():
     c = cluster()
     c.job(1, "vision", gpus=8)

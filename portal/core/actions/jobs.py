@@ -259,7 +259,6 @@ def cancel_job(job: Job, *, actor, reason: str = "") -> Job:
         if not moved:
             job.refresh_from_db(fields=["state"])
             raise InvalidTransition(f"Job {job.pk} already ended ({job.state}); nothing to cancel.")
-        wake.wake_job_nodes_on_commit(moved)  # its workers' stop orders reach them at once
         transaction.on_commit(request_scheduling_pass)
     job.refresh_from_db()
     return job
@@ -283,7 +282,7 @@ def cancel_jobs(job_ids: list[int], *, actor, message: str) -> list[int]:
         estimated_start_at=None,
     )
     done = set(cancelled)
-    return cancelled + transition(
+    stopping = transition(
         [pk for pk in job_ids if pk not in done],
         from_states=Job.ACTIVE_STATES,
         to_state=State.CANCELLED,
@@ -293,6 +292,8 @@ def cancel_jobs(job_ids: list[int], *, actor, message: str) -> list[int]:
         finished_at=now,
         stop_requested_at=now,
     )
+    wake.wake_job_nodes_on_commit(stopping)  # their workers' stop orders reach them at once
+    return cancelled + stopping
 
 
 def requeue_or_fail(
