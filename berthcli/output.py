@@ -101,4 +101,5 @@ def ordinal(n: int) -> str:
 
 
 def shape(job: dict) -> str:
-    return f"{job['workers']} × {job['gpus_per_worker']} {job['flavor']} ({job['gpus']} GPUs)"
+    gpus = job["gpus"]
+    return f"{job['workers']} × {job['gpus_per_worker']} {job['flavor']} ({gpus} GPU{'' if gpus == 1 else 's'})"

@@ -117,3 +117,11 @@ def test_next_links_are_followed_on_the_configured_url():
         == "/api/v1/jobs/?limit=3&offset=3"
     )
     assert _local(None) is None
+
+
+def test_a_jobs_shape_counts_one_gpu_as_one_gpu():
+    from berthcli.output import shape
+
+    one = {"workers": 1, "gpus_per_worker": 1, "flavor": "h100", "gpus": 1}
+    assert shape(one) == "1 × 1 h100 (1 GPU)"
+    assert shape(one | {"workers": 2, "gpus": 2}) == "2 × 1 h100 (2 GPUs)"
