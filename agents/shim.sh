@@ -126,6 +126,9 @@ if [ -n "$_berth_lease" ]; then
     (
         trap - TERM INT HUP QUIT USR1 USR2
         while sleep "$_berth_poll"; do
+            # COMMAND's group gone (the shim too, say SIGKILLed): nothing left to fence,
+            # and a later process may take its number
+            kill -s 0 -- "-$_berth_child" 2>/dev/null || exit 0
             IFS= read -r _berth_l <"$_berth_lease" 2>/dev/null
             case $_berth_l in
             *'"valid_until_uptime_cs": '[0-9]*) ;;

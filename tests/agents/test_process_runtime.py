@@ -151,6 +151,22 @@ def test_worker_whose_shim_was_killed_reports_137(runtime, tmp_path):
     os.kill(pid, signal.SIGKILL)
     assert finished(runtime, "9.0.0").exit_code == 137
     os.killpg(child, signal.SIGKILL)
+    # and the shim's lease fencer does not outlive the command (it used to poll forever)
+    here = str(tmp_path / "workers" / "9.0.0").encode()
+    wait_until(lambda: not _processes_naming(here), 10, "the fencer to exit")
+
+
+def _processes_naming(text: bytes) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if text in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
 
 
 def test_forget_removes_an_exited_worker_but_never_a_live_one(runtime, tmp_path):
