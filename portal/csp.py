@@ -3,9 +3,12 @@ the API docs page, the admin, the error pages).
 
 Scripts and style sheets come only from this site's static files: no inline
 <script> or <style>, no eval (htmx runs with allowEval and allowScriptTags off,
-templates/base.html), no plugins, no framing, forms post only here. Style
-*attributes* are still allowed (`style-src-attr 'unsafe-inline'`) while some
-dashboard templates carry them; they cannot run code. JSON responses get no
+templates/base.html), no plugins, no framing, forms post only here. No style
+*attributes* either: a page's one-off spacing is a class of dashboard.css and a
+bar's width a class of pct.css (`{{ value|pct:"w" }}`,
+portal/dashboard/templatetags/berth_pct.py), so an injected attribute cannot
+restyle a page (overlay a fake form, hide a warning). Scripts may still set
+styles through the DOM (Chart.js sizes its canvas). JSON responses get no
 policy: they are never rendered as pages.
 """
 
@@ -20,7 +23,6 @@ POLICY = "; ".join(
         "default-src 'self'",
         "script-src 'self'",
         "style-src 'self'",
-        "style-src-attr 'unsafe-inline'",
         "img-src 'self' data:",
         "font-src 'self'",
         "connect-src 'self'",

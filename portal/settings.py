@@ -88,7 +88,10 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
             ],
             # portal.dashboard is not an app: name its template tag library here.
-            "libraries": {"berth_times": "portal.dashboard.templatetags.berth_times"},
+            "libraries": {
+                "berth_times": "portal.dashboard.templatetags.berth_times",
+                "berth_pct": "portal.dashboard.templatetags.berth_pct",
+            },
         },
     },
 ]

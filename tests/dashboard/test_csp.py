@@ -14,6 +14,7 @@ TEMPLATES = sorted(
 )
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/(?:ld\+)?json)[^>]*>", re.I)
 HANDLER_ATTR = re.compile(r"\son[a-z]+\s*=", re.I)
+STYLE_ATTR = re.compile(r"\sstyle\s*=", re.I)
 
 
 def _policy(response) -> dict[str, str]:
@@ -30,6 +31,8 @@ def test_pages_carry_a_policy_without_inline_scripts_or_eval(path, story, login)
     assert policy["script-src"] == "'self'" and policy["style-src"] == "'self'"
     assert policy["object-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
     assert "unsafe" not in policy["default-src"] + policy["script-src"] + policy["style-src"]
+    assert "style-src-attr" not in policy and "style-src-elem" not in policy
+    assert "unsafe" not in response["Content-Security-Policy"]
 
 
 def test_json_answers_carry_no_page_policy(story, login):
@@ -43,6 +46,27 @@ def test_no_template_has_an_inline_script_style_element_or_handler(template):
     assert not INLINE_SCRIPT.search(html), "move the script to a static file"
     assert "<style" not in html.lower(), "move the styles to a static style sheet"
     assert not HANDLER_ATTR.search(html), "attach the handler from a static script"
+    assert not STYLE_ATTR.search(html), "use a class (dashboard.css; pct.css for percentages)"
+
+
+def test_percentages_are_classes_that_pct_css_defines():
+    from portal.dashboard.templatetags.berth_pct import CSS_FILE, css, pct
+
+    assert CSS_FILE.read_text() == css(), "run python -m portal.dashboard.templatetags.berth_pct"
+    assert pct(37.4, "w") == "w-37" and pct("62.5", "l") == "l-62"
+    assert pct(180, "w") == "w-100" and pct(-3, "ring-over") == "ring-over-0"
+    assert pct(None, "w") == "w-0" and pct(float("nan"), "w") == "w-0"
+    for prefix, prop in (("w", "width"), ("l", "left"), ("ring-in", "--within")):
+        assert f".{prefix}-0 {{ {prop}: 0% !important; }}" in css()
+        assert f".{prefix}-100 {{ {prop}: 100% !important; }}" in css()
+
+
+def test_a_page_shows_its_bars_as_classes(story, login):
+    page = login(story.cluster.personas.lead_a).get("/teams/alpha/").content.decode()
+    assert "style=" not in page
+    bars = re.findall(r'class="(?:[^"]*\s)?(w-\d+|ring-in-\d+)', page)
+    assert bars, "the overview draws its quota ring or bars with pct classes"
+    assert all(0 <= int(b.rsplit("-", 1)[1]) <= 100 for b in bars)
 
 
 def test_htmx_runs_without_eval_or_script_tags():

@@ -67,7 +67,7 @@ def test_a_running_run_shows_a_progress_bar_that_polls_its_fragment(cluster, log
     run = make_run(cluster, status=WhatIfRun.Status.RUNNING, progress=0.4)
     client = login(cluster.personas.lead_a)
     page = client.get(f"/whatif/{run.pk}/").content.decode()
-    assert '<progress max="100" value="40"' in page
+    assert '<progress class="w-full" max="100" value="40"' in page
     assert f'hx-get="/whatif/{run.pk}/?fragment=status"' in page
     fragment = client.get(f"/whatif/{run.pk}/?fragment=status")
     assert fragment.status_code == 200

@@ -29,10 +29,8 @@ EXAMPLE_ARRAY = EXAMPLE_JOB | {
 }
 
 
-def array_body(state: ArrayState) -> dict:
-    """An array as ArraySerializer shows it."""
-    a = state.array
-    counts = {name: state.counts.get(name, 0) for name in s.STATES}
+def _identity(a) -> dict:
+    """What every answer about an array starts with."""
     return {
         "id": a.pk,
         "team": a.team.slug,
@@ -40,6 +38,14 @@ def array_body(state: ArrayState) -> dict:
         "array": a.spec,
         "size": a.size,
         "limit": a.task_limit,
+    }
+
+
+def array_body(state: ArrayState) -> dict:
+    """An array as ArraySerializer shows it."""
+    a = state.array
+    counts = {name: state.counts.get(name, 0) for name in s.STATES}
+    return _identity(a) | {
         "submitted_by": a.submitted_by.username if a.submitted_by else None,
         "submitted_at": a.submitted_at,
         "state": state.state,
@@ -101,17 +107,7 @@ class ArraysView(APIView):
         key = idempotency_key(request)
         caller = Caller(request.user, scope_of(request))
         result = submit_array(caller, slug, values, text, parse_errors=errors, idempotency_key=key)
-        a = result.array
-        body = {
-            "id": a.pk,
-            "team": a.team.slug,
-            "name": a.name,
-            "array": a.spec,
-            "size": a.size,
-            "limit": a.task_limit,
-            "ids": result.ids,
-            "indices": result.indices,
-        }
+        body = _identity(result.array) | {"ids": result.ids, "indices": result.indices}
         if result.created:
             return Response(body, status=201)
         return Response(body, status=200, headers={REPLAY_HEADER: "true"})
