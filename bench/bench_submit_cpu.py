@@ -37,6 +37,13 @@ def main() -> None:
         metavar="N",
         help="instead: cProfile N warm single submissions and print where their CPU goes",
     )
+    parser.add_argument(
+        "--profile-bulk",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: cProfile N warm bulk requests (--bulk jobs each) and print where their CPU goes",
+    )
     args = parser.parse_args()
     sys.path.insert(0, args.tree)
     os.chdir(args.tree)
@@ -93,6 +100,11 @@ def main() -> None:
     if args.profile:
         profile(lambda: batch("/api/v1/jobs/", single, args.profile), args.profile)
         return
+    if args.profile_bulk:
+        batch("/api/v1/jobs/bulk/", bulk, 1)  # warm-up
+        n = args.profile_bulk
+        profile(lambda: batch("/api/v1/jobs/bulk/", bulk, n), n * args.bulk, BULK_STEPS, "jobs")
+        return
     per_request = [batch("/api/v1/jobs/", single, args.requests // 5) for _ in range(5)]
     print(
         f"single submit: {statistics.median(per_request) * 1000:.3f} ms CPU per request "
@@ -125,8 +137,27 @@ STEPS = [
 ]
 
 
-def profile(run, n: int) -> None:
+# The same for a bulk request, per job (bench_submit_cpu.py --profile-bulk).
+BULK_STEPS = [
+    ("WSGI handler (Django, middleware, DRF, the view)", "__call__", "handlers/wsgi.py"),
+    ("  DRF's request parse (JSON)", "_parse", "rest_framework/request.py"),
+    ("  envelope (BulkEnvelopeSerializer)", "is_valid", "rest_framework/serializers.py"),
+    ("  field types (serializers.parse)", "parse", "api/serializers.py"),
+    ("  submit_many", "submit_many", "actions/submit.py"),
+    ("    validate (clean_job_spec)", "clean_job_spec", "core/jobspec.py"),
+    ("    store (submit_jobs)", "submit_jobs", "actions/jobs.py"),
+    ("      fingerprints", "_bulk_fingerprint", "actions/jobs.py"),
+    ("      job rows (_job_fields)", "_job_fields", "actions/jobs.py"),
+    ("      the inserts (insert_rows)", "insert_rows", "core/db.py"),
+    ("        columns (row_columns)", "row_columns", "core/db.py"),
+    ("        execute", "execute", "psycopg/cursor.py"),
+    ("  render (JSON)", "render", "renderers.py"),
+]
+
+
+def profile(run, n: int, steps=None, unit: str = "submissions") -> None:
     """cProfile `run` (n submissions) and print the CPU of each step per submission."""
+    steps = steps or STEPS
     import cProfile
     import pstats
 
@@ -137,9 +168,9 @@ def profile(run, n: int) -> None:
     stats = pstats.Stats(profiler).stats
     calls = sum(v[1] for v in stats.values())
     print(
-        f"{n} submissions, {total / n * 1000:.3f} ms CPU each under cProfile, {calls / n:,.0f} calls each"
+        f"{n} {unit}, {total / n * 1000:.3f} ms CPU each under cProfile, {calls / n:,.0f} calls each"
     )
-    for label, name, suffix in STEPS:
+    for label, name, suffix in steps:
         cum = sum(v[3] for k, v in stats.items() if k[2] == name and k[0].endswith(suffix))
         print(f"  {label:<66} {cum / n * 1000:7.3f} ms  {cum / total:5.1%}")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
