@@ -29,6 +29,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--bulk", type=int, default=1000, help="jobs per bulk request")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="bulk jobs that differ as a sweep's do (name and env), not one job repeated",
+    )
     parser.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
     parser.add_argument(
         "--profile",
@@ -63,7 +68,11 @@ def main() -> None:
     token = populate(1)[0]
     app = get_wsgi_application()
     single = json.dumps(JOB).encode()
-    bulk = json.dumps({"jobs": [JOB | {"gpus_per_worker": 1}] * args.bulk}).encode()
+    sweep = [{"name": f"lr-{i}", "env": {"SEED": "1", "LR": f"{i}e-5"}} for i in range(args.bulk)]
+    jobs = [
+        JOB | {"gpus_per_worker": 1} | (sweep[i] if args.sweep else {}) for i in range(args.bulk)
+    ]
+    bulk = json.dumps({"jobs": jobs}).encode()
 
     def post(path: str, body: bytes) -> str:
         environ = {
@@ -113,7 +122,7 @@ def main() -> None:
     per_bulk = [batch("/api/v1/jobs/bulk/", bulk, 1) for _ in range(6)][1:]
     print(
         f"bulk submit: {statistics.median(per_bulk) / args.bulk * 1e6:.1f} µs CPU per job "
-        f"({args.bulk} jobs per request)"
+        f"({args.bulk} jobs per request{', a sweep' if args.sweep else ''})"
     )
 
 

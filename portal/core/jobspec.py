@@ -154,6 +154,7 @@ class SpecLookups:
         self._gangs: dict[tuple[int, int], capacity.GangLimit | None] = {}
         self._ceiling: dict[int, int] = {}
         self._team_jobs: set[int] = set()
+        self._fits: dict[tuple[int, int, int], tuple] = {}
 
     def queue(self, name: str) -> Queue | None:
         if name not in self._queues and not self._all_queues:
@@ -207,6 +208,13 @@ class SpecLookups:
         if flavor.pk not in self._ceiling:
             self._ceiling[flavor.pk] = max_gpus_ever(self.team, flavor)
         return self._ceiling[flavor.pk]
+
+    def fit_problems(self, flavor: GpuFlavor, per_worker: int, workers: int) -> tuple:
+        """fit_problems (below), once per gang shape: a bulk's jobs mostly share one."""
+        key = (flavor.pk, per_worker, workers)
+        if key not in self._fits:
+            self._fits[key] = fit_problems(self, flavor, per_worker, workers)
+        return self._fits[key]
 
 
 def clean_job_spec(team: Team, data: dict[str, Any], lookups: SpecLookups | None = None) -> JobSpec:
@@ -446,25 +454,39 @@ def _check_numbers(spec: JobSpec, errors) -> None:
 
 
 def _check_fits(lookups: SpecLookups, spec: JobSpec, errors) -> None:
-    largest_node = lookups.largest_node(spec.flavor)
-    if largest_node is not None and spec.gpus_per_worker > largest_node:
-        _add(
-            errors,
-            "gpus_per_worker",
-            f"No {spec.flavor.name} node has {spec.gpus_per_worker} GPUs (the largest has {largest_node}).",
+    for name, message in lookups.fit_problems(spec.flavor, spec.gpus_per_worker, spec.workers):
+        _add(errors, name, message)
+
+
+def fit_problems(
+    lookups: SpecLookups, flavor: GpuFlavor, per_worker: int, workers: int
+) -> tuple[tuple[str, str], ...]:
+    """(field, message) for each reason a gang of `workers` × `per_worker` GPUs of the
+    flavor could never run for the team: no node that large, no rack or block that
+    holds the gang, more than the team could ever get."""
+    problems = []
+    largest_node = lookups.largest_node(flavor)
+    if largest_node is not None and per_worker > largest_node:
+        problems.append(
+            (
+                "gpus_per_worker",
+                f"No {flavor.name} node has {per_worker} GPUs (the largest has {largest_node}).",
+            )
         )
     elif largest_node is not None:
-        limit = lookups.gang_limit(spec.flavor, spec.gpus_per_worker)
-        if why := capacity.why_too_big(limit, spec.workers, spec.flavor.name):
-            _add(errors, "workers", why)
-    ceiling = lookups.max_gpus_ever(spec.flavor)
-    if spec.gpus > ceiling:
-        _add(
-            errors,
-            "workers",
-            f"The gang needs {spec.gpus} {spec.flavor.name} GPUs but team {lookups.team.slug} can get at most "
-            f"{ceiling} (nominal quota plus what it may borrow).",
+        limit = lookups.gang_limit(flavor, per_worker)
+        if why := capacity.why_too_big(limit, workers, flavor.name):
+            problems.append(("workers", why))
+    ceiling = lookups.max_gpus_ever(flavor)
+    if workers * per_worker > ceiling:
+        problems.append(
+            (
+                "workers",
+                f"The gang needs {workers * per_worker} {flavor.name} GPUs but team {lookups.team.slug} can get at most "
+                f"{ceiling} (nominal quota plus what it may borrow).",
+            )
         )
+    return tuple(problems)
 
 
 def parse_dependency(text: str) -> tuple[tuple[tuple[str, int], ...], bool]:
