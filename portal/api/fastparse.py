@@ -223,16 +223,26 @@ def _all(checks: list) -> Callable[[Any], bool]:
 
 def _value_checks(field) -> list[Callable[[Any], bool]]:
     """The field's validators as predicates; the common ones written out, the rest
-    called as they are. The two every text field has (no NUL, no surrogate) are one."""
+    called as they are. The two every text field has (no NUL, no surrogate) are one
+    predicate, with its max_length when it has one."""
     checks = []
-    kinds = {type(v) for v in field.validators}
+    kinds = [type(v) for v in field.validators]
     clean_text = {dj.ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator}
-    fused = clean_text <= kinds
-    if fused:
+    fused = clean_text <= set(kinds)
+    longest = None
+    if fused and kinds.count(dj.MaxLengthValidator) == 1:  # a CharField's max_length
+        longest = next(v for v in field.validators if type(v) is dj.MaxLengthValidator)
+    if longest is not None:
+        checks.append(
+            lambda v, n=longest.limit_value: (
+                len(v) <= n and "\x00" not in v and (v.isascii() or not _SURROGATES.search(v))
+            )
+        )
+    elif fused:
         checks.append(lambda v: "\x00" not in v and (v.isascii() or not _SURROGATES.search(v)))
     for validator in field.validators:
         limit = getattr(validator, "limit_value", None)
-        if fused and type(validator) in clean_text:
+        if (fused and type(validator) in clean_text) or validator is longest:
             continue
         if callable(limit):
             checks.append(_passes(validator))

@@ -442,6 +442,7 @@ def _check_room(queue, extra: int = 1) -> None:
 def _job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[str, Any]:
     """A new job's fields, the same for a single and a bulk submission."""
     row = _plain_job_fields(team, spec, user, key, fingerprint, now)
+    row.update(dependencies.row_fields(spec))
     if spec.array_id is not None:  # a task of a job array (actions.arrays)
         row |= {"array_id": spec.array_id, "array_index": spec.array_index}
     return row
@@ -470,7 +471,7 @@ def _plain_job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[
         submitted_at=now,
         reason_code="new",
         reason="Waiting for the next scheduling pass.",
-    ) | dependencies.row_fields(spec)
+    )
 
 
 def _submitted_event(job: Job, user, spec: JobSpec) -> JobEvent:
