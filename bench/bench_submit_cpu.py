@@ -29,6 +29,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--bulk", type=int, default=1000, help="jobs per bulk request")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="bulk jobs that differ as a sweep's do (name and env), not one job repeated",
+    )
     parser.add_argument("--tree", default=str(Path(__file__).resolve().parent.parent))
     parser.add_argument(
         "--profile",
@@ -36,6 +41,13 @@ def main() -> None:
         default=0,
         metavar="N",
         help="instead: cProfile N warm single submissions and print where their CPU goes",
+    )
+    parser.add_argument(
+        "--profile-bulk",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: cProfile N warm bulk requests (--bulk jobs each) and print where their CPU goes",
     )
     args = parser.parse_args()
     sys.path.insert(0, args.tree)
@@ -56,7 +68,11 @@ def main() -> None:
     token = populate(1)[0]
     app = get_wsgi_application()
     single = json.dumps(JOB).encode()
-    bulk = json.dumps({"jobs": [JOB | {"gpus_per_worker": 1}] * args.bulk}).encode()
+    sweep = [{"name": f"lr-{i}", "env": {"SEED": "1", "LR": f"{i}e-5"}} for i in range(args.bulk)]
+    jobs = [
+        JOB | {"gpus_per_worker": 1} | (sweep[i] if args.sweep else {}) for i in range(args.bulk)
+    ]
+    bulk = json.dumps({"jobs": jobs}).encode()
 
     def post(path: str, body: bytes) -> str:
         environ = {
@@ -93,6 +109,11 @@ def main() -> None:
     if args.profile:
         profile(lambda: batch("/api/v1/jobs/", single, args.profile), args.profile)
         return
+    if args.profile_bulk:
+        batch("/api/v1/jobs/bulk/", bulk, 1)  # warm-up
+        n = args.profile_bulk
+        profile(lambda: batch("/api/v1/jobs/bulk/", bulk, n), n * args.bulk, BULK_STEPS, "jobs")
+        return
     per_request = [batch("/api/v1/jobs/", single, args.requests // 5) for _ in range(5)]
     print(
         f"single submit: {statistics.median(per_request) * 1000:.3f} ms CPU per request "
@@ -101,7 +122,7 @@ def main() -> None:
     per_bulk = [batch("/api/v1/jobs/bulk/", bulk, 1) for _ in range(6)][1:]
     print(
         f"bulk submit: {statistics.median(per_bulk) / args.bulk * 1e6:.1f} µs CPU per job "
-        f"({args.bulk} jobs per request)"
+        f"({args.bulk} jobs per request{', a sweep' if args.sweep else ''})"
     )
 
 
@@ -125,8 +146,27 @@ STEPS = [
 ]
 
 
-def profile(run, n: int) -> None:
+# The same for a bulk request, per job (bench_submit_cpu.py --profile-bulk).
+BULK_STEPS = [
+    ("WSGI handler (Django, middleware, DRF, the view)", "__call__", "handlers/wsgi.py"),
+    ("  DRF's request parse (JSON)", "_parse", "rest_framework/request.py"),
+    ("  envelope (BulkEnvelopeSerializer)", "is_valid", "rest_framework/serializers.py"),
+    ("  field types (serializers.parse)", "parse", "api/serializers.py"),
+    ("  submit_many", "submit_many", "actions/submit.py"),
+    ("    validate (clean_job_spec)", "clean_job_spec", "core/jobspec.py"),
+    ("    store (submit_jobs)", "submit_jobs", "actions/jobs.py"),
+    ("      fingerprints", "_bulk_fingerprint", "actions/jobs.py"),
+    ("      job rows (_job_fields)", "_job_fields", "actions/jobs.py"),
+    ("      the inserts (insert_rows)", "insert_rows", "core/db.py"),
+    ("        columns (row_columns)", "row_columns", "core/db.py"),
+    ("        execute", "execute", "psycopg/cursor.py"),
+    ("  render (JSON)", "render", "renderers.py"),
+]
+
+
+def profile(run, n: int, steps=None, unit: str = "submissions") -> None:
     """cProfile `run` (n submissions) and print the CPU of each step per submission."""
+    steps = steps or STEPS
     import cProfile
     import pstats
 
@@ -137,9 +177,9 @@ def profile(run, n: int) -> None:
     stats = pstats.Stats(profiler).stats
     calls = sum(v[1] for v in stats.values())
     print(
-        f"{n} submissions, {total / n * 1000:.3f} ms CPU each under cProfile, {calls / n:,.0f} calls each"
+        f"{n} {unit}, {total / n * 1000:.3f} ms CPU each under cProfile, {calls / n:,.0f} calls each"
     )
-    for label, name, suffix in STEPS:
+    for label, name, suffix in steps:
         cum = sum(v[3] for k, v in stats.items() if k[2] == name and k[0].endswith(suffix))
         print(f"  {label:<66} {cum / n * 1000:7.3f} ms  {cum / total:5.1%}")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)

@@ -133,8 +133,10 @@ def _nested(serializer: serializers.Serializer) -> Check | None:
 
 
 def _exact(kind: type, checks: list) -> Check:
+    ok = _all(checks)
+
     def check(value):
-        if type(value) is not kind or not all(ok(value) for ok in checks):
+        if type(value) is not kind or not ok(value):
             return MISS
         return value
 
@@ -147,7 +149,7 @@ def _integer(checks: list) -> Check:
 
 
 def _text(field: serializers.CharField, checks: list) -> Check:
-    trim, blank_ok = field.trim_whitespace, field.allow_blank
+    trim, blank_ok, ok = field.trim_whitespace, field.allow_blank, _all(checks)
 
     def check(value):
         if type(value) is not str:
@@ -156,17 +158,19 @@ def _text(field: serializers.CharField, checks: list) -> Check:
             value = value.strip()
         if value == "":
             return "" if blank_ok else MISS  # DRF returns "" before any validator
-        return value if all(ok(value) for ok in checks) else MISS
+        return value if ok(value) else MISS
 
     return check
 
 
 def _list(child: Check, allow_empty: bool, checks: list) -> Check:
+    ok = _all(checks)
+
     def check(value):
         if type(value) is not list or (not value and not allow_empty):
             return MISS
         items = [child(item) for item in value]
-        if any(item is MISS for item in items) or not all(ok(items) for ok in checks):
+        if _missed(items) or not ok(items):
             return MISS
         return items
 
@@ -174,23 +178,72 @@ def _list(child: Check, allow_empty: bool, checks: list) -> Check:
 
 
 def _dict(child: Check, allow_empty: bool, checks: list) -> Check:
+    ok = _all(checks)
+
     def check(value):
         if type(value) is not dict or (not value and not allow_empty):
             return MISS
         items = {key: child(item) for key, item in value.items()}
-        if any(item is MISS for item in items.values()) or not all(ok(items) for ok in checks):
+        if _missed(items.values()) or not ok(items):
             return MISS
         return items
 
     return check
 
 
+def _missed(items) -> bool:
+    """Whether a child check missed. `in` finds MISS by identity: the other items are
+    parsed JSON values (str, numbers, lists, dicts), none of them == a bare object."""
+    return MISS in items
+
+
+def _all(checks: list) -> Callable[[Any], bool]:
+    """One predicate for all of `checks`, in order, stopping at the first that fails
+    (what `all(ok(v) for ok in checks)` says, without a generator per value)."""
+    checks = tuple(checks)
+    if not checks:
+        return lambda v: True
+    if len(checks) == 1:
+        return checks[0]
+    if len(checks) == 2:
+        first, second = checks
+        return lambda v: first(v) and second(v)
+    if len(checks) == 3:
+        first, second, third = checks
+        return lambda v: first(v) and second(v) and third(v)
+
+    def ok(v) -> bool:
+        for each in checks:  # noqa: SIM110 — all(generator) is what this is faster than
+            if not each(v):
+                return False
+        return True
+
+    return ok
+
+
 def _value_checks(field) -> list[Callable[[Any], bool]]:
     """The field's validators as predicates; the common ones written out, the rest
-    called as they are."""
+    called as they are. The two every text field has (no NUL, no surrogate) are one
+    predicate, with its max_length when it has one."""
     checks = []
+    kinds = [type(v) for v in field.validators]
+    clean_text = {dj.ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator}
+    fused = clean_text <= set(kinds)
+    longest = None
+    if fused and kinds.count(dj.MaxLengthValidator) == 1:  # a CharField's max_length
+        longest = next(v for v in field.validators if type(v) is dj.MaxLengthValidator)
+    if longest is not None:
+        checks.append(
+            lambda v, n=longest.limit_value: (
+                len(v) <= n and "\x00" not in v and (v.isascii() or not _SURROGATES.search(v))
+            )
+        )
+    elif fused:
+        checks.append(lambda v: "\x00" not in v and (v.isascii() or not _SURROGATES.search(v)))
     for validator in field.validators:
         limit = getattr(validator, "limit_value", None)
+        if (fused and type(validator) in clean_text) or validator is longest:
+            continue
         if callable(limit):
             checks.append(_passes(validator))
         elif type(validator) is dj.MaxLengthValidator:
@@ -205,9 +258,20 @@ def _value_checks(field) -> list[Callable[[Any], bool]]:
             checks.append(lambda v: "\x00" not in v)
         elif type(validator) is ProhibitSurrogateCharactersValidator:
             checks.append(lambda v: v.isascii() or not _SURROGATES.search(v))
+        elif type(validator) is dj.RegexValidator:
+            checks.append(_matches(validator))
         else:
             checks.append(_passes(validator))
     return checks
+
+
+def _matches(validator: dj.RegexValidator) -> Callable[[Any], bool]:
+    """RegexValidator's test (a match of its regex anywhere in str(value), or none
+    with inverse_match) as a predicate."""
+    search, inverse = validator.regex.search, validator.inverse_match
+    if inverse:
+        return lambda v: search(str(v)) is None
+    return lambda v: search(str(v)) is not None
 
 
 def _passes(validator) -> Callable[[Any], bool]:

@@ -7,6 +7,7 @@ problem is reported per field, all at once, so a user fixes them in one go.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -120,16 +121,23 @@ class JobSpec:
     def fingerprint(self) -> str:
         """A digest of the request: the same Idempotency-Key with another body is a conflict."""
         # Not dataclasses.asdict: it would deep-copy the Queue and GpuFlavor rows first.
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _DEP_FIELDS}
+        data = {name: getattr(self, name) for name in _fingerprinted()}
         data |= {"queue": self.queue.name, "flavor": self.flavor.name}
         if self.is_dependent:  # absent otherwise: keys stored before dependencies still match
             data["dependency"] = self.dependency
         if self.notify is None:
             del data["notify"]  # the digest of a job without one is what it was before
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+        return hashlib.sha256(_SORTED_JSON.encode(data).encode()).hexdigest()
 
 
 _DEP_FIELDS = ("depends_on", "singleton")
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)  # json.dumps(…, sort_keys=True), built once
+
+
+@functools.cache
+def _fingerprinted() -> tuple[str, ...]:
+    """The JobSpec fields a fingerprint reads (then queue and flavor by name)."""
+    return tuple(f.name for f in fields(JobSpec) if f.name not in _DEP_FIELDS)
 
 
 class SpecLookups:
@@ -146,6 +154,7 @@ class SpecLookups:
         self._gangs: dict[tuple[int, int], capacity.GangLimit | None] = {}
         self._ceiling: dict[int, int] = {}
         self._team_jobs: set[int] = set()
+        self._fits: dict[tuple[int, int, int], tuple] = {}
 
     def queue(self, name: str) -> Queue | None:
         if name not in self._queues and not self._all_queues:
@@ -199,6 +208,13 @@ class SpecLookups:
         if flavor.pk not in self._ceiling:
             self._ceiling[flavor.pk] = max_gpus_ever(self.team, flavor)
         return self._ceiling[flavor.pk]
+
+    def fit_problems(self, flavor: GpuFlavor, per_worker: int, workers: int) -> tuple:
+        """fit_problems (below), once per gang shape: a bulk's jobs mostly share one."""
+        key = (flavor.pk, per_worker, workers)
+        if key not in self._fits:
+            self._fits[key] = fit_problems(self, flavor, per_worker, workers)
+        return self._fits[key]
 
 
 def clean_job_spec(team: Team, data: dict[str, Any], lookups: SpecLookups | None = None) -> JobSpec:
@@ -257,28 +273,36 @@ def _lookup_flavor(lookups: SpecLookups, name, errors) -> GpuFlavor | None:
 
 
 def _with_defaults(data: dict[str, Any], queue: Queue | None, flavor: GpuFlavor | None) -> JobSpec:
-    def pick(key, default):
-        value = data.get(key)
-        return default if value is None else value
-
+    get = data.get
+    priority, preemptible, runtime = get("priority"), get("preemptible"), get("max_runtime_seconds")
+    if priority is None:
+        priority = queue.default_priority if queue else 0
+    if preemptible is None:
+        preemptible = queue.preemptible_default if queue else True
+    if runtime is None:
+        runtime = queue.default_runtime_seconds if queue else 3600
+    signal_name = get("checkpoint_signal")
     return JobSpec(
-        name=pick("name", ""),
+        name=_or(get("name"), ""),
         queue=queue,
         flavor=flavor,
-        image=pick("image", ""),
-        command=list(pick("command", [])),
-        env=dict(pick("env", {})),
-        workers=pick("workers", 1),
-        gpus_per_worker=pick("gpus_per_worker", 1),
-        priority=pick("priority", queue.default_priority if queue else 0),
-        preemptible=pick("preemptible", queue.preemptible_default if queue else True),
-        max_runtime_seconds=pick(
-            "max_runtime_seconds", queue.default_runtime_seconds if queue else 3600
-        ),
-        checkpoint_signal=str(pick("checkpoint_signal", "SIGTERM")).upper(),
-        grace_period_seconds=pick("grace_period_seconds", 30),
-        notify=data.get("notify"),
+        image=_or(get("image"), ""),
+        command=list(_or(get("command"), [])),
+        env=dict(_or(get("env"), {})),
+        workers=_or(get("workers"), 1),
+        gpus_per_worker=_or(get("gpus_per_worker"), 1),
+        priority=priority,
+        preemptible=preemptible,
+        max_runtime_seconds=runtime,
+        checkpoint_signal="SIGTERM" if signal_name is None else str(signal_name).upper(),
+        grace_period_seconds=_or(get("grace_period_seconds"), 30),
+        notify=get("notify"),
     )
+
+
+def _or(value, default):
+    """The value given, or the default for a field left out (None)."""
+    return default if value is None else value
 
 
 def _check_text(spec: JobSpec, errors) -> None:
@@ -292,7 +316,9 @@ def _check_text(spec: JobSpec, errors) -> None:
         _check_image(spec.image, errors)
     if not spec.command or not all(isinstance(a, str) for a in spec.command):
         _add(errors, "command", "Give the command as a non-empty list of strings.")
-    elif len(json.dumps(spec.command).encode()) > MAX_COMMAND_BYTES:
+    elif not _json_surely_within(spec.command, MAX_COMMAND_BYTES) and (
+        len(json.dumps(spec.command).encode()) > MAX_COMMAND_BYTES
+    ):
         _add(errors, "command", f"The command is longer than {MAX_COMMAND_BYTES // 1024} KiB.")
     if spec.checkpoint_signal not in SIGNALS:
         _add(
@@ -317,20 +343,21 @@ def _check_name(name: str, errors) -> None:
 
 def _check_image(image: str, errors) -> None:
     """An image reference as `docker pull` parses it (IMAGE_REFERENCE)."""
+    if problem := _image_problem(image):
+        _add(errors, "image", problem)
+
+
+@functools.lru_cache(maxsize=1024)  # the few images a process sees: the bulk's jobs share one
+def _image_problem(image: str) -> str | None:
     match = IMAGE_REFERENCE.match(image)
     if match is None:
-        _add(
-            errors,
-            "image",
+        return (
             "Not an image reference: write [registry[:port]/]repository[:tag][@digest], "
-            "repository in lower case, e.g. ghcr.io/acme/trainer:2.4 or python:3.11.",
+            "repository in lower case, e.g. ghcr.io/acme/trainer:2.4 or python:3.11."
         )
-    elif len(match["name"]) > MAX_IMAGE_NAME_CHARS:
-        _add(
-            errors,
-            "image",
-            f"The repository name is longer than {MAX_IMAGE_NAME_CHARS} characters.",
-        )
+    if len(match["name"]) > MAX_IMAGE_NAME_CHARS:
+        return f"The repository name is longer than {MAX_IMAGE_NAME_CHARS} characters."
+    return None
 
 
 def _check_env(env: dict, errors) -> None:
@@ -342,8 +369,32 @@ def _check_env(env: dict, errors) -> None:
     reserved = sorted(RESERVED_ENV & env.keys())
     if reserved:
         _add(errors, "env", f"Set by Berth for the gang, not by the job: {', '.join(reserved)}.")
-    if len(env) > MAX_ENV_VARS or len(json.dumps(env, default=str).encode()) > MAX_ENV_BYTES:
+    if len(env) > MAX_ENV_VARS or (
+        not _json_surely_within(env, MAX_ENV_BYTES)
+        and len(json.dumps(env, default=str).encode()) > MAX_ENV_BYTES
+    ):
         _add(errors, "env", f"At most {MAX_ENV_VARS} variables and {MAX_ENV_BYTES // 1024} KiB.")
+
+
+def _json_surely_within(value: list | dict, limit: int) -> bool:
+    """Whether json.dumps of a list of strings, or an object of strings, is surely at
+    most `limit` bytes, found without writing it: json.dumps writes a character as at
+    most 12 bytes (ensure_ascii: an astral one as two \\uXXXX escapes) and adds 4 a
+    string (its quotes, then `, ` or `: `) and 2 (the brackets). False when unsure
+    (other values, or too close): the caller then measures."""
+    if type(value) is dict:
+        keys, values = value.keys(), value.values()
+        if not (_ONLY_STR.issuperset(map(type, keys)) and _ONLY_STR.issuperset(map(type, values))):
+            return False
+        chars, strings = sum(map(len, keys)) + sum(map(len, values)), 2 * len(value)
+    elif _ONLY_STR.issuperset(map(type, value)):
+        chars, strings = sum(map(len, value)), len(value)
+    else:
+        return False
+    return 12 * chars + 4 * strings + 2 <= limit
+
+
+_ONLY_STR = frozenset({str})
 
 
 def clean_notify(notify: dict | None, errors) -> dict | None:
@@ -403,25 +454,39 @@ def _check_numbers(spec: JobSpec, errors) -> None:
 
 
 def _check_fits(lookups: SpecLookups, spec: JobSpec, errors) -> None:
-    largest_node = lookups.largest_node(spec.flavor)
-    if largest_node is not None and spec.gpus_per_worker > largest_node:
-        _add(
-            errors,
-            "gpus_per_worker",
-            f"No {spec.flavor.name} node has {spec.gpus_per_worker} GPUs (the largest has {largest_node}).",
+    for name, message in lookups.fit_problems(spec.flavor, spec.gpus_per_worker, spec.workers):
+        _add(errors, name, message)
+
+
+def fit_problems(
+    lookups: SpecLookups, flavor: GpuFlavor, per_worker: int, workers: int
+) -> tuple[tuple[str, str], ...]:
+    """(field, message) for each reason a gang of `workers` × `per_worker` GPUs of the
+    flavor could never run for the team: no node that large, no rack or block that
+    holds the gang, more than the team could ever get."""
+    problems = []
+    largest_node = lookups.largest_node(flavor)
+    if largest_node is not None and per_worker > largest_node:
+        problems.append(
+            (
+                "gpus_per_worker",
+                f"No {flavor.name} node has {per_worker} GPUs (the largest has {largest_node}).",
+            )
         )
     elif largest_node is not None:
-        limit = lookups.gang_limit(spec.flavor, spec.gpus_per_worker)
-        if why := capacity.why_too_big(limit, spec.workers, spec.flavor.name):
-            _add(errors, "workers", why)
-    ceiling = lookups.max_gpus_ever(spec.flavor)
-    if spec.gpus > ceiling:
-        _add(
-            errors,
-            "workers",
-            f"The gang needs {spec.gpus} {spec.flavor.name} GPUs but team {lookups.team.slug} can get at most "
-            f"{ceiling} (nominal quota plus what it may borrow).",
+        limit = lookups.gang_limit(flavor, per_worker)
+        if why := capacity.why_too_big(limit, workers, flavor.name):
+            problems.append(("workers", why))
+    ceiling = lookups.max_gpus_ever(flavor)
+    if workers * per_worker > ceiling:
+        problems.append(
+            (
+                "workers",
+                f"The gang needs {workers * per_worker} {flavor.name} GPUs but team {lookups.team.slug} can get at most "
+                f"{ceiling} (nominal quota plus what it may borrow).",
+            )
         )
+    return tuple(problems)
 
 
 def parse_dependency(text: str) -> tuple[tuple[tuple[str, int], ...], bool]:

@@ -42,7 +42,20 @@ def _remembered(key: tuple, compute):
 
 
 class RememberedLookups(SpecLookups):
-    """SpecLookups whose cluster facts are remembered FACT_TTL_S in this process."""
+    """SpecLookups whose cluster facts are remembered FACT_TTL_S in this process. One
+    instance (one submission, or one bulk request) asks the process's memory once per
+    fact and keeps the answer: every job of a bulk is judged against the same facts."""
+
+    def __init__(self, team, queues=()):
+        super().__init__(team, queues)
+        self._known: dict[tuple, object] = {}
+
+    def _fact(self, key: tuple, compute):
+        try:
+            return self._known[key]
+        except KeyError:
+            value = self._known[key] = _remembered(key, compute)
+            return value
 
     def flavors(self) -> dict[str, GpuFlavor]:
         if self._flavors is None:
@@ -52,23 +65,23 @@ class RememberedLookups(SpecLookups):
         return self._flavors
 
     def nodes(self, flavor: GpuFlavor) -> tuple[m.Node, ...]:
-        return _remembered(
+        return self._fact(
             ("nodes", flavor.pk), lambda: super(RememberedLookups, self).nodes(flavor)
         )
 
     def largest_node(self, flavor: GpuFlavor) -> int | None:
-        return _remembered(
+        return self._fact(
             ("largest", flavor.pk), lambda: super(RememberedLookups, self).largest_node(flavor)
         )
 
     def gang_limit(self, flavor: GpuFlavor, per_worker: int) -> GangLimit | None:
-        return _remembered(
+        return self._fact(
             ("gang", flavor.pk, per_worker),
             lambda: super(RememberedLookups, self).gang_limit(flavor, per_worker),
         )
 
     def max_gpus_ever(self, flavor: GpuFlavor) -> int:
-        return _remembered(
+        return self._fact(
             ("ceiling", self.team.pk, flavor.pk),
             lambda: super(RememberedLookups, self).max_gpus_ever(flavor),
         )

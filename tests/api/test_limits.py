@@ -48,3 +48,39 @@ def test_a_bad_host_header_is_a_400_in_the_error_format_on_api_paths(debug, sett
     page = client.get("/login/")
     assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
     assert "Berth" in page.content.decode() and "ALLOWED_HOSTS" not in page.content.decode()
+
+
+# A command and an environment are measured as the JSON they are stored as: 16 KiB and
+# 32 KiB, escapes included ("😀" is 12 bytes there, "\ud83d\ude00"). Each table row is
+# one byte under or at the limit, or one over; short ones are cleared without writing
+# the JSON (jobspec._json_surely_within), long ones are measured.
+LIMITS = [
+    ("command", {"command": ["a" * 16380]}, None),  # ["…"]: 16,384 bytes
+    ("command", {"command": ["a" * 16381]}, "The command is longer than 16 KiB."),
+    ("command", {"command": ["😀" * 1365]}, None),  # 4 + 12 × 1,365 = 16,384
+    ("command", {"command": ["😀" * 1366]}, "The command is longer than 16 KiB."),
+    ("command", {"command": ["x", "😀" * 1364]}, None),  # ["x", "…"]: 16,379
+    ("env", {"env": {"E": "😀" * 2729}}, None),  # {"E": "…"}: 9 + 12 × 2,729 = 32,757
+    ("env", {"env": {"E": "😀" * 2730}}, "At most 200 variables and 32 KiB."),
+    ("env", {"env": {"E": "e" * 32759}}, None),  # 32,768
+    ("env", {"env": {"E": "e" * 32760}}, "At most 200 variables and 32 KiB."),
+    ("env", {"env": {f"V{i}": "1" for i in range(200)}}, None),
+    ("env", {"env": {f"V{i}": "1" for i in range(201)}}, "At most 200 variables and 32 KiB."),
+]
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs/", BULK])
+@pytest.mark.parametrize(("field", "overrides", "refused"), LIMITS)
+def test_a_command_or_env_is_measured_as_the_json_it_is_stored_as(
+    path, field, overrides, refused, as_lead_a
+):
+    job = job_body(gpus_per_worker=1, **overrides)
+    bulk = path == BULK
+    response = as_lead_a.post(path, {"jobs": [job_body(gpus_per_worker=1), job]} if bulk else job)
+
+    if refused is None:
+        assert response.status_code == 201, response.content[:500]
+        return
+    error = error_of(response, 400, "invalid")
+    assert error["fields"] == {f"jobs[1].{field}" if bulk else field: [refused]}
+    assert not Job.objects.exists()

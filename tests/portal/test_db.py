@@ -3,14 +3,16 @@ and inserting rows from arrays."""
 
 from __future__ import annotations
 
+import json
 import select
 
 import pytest
 from django.db import connection, connections
+from django.utils import timezone
 
 from portal.core.db import insert_rows, server_binding_cursor
-from portal.core.models import Team
-from tests.factories import other_connection
+from portal.core.models import Job, JobEvent, Team
+from tests.factories import make_cluster, other_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -45,6 +47,57 @@ def test_insert_rows_fills_defaults_and_refuses_rows_of_different_shapes():
     with pytest.raises(ValueError, match="same fields"):
         insert_rows(Team, [{"slug": "c", "name": "C"}, {"slug": "d"}])
     assert not Team.objects.filter(slug__in=["c", "d"]).exists()
+
+
+def _stored_events(ids: list[int]) -> list[tuple]:
+    """The events' columns as stored, in the order of `ids`; the JSON as its text, so
+    that true and 1 differ."""
+    rows = JobEvent.objects.filter(pk__in=ids).values_list(
+        "pk", "job_id", "at", "kind", "from_state", "to_state", "actor_id", "message", "data"
+    )
+    by_id = {pk: (*row, json.dumps(data, sort_keys=True)) for pk, *row, data in rows}
+    return [by_id[pk] for pk in ids]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(
+            [{"n": 1}, {"n": True}, {"n": 1.0}, {"n": 1}], id="equal-values-of-other-types"
+        ),
+        pytest.param([{"a": ["x"]}, {"a": ["x"]}, {"a": ["x"]}, {"a": ["x"]}], id="equal-values"),
+        pytest.param([["x", None], ["x", None], ["y"], {}], id="some-equal"),
+    ],
+)
+def test_insert_rows_stores_what_bulk_create_stores_whichever_columns_are_the_same(data):
+    """A column the same in every row is bound once: the rows stored are bulk_create's,
+    with JSON values equal in Python but not as JSON (1, true, 1.0), relations given by
+    object or by key, and rows that are the same in every column."""
+    cluster = make_cluster()
+    job = Job.objects.create(
+        team=cluster.team_a, queue=cluster.queue_a, flavor=cluster.h100, name="j", image="i",
+        max_runtime_seconds=60,
+    )  # fmt: skip
+    user, at = cluster.personas.member_a, timezone.now()
+    rows = [
+        {"job": job, "at": at, "kind": "k", "actor": user if i % 2 else None,
+         "message": f"m{i % 2}", "data": value}
+        for i, value in enumerate(data)
+    ]  # fmt: skip
+    created = JobEvent.objects.bulk_create(JobEvent(**row) for row in rows)
+
+    ids = insert_rows(JobEvent, rows)
+
+    assert [row[1:] for row in _stored_events(ids)] == [
+        row[1:] for row in _stored_events([e.pk for e in created])
+    ]
+    same = [{"job_id": job.pk, "kind": "k", "at": at, "data": {"a": [1]}}] * 3
+    created = JobEvent.objects.bulk_create(JobEvent(**row) for row in same)
+    ids = insert_rows(JobEvent, same)
+    assert len(set(ids)) == 3 and ids == sorted(ids)
+    assert [row[1:] for row in _stored_events(ids)] == [
+        row[1:] for row in _stored_events([e.pk for e in created])
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

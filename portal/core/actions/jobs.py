@@ -24,7 +24,7 @@ from portal.celery import app as celery_app
 from portal.core import statements, wake
 from portal.core.actions import dependencies, store
 from portal.core.actions.notifications import notify_job_events, store_job_notify, with_job_notify
-from portal.core.db import insert_rows
+from portal.core.db import insert_columns, insert_rows
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
 from scheduler.requeue import requeue_backoff
@@ -208,9 +208,8 @@ def submit_jobs(
 
 def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
     with transaction.atomic():
-        queues = {spec.queue.pk: spec.queue for spec in specs}
-        for queue in queues.values():
-            _check_room(queue, extra=sum(1 for s in specs if s.queue.pk == queue.pk))
+        for queue, count in jobs_per_queue(specs):
+            _check_room(queue, extra=count)
         now = timezone.now()
         rows = [
             _job_fields(team, spec, user, key and f"{key}#{i}", fingerprint, now)
@@ -221,18 +220,49 @@ def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
             ids = insert_rows(Job, rows)
         else:
             ids = [job.pk for job in Job.objects.bulk_create(Job(**row) for row in rows)]
-        events = [
-            {"job_id": pk, **_submitted_event_fields(team, spec, user, now)}
-            for pk, spec in zip(ids, specs, strict=True)
-        ]
+        events = _submitted_events(team, specs, user, now)
         if connection.vendor == "postgresql":
-            insert_rows(JobEvent, events)
+            insert_columns(JobEvent, len(ids), {"job_id": ids, **events})
         else:
-            JobEvent.objects.bulk_create(JobEvent(**event) for event in events)
+            JobEvent.objects.bulk_create(
+                JobEvent(job_id=pk, **{name: column[i] for name, column in events.items()})
+                for i, pk in enumerate(ids)
+            )
         dependencies.record_dependencies(ids, specs)
         store_job_notify(zip(ids, (spec.notify for spec in specs), strict=True))
         transaction.on_commit(request_scheduling_pass)
     return ids
+
+
+def _submitted_events(team, specs, user, now) -> dict[str, list]:
+    """The `submitted` events of new jobs (but their job ids) as columns: each job's
+    _submitted_event_fields, made once for the jobs of one shape (queue, workers,
+    GPUs, flavor), which a bulk's jobs mostly share."""
+    made: dict[tuple, dict] = {}
+    events = []
+    for spec in specs:
+        shape = (id(spec.queue), spec.workers, spec.gpus_per_worker, id(spec.flavor))
+        event = made.get(shape)
+        if event is None:
+            event = made[shape] = _submitted_event_fields(team, spec, user, now)
+        events.append(event)
+    return {name: [event[name] for event in events] for name in events[0]}
+
+
+def jobs_per_queue(specs: list[JobSpec]) -> list[tuple[Any, int]]:
+    """Each queue of the specs (by key, in first-seen order) with how many of them it
+    gets. Counted by object first: the specs of a bulk share their queue's row."""
+    by_object: dict[int, list] = {}
+    for spec in specs:
+        seen = by_object.get(id(spec.queue))
+        if seen is None:
+            by_object[id(spec.queue)] = [spec.queue, 1]
+        else:
+            seen[1] += 1
+    by_key: dict[int, list] = {}
+    for queue, count in by_object.values():
+        by_key.setdefault(queue.pk, [queue, 0])[1] += count
+    return [(queue, count) for queue, count in by_key.values()]
 
 
 def _bulk_fingerprint(specs: list[JobSpec]) -> str:
@@ -412,6 +442,7 @@ def _check_room(queue, extra: int = 1) -> None:
 def _job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[str, Any]:
     """A new job's fields, the same for a single and a bulk submission."""
     row = _plain_job_fields(team, spec, user, key, fingerprint, now)
+    row.update(dependencies.row_fields(spec))
     if spec.array_id is not None:  # a task of a job array (actions.arrays)
         row |= {"array_id": spec.array_id, "array_index": spec.array_index}
     return row
@@ -440,7 +471,7 @@ def _plain_job_fields(team, spec: JobSpec, user, key, fingerprint, now) -> dict[
         submitted_at=now,
         reason_code="new",
         reason="Waiting for the next scheduling pass.",
-    ) | dependencies.row_fields(spec)
+    )
 
 
 def _submitted_event(job: Job, user, spec: JobSpec) -> JobEvent:

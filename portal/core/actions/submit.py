@@ -28,7 +28,13 @@ from dataclasses import dataclass
 
 from portal.core import access, grants
 from portal.core.actions.dependencies import submit_dependent_job
-from portal.core.actions.jobs import BulkSubmitted, Submitted, submit_job, submit_jobs
+from portal.core.actions.jobs import (
+    BulkSubmitted,
+    Submitted,
+    jobs_per_queue,
+    submit_job,
+    submit_jobs,
+)
 from portal.core.jobspec import JobSpec, SpecError, SpecLookups, clean_job_spec
 from portal.core.lookups import RememberedLookups
 
@@ -142,15 +148,12 @@ def submit_many(
 def _check_can_ever_fit(specs: list[JobSpec]) -> None:
     """SpecError (400, not 429 queue_full) for more jobs to one queue than it may ever
     hold pending: retrying later cannot help, splitting the request does."""
-    counts: dict[int, int] = {}
-    for spec in specs:
-        counts[spec.queue.pk] = counts.get(spec.queue.pk, 0) + 1
-    for queue in {spec.queue.pk: spec.queue for spec in specs}.values():
-        if counts[queue.pk] > queue.max_pending_jobs:
+    for queue, count in jobs_per_queue(specs):
+        if count > queue.max_pending_jobs:
             raise SpecError(
                 {
                     "jobs": [
-                        f"{counts[queue.pk]} jobs for queue {queue.name}, which holds at most "
+                        f"{count} jobs for queue {queue.name}, which holds at most "
                         f"{queue.max_pending_jobs} pending jobs: split the request."
                     ]
                 }
@@ -165,7 +168,9 @@ def validated_spec(
     if "non_field_errors" in parse_errors:
         raise SpecError(dict(parse_errors))
     try:
-        clean = {k: v for k, v in values.items() if k not in parse_errors}
+        clean = (
+            {k: v for k, v in values.items() if k not in parse_errors} if parse_errors else values
+        )
         spec = clean_job_spec(team, clean, lookups)
     except SpecError as exc:
         merged = dict(parse_errors)
