@@ -90,12 +90,9 @@ def transition(
     ids = list(job_ids)
     if not ids:
         return []
-    rows = dict(
-        Job.objects.select_for_update()
-        .filter(pk__in=ids, state__in=list(from_states))
-        .order_by("pk")  # one lock order for every caller: no deadlocks between them
-        .values_list("pk", "state")
-    )
+    lock = statements.lock_jobs if connection.vendor == "postgresql" else statements.lock_jobs_orm
+    # In id order: one lock order for every caller, no deadlocks between them.
+    rows = {pk: state for pk, state, _ in lock(ids, list(from_states))}
     if rows:
         Job.objects.filter(pk__in=rows).update(state=to_state, **fields)
         own = per_job or {}
