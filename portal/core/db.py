@@ -104,6 +104,51 @@ def update_row(model: type[models.Model], pk, fields: dict[str, Any]) -> int:
         return cursor.rowcount
 
 
+class IfNull:
+    """A value update_rows writes only where the column is still NULL: `COALESCE(column,
+    value)`, what `Coalesce(F(name), Value(value))` says to the ORM."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+def update_rows(model: type[models.Model], pks: Sequence, fields: dict[str, Any]) -> int:
+    """`model.objects.filter(pk__in=pks).update(**fields)` for plain values (and IfNull),
+    as one prepared statement on PostgreSQL: the ORM compiles the UPDATE anew each time,
+    a tenth of a busy web process's CPU in the transitions of agents' reports
+    (docs/benchmarks.md, "H"). Other expressions, and other databases, take the ORM.
+    Returns the rows changed."""
+    pks = list(pks)
+    if connection.vendor != "postgresql" or any(
+        hasattr(v, "resolve_expression") for v in fields.values()
+    ):
+        from django.db.models import F, Value
+        from django.db.models.functions import Coalesce
+
+        orm = {
+            name: Coalesce(F(name), Value(v.value)) if isinstance(v, IfNull) else v
+            for name, v in fields.items()
+        }
+        return model.objects.filter(pk__in=pks).update(**orm)
+    meta = model._meta
+    sets, values = [], []
+    for name, value in fields.items():
+        field = meta.get_field(name)
+        if_null = isinstance(value, IfNull)
+        value = value.value if if_null else value
+        if isinstance(value, models.Model):
+            value = value.pk
+        column = f'"{field.column}"'
+        sets.append(f"{column} = COALESCE({column}, %s)" if if_null else f"{column} = %s")
+        values.append(_prepared(field, value))
+    sql = f'UPDATE "{meta.db_table}" SET {", ".join(sets)} WHERE "{meta.pk.column}" = ANY(%s)'
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, [*values, pks])
+        return cursor.rowcount
+
+
 def insert_rows(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> list:
     """Insert rows given as {field name: value} in one `INSERT … SELECT FROM
     unnest(arrays)` and return their primary keys in order: what bulk_create does on

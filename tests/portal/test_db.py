@@ -8,7 +8,7 @@ import select
 import pytest
 from django.db import connection, connections
 
-from portal.core.db import insert_rows, server_binding_cursor
+from portal.core.db import IfNull, insert_rows, server_binding_cursor, update_rows
 from portal.core.models import Team
 from tests.factories import other_connection
 
@@ -45,6 +45,38 @@ def test_insert_rows_fills_defaults_and_refuses_rows_of_different_shapes():
     with pytest.raises(ValueError, match="same fields"):
         insert_rows(Team, [{"slug": "c", "name": "C"}, {"slug": "d"}])
     assert not Team.objects.filter(slug__in=["c", "d"]).exists()
+
+
+def test_update_rows_writes_plain_values_and_if_null_as_the_orm_would(cluster):
+    from datetime import timedelta
+
+    from django.db.models import F
+    from django.utils import timezone
+
+    from portal.core.models import Job
+    from tests.portal.agent_helpers import make_job
+
+    now = timezone.now()
+    seen, unseen, other = (make_job(cluster) for _ in range(3))
+    Job.objects.filter(pk=seen.pk).update(started_at=now - timedelta(1))
+    fields = {"state": Job.State.RUNNING, "reason": "x", "started_at": IfNull(now)}
+    assert (
+        update_rows(
+            Job, [seen.pk, unseen.pk, 10**9], fields | {"submitted_by": cluster.personas.lead_a}
+        )
+        == 2
+    )
+    rows = {j.pk: j for j in Job.objects.all()}
+    assert rows[seen.pk].started_at == now - timedelta(1) and rows[unseen.pk].started_at == now
+    assert {rows[pk].state for pk in (seen.pk, unseen.pk)} == {Job.State.RUNNING}
+    assert rows[seen.pk].submitted_by_id == cluster.personas.lead_a.pk  # a model, by its key
+    assert rows[other.pk].state == Job.State.PENDING
+    # an expression takes the ORM, IfNull with it
+    assert (
+        update_rows(Job, [other.pk], {"attempt": F("attempt") + 1, "started_at": IfNull(now)}) == 1
+    )
+    other.refresh_from_db()
+    assert (other.attempt, other.started_at) == (rows[other.pk].attempt + 1, now)
 
 
 @pytest.mark.django_db(transaction=True)

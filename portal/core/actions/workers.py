@@ -16,12 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce
 
 from portal.core import statements
 from portal.core.actions.jobs import request_scheduling_pass, requeue_or_fail, transition
-from portal.core.db import bulk_set
+from portal.core.db import IfNull, bulk_set
 from portal.core.models import Job, Worker
 from portal.core.statements import GangWorker
 
@@ -243,7 +241,7 @@ def _carry_out(
         message="All workers exited with code 0.",
         finished_at=now,
         exit_code=0,
-        started_at=Coalesce(F("started_at"), Value(now)),  # it may end before a beat saw it run
+        started_at=IfNull(now),  # it may end before a beat saw it run
     )
     for pk, worker in decisions["failed"]:
         detail = start_failures.get(worker.pk)
