@@ -193,7 +193,9 @@ class ProcessRuntime(Runtime):
         the shim itself (its handlers are not installed yet) and the exit code would be lost."""
         deadline = time.monotonic() + SHIM_READY_TIMEOUT_S
         while self._pid(key) is None:
-            if child.poll() is not None:
+            # Read the pid file again once the shim ended: it may have written it, run a
+            # short command and exited between the read above and this poll (a start).
+            if child.poll() is not None and self._pid(key) is None:
                 self._fail_start(
                     key, f"the worker shim exited with {child.returncode}: {self.log_tail(key)}"
                 )
