@@ -227,19 +227,28 @@ def server_binding_cursor():
     return connection._prepare_cursor(psycopg.Cursor(connection.connection))
 
 
-def columns(model: type[models.Model], alias: str) -> str:
-    """The select list of every concrete column of `model` under table alias `alias`."""
-    return ", ".join(f'{alias}."{f.column}"' for f in model._meta.concrete_fields)
+def columns(model: type[models.Model], alias: str, only: tuple[str, ...] | None = None) -> str:
+    """The select list of every concrete column of `model` (or of the fields named in
+    `only`, in the model's order) under table alias `alias`."""
+    return ", ".join(f'{alias}."{f.column}"' for f in _fields_of(model, only))
+
+
+def _fields_of(model: type[models.Model], only: tuple[str, ...] | None) -> list[models.Field]:
+    fields = model._meta.concrete_fields
+    return list(fields) if only is None else [f for f in fields if f.name in only]
 
 
 def split_row(
-    row: Sequence, *model_classes: type[models.Model]
+    row: Sequence, *model_classes: type[models.Model] | tuple[type[models.Model], tuple[str, ...]]
 ) -> tuple[list[models.Model], Sequence]:
     """Build one instance per model from consecutive slices of `row` (selected with
-    `columns`), as the ORM would; return them and the rest of the row."""
+    `columns`), as the ORM would; return them and the rest of the row. A `(model, only)`
+    pair takes the fields `columns(model, alias, only)` selected, the others deferred (as
+    `.only()` leaves them: read one and the ORM asks the database)."""
     instances, at = [], 0
     for model in model_classes:
-        attnames, converters = _row_shape(model, connection.vendor)
+        model, only = model if isinstance(model, tuple) else (model, None)
+        attnames, converters = _row_shape(model, connection.vendor, only)
         values = list(row[at : at + len(attnames)])
         for i, field, convert in converters:
             values[i] = convert(values[i], field.cached_col, connection)
@@ -249,11 +258,14 @@ def split_row(
 
 
 @functools.cache
-def _row_shape(model: type[models.Model], vendor: str) -> tuple[list[str], list[tuple]]:
-    """The attribute names of `model`'s concrete fields and the conversions the ORM's
-    compiler would apply to their values as (index, field, converter): the backend's
-    first (SQLite's makes its naive datetimes aware), then the field's (JSON, …)."""
-    fields = model._meta.concrete_fields
+def _row_shape(
+    model: type[models.Model], vendor: str, only: tuple[str, ...] | None = None
+) -> tuple[list[str], list[tuple]]:
+    """The attribute names of `model`'s concrete fields (those in `only`, if given) and the
+    conversions the ORM's compiler would apply to their values as (index, field,
+    converter): the backend's first (SQLite's makes its naive datetimes aware), then the
+    field's (JSON, …)."""
+    fields = _fields_of(model, only)
     converters = [
         (i, f, convert)
         for i, f in enumerate(fields)

@@ -372,15 +372,35 @@ def gpu_uuids_orm(worker_ids: list[int]) -> list[tuple[int, str]]:
 # --- recording a heartbeat (actions/heartbeat.py) -------------------------------------
 
 
+# What a heartbeat and its reply read of a worker's job (actions.workers.is_desired,
+# agentapi.desired's run and stop entries): building the job's other 28 fields for every
+# live worker of every beat was a seventh of a busy web process's CPU (docs/benchmarks.md,
+# "H"). The others are deferred: reading one asks the database.
+NODE_JOB_FIELDS = (
+    "id",
+    "image",
+    "command",
+    "env",
+    "workers",
+    "max_runtime_seconds",
+    "checkpoint_signal",
+    "grace_period_seconds",
+    "state",
+    "reason_code",
+    "attempt",
+)
+
+
 def node_workers(node: Node, ended: list[str], job_ids: set[int]) -> list[Worker]:
     """The node's workers not in `ended` and its workers of `job_ids`, each with its
-    job and `gpu_uuids`, the UUIDs of its active allocations (the heartbeat's reply
-    needs them; asking here saves it a round trip). PostgreSQL only (ARRAY(…), ANY).
+    job (NODE_JOB_FIELDS) and `gpu_uuids`, the UUIDs of its active allocations (the
+    heartbeat's reply needs them; asking here saves it a round trip). PostgreSQL only
+    (ARRAY(…), ANY).
 
     Replaces node_workers_orm (which leaves `gpu_uuids` unset: the reply then reads
     them with gpu_uuids_orm)."""
     sql = (
-        f"SELECT {columns(Worker, 'w')}, {columns(Job, 'j')}, "
+        f"SELECT {columns(Worker, 'w')}, {columns(Job, 'j', NODE_JOB_FIELDS)}, "
         f"ARRAY(SELECT g.uuid FROM {Allocation._meta.db_table} a "
         f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.active AND a.worker_id = w.id) "
         f"FROM {Worker._meta.db_table} w JOIN {Job._meta.db_table} j ON j.id = w.job_id "
@@ -391,7 +411,7 @@ def node_workers(node: Node, ended: list[str], job_ids: set[int]) -> list[Worker
         rows = cursor.fetchall()
     workers = []
     for row in rows:
-        (worker, job), (uuids,) = split_row(row, Worker, Job)
+        (worker, job), (uuids,) = split_row(row, Worker, (Job, NODE_JOB_FIELDS))
         worker.job, worker.gpu_uuids = job, uuids
         workers.append(worker)
     return workers
