@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench \\
     REDIS_URL=redis://127.0.0.1:6379/14 \\
         .venv/bin/python bench/bench_e2e.py [--json PATH] [--nodes 8] [--gpus-per-node 8] \\
-        [--idle-jobs 50] [--backlog-jobs 2000]
+        [--idle-jobs 50] [--backlog-jobs 2000] [--count]
 
 It starts what a deployment runs (docs/deploy.md): gunicorn with deploy/gunicorn.conf.py,
 the agents' watch (uvicorn portal.agentapi.watch:app), a Celery worker with beat, on the
@@ -17,7 +17,9 @@ submitted over the REST API.
    running (`started_at`: when the portal learned its worker runs, or that it already
    ended) → finished (`finished_at`), p50 and p99.
 2. Backlog: `--backlog-jobs` jobs in bulk requests, then the time until the last one
-   finished: jobs executed to completion per second on nodes × GPUs.
+   finished: jobs executed to completion per second on nodes × GPUs, and the CPU a job
+   cost each part of the stack. `--count` also prints the requests by path and the
+   scheduling passes per backlog job (gunicorn's access log, Celery's log at INFO).
 
 Targets (../shared/DESIGN.md): p50 submit → running ≤ 1 s, p99 ≤ 3 s; ≥ 100 trivial jobs/s.
 `--json PATH` writes the figures for bench/compare_slurm.sh (keep its keys).
