@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/berth_bench \\
     REDIS_URL=redis://127.0.0.1:6379/14 \\
         .venv/bin/python bench/bench_e2e.py [--json PATH] [--nodes 8] [--gpus-per-node 8] \\
-        [--idle-jobs 50] [--backlog-jobs 2000]
+        [--idle-jobs 50] [--backlog-jobs 2000] [--count]
 
 It starts what a deployment runs (docs/deploy.md): gunicorn with deploy/gunicorn.conf.py,
 the agents' watch (uvicorn portal.agentapi.watch:app), a Celery worker with beat, on the
@@ -17,7 +17,9 @@ submitted over the REST API.
    running (`started_at`: when the portal learned its worker runs, or that it already
    ended) → finished (`finished_at`), p50 and p99.
 2. Backlog: `--backlog-jobs` jobs in bulk requests, then the time until the last one
-   finished: jobs executed to completion per second on nodes × GPUs.
+   finished: jobs executed to completion per second on nodes × GPUs, and the CPU a job
+   cost each part of the stack. `--count` also prints the requests by path and the
+   scheduling passes per backlog job (gunicorn's access log, Celery's log at INFO).
 
 Targets (../shared/DESIGN.md): p50 submit → running ≤ 1 s, p99 ≤ 3 s; ≥ 100 trivial jobs/s.
 `--json PATH` writes the figures for bench/compare_slurm.sh (keep its keys).
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -54,6 +57,7 @@ from django.db import connection  # noqa: E402
 
 from bench import cpu_model  # noqa: E402
 from bench.bench_pass import ensure_database  # noqa: E402
+from portal.core.actions.jobs import PASS_TASK  # noqa: E402
 from portal.core.actions.nodes import issue_bootstrap_token  # noqa: E402
 from portal.core.actions.tokens import create_api_token  # noqa: E402
 from portal.core.models import GpuFlavor, Job, Membership, Node, Queue, Quota, Team  # noqa: E402
@@ -184,14 +188,15 @@ def portal_env(web: int, watch: int) -> dict[str, str]:
 def start_stack(stack: Stack, args, boot: str, var: Path) -> str:
     web, watch = free_port(), free_port()
     env = portal_env(web, watch)
+    access = str(stack.logs / "access.log") if args.count else "/dev/null"
     gunicorn = [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "portal.wsgi",
-                "--access-logfile", "/dev/null"]  # fmt: skip
+                "--access-logfile", access]  # fmt: skip
     stack.start("web", gunicorn, env)
     uvicorn = [str(BIN / "uvicorn"), "portal.agentapi.watch:app", "--host", "127.0.0.1",
                "--port", str(watch), "--log-level", "warning", "--no-access-log"]  # fmt: skip
     stack.start("watch", uvicorn, env)
     celery = [str(BIN / "celery"), "-A", "portal", "worker", "-B", "-c", "1", "--loglevel",
-              "WARNING", "-s", str(var / "celerybeat-schedule")]  # fmt: skip
+              "INFO" if args.count else "WARNING", "-s", str(var / "celerybeat-schedule")]  # fmt: skip
     stack.start("celery", celery, env)
     url = f"http://127.0.0.1:{web}"
     wait_for(lambda: _http_ok(f"{url}/healthz"), 60, "gunicorn")
@@ -294,11 +299,35 @@ def _ended(job_id: int) -> Job | None:
     return Job.objects.filter(pk=job_id, state__in=TERMINAL).first()
 
 
-def backlog(api: Api, count: int, gpus: int, stack: Stack) -> dict:
+def _log_lines(stack: Stack) -> dict[str, list[str]]:
+    """The lines so far of the access log and the Celery worker's log (`--count`)."""
+    out = {}
+    for name in ("access", "celery"):
+        path = stack.logs / f"{name}.log"
+        out[name] = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return out
+
+
+def counts_per_job(before: dict[str, list[str]], after: dict[str, list[str]], jobs: int) -> str:
+    """Requests by path and scheduling passes during the backlog, per job (`--count`)."""
+    paths: dict[str, int] = {}
+    for line in after["access"][len(before["access"]) :]:
+        if m := re.search(r'"(?:GET|POST) ([^ ?"]+)', line):
+            paths[m.group(1)] = paths.get(m.group(1), 0) + 1
+    passes = sum(
+        PASS_TASK in line and "succeeded" in line
+        for line in after["celery"][len(before["celery"]) :]
+    )
+    parts = [f"{path} {n / jobs:.2f}" for path, n in sorted(paths.items(), key=lambda kv: -kv[1])]
+    return "backlog requests per job: " + ", ".join(parts) + f"; passes per job {passes / jobs:.3f}"
+
+
+def backlog(api: Api, count: int, gpus: int, stack: Stack, count_requests: bool = False) -> dict:
     """A backlog of jobs in bulk requests; the time from the first submit until all ended."""
     if count <= 0:
         return {"gpus": gpus, "jobs": 0, "seconds": 0.0, "jobs_completed_per_s": 0.0}
     cpu0 = cpu_by_part(stack)
+    logs0 = _log_lines(stack) if count_requests else None
     before = Job.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
     t0 = time.time()
     for start in range(0, count, BULK):
@@ -317,6 +346,9 @@ def backlog(api: Api, count: int, gpus: int, stack: Stack) -> dict:
         + ", ".join(f"{k} {1000 * v / max(1, done):.1f} ms" for k, v in cpu.items())
         + f" = {1000 * sum(cpu.values()) / max(1, done):.1f} ms"
     )
+    if logs0 is not None:
+        time.sleep(1)  # the last lines reach the logs
+        print(counts_per_job(logs0, _log_lines(stack), max(1, done)))
     return {
         "gpus": gpus,
         "jobs": len(ids),
@@ -358,6 +390,10 @@ def main() -> None:
     parser.add_argument("--idle-jobs", type=int, default=50)
     parser.add_argument("--backlog-jobs", type=int, default=2000)
     parser.add_argument("--keep", action="store_true", help="keep the stack's logs and state")
+    parser.add_argument(
+        "--count", action="store_true",
+        help="log requests and Celery tasks; print requests by path and passes per backlog job",
+    )  # fmt: skip
     args = parser.parse_args()
 
     gpus = args.nodes * args.gpus_per_node
@@ -374,7 +410,7 @@ def main() -> None:
         api = Api(url, api_token)
         result = {
             "idle": idle(api, args.idle_jobs),
-            "backlog": backlog(api, args.backlog_jobs, gpus, stack),
+            "backlog": backlog(api, args.backlog_jobs, gpus, stack, args.count),
         }
         if dead := stack.dead():
             print(f"warning: these processes ended during the run: {', '.join(dead)}")

@@ -63,10 +63,15 @@ SHIM_READY_TIMEOUT_S = 10.0
 VANISHED_EXIT_CODE = 128 + signal.SIGKILL
 
 
+def worker_base_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The agent's environment minus BERTH_* settings (they hold tokens)."""
+    return {name: value for name, value in base.items() if not name.startswith("BERTH_")}
+
+
 def worker_env(spec: WorkerSpec, base: Mapping[str, str]) -> dict[str, str]:
     """Build the worker's environment: the agent's own minus BERTH_* settings (they hold tokens),
     then the job's env, then the gang env and CUDA_VISIBLE_DEVICES, which the job cannot override."""
-    env = {name: value for name, value in base.items() if not name.startswith("BERTH_")}
+    env = worker_base_env(base)
     env.update(spec.environment())
     return env
 
@@ -112,9 +117,15 @@ class ProcessRuntime(Runtime):
         # The agent renews this lease; a worker whose lease runs out stops itself (shim.sh).
         self._lease = state_dir / LEASE_FILE
         self._shell = shell
-        self._base_env = os.environ if base_env is None else base_env
+        # The agent's environment as workers get it, read once: copying os.environ for
+        # every start (it decodes each variable) was a seventh of the agent's Python.
+        self._base_env = worker_base_env(os.environ if base_env is None else base_env)
         # Shims this instance started: polled so they never linger as zombies.
         self._children: dict[str, subprocess.Popen] = {}
+        # Each worker's meta.json, pid and result.json are written once (the result by the
+        # shim, or by this runtime when there is none) and never change: once read, they
+        # are remembered until forget(), so a tick reads only what may still appear.
+        self._written: dict[str, dict[str, dict]] = {}
 
     def _dir(self, key: str) -> Path:
         return self._root / key
@@ -182,7 +193,9 @@ class ProcessRuntime(Runtime):
         the shim itself (its handlers are not installed yet) and the exit code would be lost."""
         deadline = time.monotonic() + SHIM_READY_TIMEOUT_S
         while self._pid(key) is None:
-            if child.poll() is not None:
+            # Read the pid file again once the shim ended: it may have written it, run a
+            # short command and exited between the read above and this poll (a start).
+            if child.poll() is not None and self._pid(key) is None:
                 self._fail_start(
                     key, f"the worker shim exited with {child.returncode}: {self.log_tail(key)}"
                 )
@@ -218,7 +231,7 @@ class ProcessRuntime(Runtime):
     def _status(self, key: str) -> WorkerStatus | None:
         """The worker's status; None when remove() (on another thread) took it meanwhile."""
         wdir = self._dir(key)
-        meta = read_json(wdir / "meta.json") or {}
+        meta = self._once(key, "meta", lambda: read_json(wdir / "meta.json")) or {}
         started_at = utc_iso(meta.get("started_at"))
         pid = self._pid(key)
         # Liveness first, result second: the shim writes the result before it exits.
@@ -227,11 +240,11 @@ class ProcessRuntime(Runtime):
                 return WorkerStatus(key, STARTING, started_at=started_at)
             state = STOPPING if self.stopping(key) else RUNNING
             return WorkerStatus(key, state, started_at=started_at)
-        result = self._result(wdir)
+        result = self._once(key, "result", lambda: self._result(wdir))
         if result is None and pid is None and not self._start_overdue(meta):
             return WorkerStatus(key, STARTING, started_at=started_at)
         if result is None:
-            result = self._record_vanished(key, pid)
+            result = self._once(key, "result", lambda: self._record_vanished(key, pid))
             if result is None:
                 return None
         return WorkerStatus(
@@ -256,7 +269,17 @@ class ProcessRuntime(Runtime):
 
     def _pid(self, key: str) -> dict | None:
         """The shim's pid file: written by the shim itself once it is ready for signals."""
-        return read_json(self._dir(key) / "pid")
+        return self._once(key, "pid", lambda: read_json(self._dir(key) / "pid"))
+
+    def _once(self, key: str, name: str, read: Callable[[], dict | None]) -> dict | None:
+        """A file of the worker that is written once: read until it is there, then remembered."""
+        files = self._written.get(key)
+        if files is not None and name in files:
+            return files[name]
+        value = read()
+        if isinstance(value, dict):
+            self._written.setdefault(key, {})[name] = value
+        return value
 
     def _shim_alive(self, key: str, pid: dict | None) -> bool:
         child = self._children.get(key)
@@ -332,6 +355,7 @@ class ProcessRuntime(Runtime):
         if child is not None:
             child.poll()
         shutil.rmtree(self._dir(key), ignore_errors=True)
+        self._written.pop(key, None)
         self._stops.discard(key)
 
 

@@ -105,6 +105,51 @@ def update_row(model: type[models.Model], pk, fields: dict[str, Any]) -> int:
         return cursor.rowcount
 
 
+class IfNull:
+    """A value update_rows writes only where the column is still NULL: `COALESCE(column,
+    value)`, what `Coalesce(F(name), Value(value))` says to the ORM."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+def update_rows(model: type[models.Model], pks: Sequence, fields: dict[str, Any]) -> int:
+    """`model.objects.filter(pk__in=pks).update(**fields)` for plain values (and IfNull),
+    as one prepared statement on PostgreSQL: the ORM compiles the UPDATE anew each time,
+    a tenth of a busy web process's CPU in the transitions of agents' reports
+    (docs/benchmarks.md, "H"). Other expressions, and other databases, take the ORM.
+    Returns the rows changed."""
+    pks = list(pks)
+    if connection.vendor != "postgresql" or any(
+        hasattr(v, "resolve_expression") for v in fields.values()
+    ):
+        from django.db.models import F, Value
+        from django.db.models.functions import Coalesce
+
+        orm = {
+            name: Coalesce(F(name), Value(v.value)) if isinstance(v, IfNull) else v
+            for name, v in fields.items()
+        }
+        return model.objects.filter(pk__in=pks).update(**orm)
+    meta = model._meta
+    sets, values = [], []
+    for name, value in fields.items():
+        field = meta.get_field(name)
+        if_null = isinstance(value, IfNull)
+        value = value.value if if_null else value
+        if isinstance(value, models.Model):
+            value = value.pk
+        column = f'"{field.column}"'
+        sets.append(f"{column} = COALESCE({column}, %s)" if if_null else f"{column} = %s")
+        values.append(_prepared(field, value))
+    sql = f'UPDATE "{meta.db_table}" SET {", ".join(sets)} WHERE "{meta.pk.column}" = ANY(%s)'
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, [*values, pks])
+        return cursor.rowcount
+
+
 def insert_rows(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> list:
     """Insert rows given as {field name: value} in one `INSERT … SELECT FROM
     unnest(arrays)` and return their primary keys in order: what bulk_create does on
@@ -293,19 +338,28 @@ def server_binding_cursor():
     return connection._prepare_cursor(psycopg.Cursor(connection.connection))
 
 
-def columns(model: type[models.Model], alias: str) -> str:
-    """The select list of every concrete column of `model` under table alias `alias`."""
-    return ", ".join(f'{alias}."{f.column}"' for f in model._meta.concrete_fields)
+def columns(model: type[models.Model], alias: str, only: tuple[str, ...] | None = None) -> str:
+    """The select list of every concrete column of `model` (or of the fields named in
+    `only`, in the model's order) under table alias `alias`."""
+    return ", ".join(f'{alias}."{f.column}"' for f in _fields_of(model, only))
+
+
+def _fields_of(model: type[models.Model], only: tuple[str, ...] | None) -> list[models.Field]:
+    fields = model._meta.concrete_fields
+    return list(fields) if only is None else [f for f in fields if f.name in only]
 
 
 def split_row(
-    row: Sequence, *model_classes: type[models.Model]
+    row: Sequence, *model_classes: type[models.Model] | tuple[type[models.Model], tuple[str, ...]]
 ) -> tuple[list[models.Model], Sequence]:
     """Build one instance per model from consecutive slices of `row` (selected with
-    `columns`), as the ORM would; return them and the rest of the row."""
+    `columns`), as the ORM would; return them and the rest of the row. A `(model, only)`
+    pair takes the fields `columns(model, alias, only)` selected, the others deferred (as
+    `.only()` leaves them: read one and the ORM asks the database)."""
     instances, at = [], 0
     for model in model_classes:
-        attnames, converters = _row_shape(model, connection.vendor)
+        model, only = model if isinstance(model, tuple) else (model, None)
+        attnames, converters = _row_shape(model, connection.vendor, only)
         values = list(row[at : at + len(attnames)])
         for i, field, convert in converters:
             values[i] = convert(values[i], field.cached_col, connection)
@@ -315,11 +369,14 @@ def split_row(
 
 
 @functools.cache
-def _row_shape(model: type[models.Model], vendor: str) -> tuple[list[str], list[tuple]]:
-    """The attribute names of `model`'s concrete fields and the conversions the ORM's
-    compiler would apply to their values as (index, field, converter): the backend's
-    first (SQLite's makes its naive datetimes aware), then the field's (JSON, …)."""
-    fields = model._meta.concrete_fields
+def _row_shape(
+    model: type[models.Model], vendor: str, only: tuple[str, ...] | None = None
+) -> tuple[list[str], list[tuple]]:
+    """The attribute names of `model`'s concrete fields (those in `only`, if given) and the
+    conversions the ORM's compiler would apply to their values as (index, field,
+    converter): the backend's first (SQLite's makes its naive datetimes aware), then the
+    field's (JSON, …)."""
+    fields = _fields_of(model, only)
     converters = [
         (i, f, convert)
         for i, f in enumerate(fields)

@@ -372,15 +372,35 @@ def gpu_uuids_orm(worker_ids: list[int]) -> list[tuple[int, str]]:
 # --- recording a heartbeat (actions/heartbeat.py) -------------------------------------
 
 
+# What a heartbeat and its reply read of a worker's job (actions.workers.is_desired,
+# agentapi.desired's run and stop entries): building the job's other 28 fields for every
+# live worker of every beat was a seventh of a busy web process's CPU (docs/benchmarks.md,
+# "H"). The others are deferred: reading one asks the database.
+NODE_JOB_FIELDS = (
+    "id",
+    "image",
+    "command",
+    "env",
+    "workers",
+    "max_runtime_seconds",
+    "checkpoint_signal",
+    "grace_period_seconds",
+    "state",
+    "reason_code",
+    "attempt",
+)
+
+
 def node_workers(node: Node, ended: list[str], job_ids: set[int]) -> list[Worker]:
     """The node's workers not in `ended` and its workers of `job_ids`, each with its
-    job and `gpu_uuids`, the UUIDs of its active allocations (the heartbeat's reply
-    needs them; asking here saves it a round trip). PostgreSQL only (ARRAY(…), ANY).
+    job (NODE_JOB_FIELDS) and `gpu_uuids`, the UUIDs of its active allocations (the
+    heartbeat's reply needs them; asking here saves it a round trip). PostgreSQL only
+    (ARRAY(…), ANY).
 
     Replaces node_workers_orm (which leaves `gpu_uuids` unset: the reply then reads
     them with gpu_uuids_orm)."""
     sql = (
-        f"SELECT {columns(Worker, 'w')}, {columns(Job, 'j')}, "
+        f"SELECT {columns(Worker, 'w')}, {columns(Job, 'j', NODE_JOB_FIELDS)}, "
         f"ARRAY(SELECT g.uuid FROM {Allocation._meta.db_table} a "
         f"JOIN {Gpu._meta.db_table} g ON g.id = a.gpu_id WHERE a.active AND a.worker_id = w.id) "
         f"FROM {Worker._meta.db_table} w JOIN {Job._meta.db_table} j ON j.id = w.job_id "
@@ -391,7 +411,7 @@ def node_workers(node: Node, ended: list[str], job_ids: set[int]) -> list[Worker
         rows = cursor.fetchall()
     workers = []
     for row in rows:
-        (worker, job), (uuids,) = split_row(row, Worker, Job)
+        (worker, job), (uuids,) = split_row(row, Worker, (Job, NODE_JOB_FIELDS))
         worker.job, worker.gpu_uuids = job, uuids
         workers.append(worker)
     return workers
@@ -435,3 +455,162 @@ def write_telemetry_orm(node: Node, reports: Sequence, now) -> bool:
         values = {f: getattr(r, f) for f in TELEMETRY_FIELDS}
         found += Gpu.objects.filter(node=node, uuid=r.uuid).update(updated_at=now, **values)
     return found == len(reports)
+
+
+# --- Settling workers' reports (actions/workers.py, actions/jobs.py) ------------------
+#
+# A heartbeat that reports exits settles their gangs: it releases the GPUs, locks the
+# jobs, reads their gangs, moves them on (actions.jobs.transition, which asks who is
+# notified and which held jobs depend on them). Built by the ORM these were half of a
+# busy web process's CPU (docs/benchmarks.md, "H"). PostgreSQL only; `*_orm` beside each.
+
+JOB, WORKER, ALLOCATION = Job._meta.db_table, Worker._meta.db_table, Allocation._meta.db_table
+
+
+def lock_jobs(job_ids: Sequence[int], states: Sequence[str] | None = None) -> list[tuple]:
+    """`(id, state, attempt)` of these jobs (those in `states`, if given), locked FOR
+    UPDATE in id order: one lock order for every caller, so they cannot deadlock."""
+    sql = f"SELECT id, state, attempt FROM {JOB} WHERE id = ANY(%s)"
+    params: list = [list(job_ids)]
+    if states is not None:
+        sql += " AND state = ANY(%s)"
+        params.append(list(states))
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql + " ORDER BY id FOR UPDATE", params)
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def lock_jobs_orm(job_ids: Sequence[int], states: Sequence[str] | None = None) -> list[tuple]:
+    jobs = Job.objects.select_for_update().filter(pk__in=list(job_ids))
+    if states is not None:
+        jobs = jobs.filter(state__in=list(states))
+    return list(jobs.order_by("pk").values_list("pk", "state", "attempt"))
+
+
+class GangWorker(NamedTuple):
+    """What settling a gang reads of each of its workers."""
+
+    pk: int
+    job_id: int
+    attempt: int
+    rank: int
+    state: str
+    exit_code: int | None
+
+
+def gang_workers(job_ids: Sequence[int]) -> list[GangWorker]:
+    """The workers of these jobs' current attempts."""
+    sql = (
+        f"SELECT w.id, w.job_id, w.attempt, w.rank, w.state, w.exit_code FROM {WORKER} w "
+        f"JOIN {JOB} j ON j.id = w.job_id WHERE w.job_id = ANY(%s) AND w.attempt = j.attempt"
+    )
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, [list(job_ids)])
+        return [GangWorker(*row) for row in cursor.fetchall()]
+
+
+def gang_workers_orm(job_ids: Sequence[int]) -> list[GangWorker]:
+    from django.db.models import F
+
+    rows = Worker.objects.filter(job_id__in=list(job_ids), attempt=F("job__attempt"))
+    fields = ("pk", "job_id", "attempt", "rank", "state", "exit_code")
+    return [GangWorker(*row) for row in rows.values_list(*fields)]
+
+
+def release_allocations(worker_ids: Sequence[int], now) -> int:
+    """End the active allocations of these workers; how many ended."""
+    sql = (
+        f"UPDATE {ALLOCATION} SET active = false, released_at = %s "
+        "WHERE worker_id = ANY(%s) AND active"
+    )
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, [now, list(worker_ids)])
+        return cursor.rowcount
+
+
+def release_allocations_orm(worker_ids: Sequence[int], now) -> int:
+    allocations = Allocation.objects.filter(worker__in=list(worker_ids), active=True)
+    return allocations.update(active=False, released_at=now)
+
+
+def notified_jobs(job_ids: Sequence[int]) -> list[int]:
+    """Which of these jobs anyone is told of: a `notify` of their own, or an active
+    webhook of their team (actions.notifications)."""
+    from portal.core.models import JobNotify, TeamWebhook
+
+    sql = (
+        f"SELECT j.id FROM {JOB} j WHERE j.id = ANY(%s) AND ("
+        f"EXISTS (SELECT 1 FROM {JobNotify._meta.db_table} n WHERE n.job_id = j.id) OR "
+        f"EXISTS (SELECT 1 FROM {TeamWebhook._meta.db_table} h "
+        "WHERE h.team_id = j.team_id AND h.active))"
+    )
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, [list(job_ids)])
+        return [pk for (pk,) in cursor.fetchall()]
+
+
+def notified_jobs_orm(job_ids: Sequence[int]) -> list[int]:
+    from django.db.models import Exists, OuterRef
+
+    from portal.core.models import TeamWebhook
+
+    hooked = Exists(TeamWebhook.objects.filter(team_id=OuterRef("team_id"), active=True))
+    jobs = Job.objects.filter(pk__in=list(job_ids)).filter(Q(notify__isnull=False) | hooked)
+    return list(jobs.order_by().values_list("pk", flat=True))
+
+
+def held_dependents(job_ids: Sequence[int], ended: bool, singleton: str) -> list[int]:
+    """Held jobs with one of `job_ids` as a parent, and, when those `ended`, the held
+    jobs whose dependency names `singleton` of their team, user and name (scheduler's
+    rule; actions.dependencies). Sorted ids."""
+    from portal.core.models import JobDependency
+
+    sql = (
+        f"SELECT d.child_id FROM {JobDependency._meta.db_table} d "
+        f"JOIN {JOB} c ON c.id = d.child_id "
+        "WHERE d.parent_id = ANY(%s) AND c.state = %s AND c.awaiting_dependency"
+    )
+    params: list = [list(job_ids), Job.State.PENDING]
+    if ended:
+        sql += (
+            f" UNION SELECT s.id FROM {JOB} s WHERE s.state = %s AND s.awaiting_dependency "
+            "AND s.dependency LIKE %s "
+            f"AND s.team_id IN (SELECT e.team_id FROM {JOB} e WHERE e.id = ANY(%s)) "
+            f"AND s.submitted_by_id IN (SELECT e.submitted_by_id FROM {JOB} e WHERE e.id = ANY(%s)) "
+            f"AND s.name IN (SELECT e.name FROM {JOB} e WHERE e.id = ANY(%s))"
+        )
+        like = "%" + singleton.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        params += [Job.State.PENDING, like, list(job_ids), list(job_ids), list(job_ids)]
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, params)
+        return sorted({pk for (pk,) in cursor.fetchall()})
+
+
+def held_dependents_orm(job_ids: Sequence[int], ended: bool, singleton: str) -> list[int]:
+    from portal.core.models import JobDependency
+
+    children = (
+        JobDependency.objects.filter(
+            parent_id__in=list(job_ids),
+            child__state=Job.State.PENDING,
+            child__awaiting_dependency=True,
+        )
+        .values_list("child_id")
+        .order_by()
+    )
+    if ended:
+        parents = Job.objects.filter(pk__in=list(job_ids))
+        singletons = (
+            Job.objects.filter(
+                state=Job.State.PENDING,
+                awaiting_dependency=True,
+                team_id__in=parents.values("team_id"),
+                submitted_by_id__in=parents.values("submitted_by_id"),
+                name__in=parents.values("name"),
+                dependency__contains=singleton,
+            )
+            .values_list("pk")
+            .order_by()
+        )
+        children = children.union(singletons)
+    return sorted({pk for (pk,) in children})

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from portal.core.db import insert_rows, server_binding_cursor
+from portal.core.db import IfNull, insert_rows, server_binding_cursor, update_rows
 from portal.core.models import Job, JobEvent, Team
 from tests.factories import make_cluster, other_connection
 
@@ -98,6 +98,36 @@ def test_insert_rows_stores_what_bulk_create_stores_whichever_columns_are_the_sa
     assert [row[1:] for row in _stored_events(ids)] == [
         row[1:] for row in _stored_events([e.pk for e in created])
     ]
+
+
+def test_update_rows_writes_plain_values_and_if_null_as_the_orm_would(cluster):
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from tests.portal.agent_helpers import make_job
+
+    now = timezone.now()
+    seen, unseen, other = (make_job(cluster) for _ in range(3))
+    Job.objects.filter(pk=seen.pk).update(started_at=now - timedelta(1))
+    fields = {"state": Job.State.RUNNING, "reason": "x", "started_at": IfNull(now)}
+    assert (
+        update_rows(
+            Job, [seen.pk, unseen.pk, 10**9], fields | {"submitted_by": cluster.personas.lead_a}
+        )
+        == 2
+    )
+    rows = {j.pk: j for j in Job.objects.all()}
+    assert rows[seen.pk].started_at == now - timedelta(1) and rows[unseen.pk].started_at == now
+    assert {rows[pk].state for pk in (seen.pk, unseen.pk)} == {Job.State.RUNNING}
+    assert rows[seen.pk].submitted_by_id == cluster.personas.lead_a.pk  # a model, by its key
+    assert rows[other.pk].state == Job.State.PENDING
+    # an expression takes the ORM, IfNull with it
+    assert (
+        update_rows(Job, [other.pk], {"attempt": F("attempt") + 1, "started_at": IfNull(now)}) == 1
+    )
+    other.refresh_from_db()
+    assert (other.attempt, other.started_at) == (rows[other.pk].attempt + 1, now)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -153,9 +153,11 @@ def test_node_workers_statement_answers_as_the_orm(cluster):
         by_sql = statements.node_workers(node, ended, job_ids)
         by_orm = statements.node_workers_orm(node, ended, job_ids)
         key = lambda w: w.pk  # noqa: E731
-        assert [(_fields(w), _fields(w.job)) for w in sorted(by_sql, key=key)] == [
-            (_fields(w), _fields(w.job)) for w in sorted(by_orm, key=key)
+        job = lambda w: {f: getattr(w.job, f) for f in statements.NODE_JOB_FIELDS}  # noqa: E731
+        assert [(_fields(w), job(w)) for w in sorted(by_sql, key=key)] == [
+            (_fields(w), job(w)) for w in sorted(by_orm, key=key)
         ], job_ids
+        assert all(w.job.get_deferred_fields() for w in by_sql)  # only what the beat reads
         uuids = dict.fromkeys((w.pk for w in by_orm), [])
         for worker_id, uuid in statements.gpu_uuids_orm([w.pk for w in by_orm]):
             uuids[worker_id] = [*uuids[worker_id], uuid]
@@ -283,3 +285,74 @@ def test_one_statement_stores_a_batch_row_by_row(cluster, personas):
         ["a", "b", None], key=str
     )
     assert JobEvent.objects.filter(job_id__in=[i for i in ids if i]).count() == 3
+
+
+@postgresql_only
+def test_settling_statements_answer_as_the_orm(cluster):
+    """Locking jobs, reading their gangs, releasing allocations (actions.workers.settle_jobs,
+    actions.jobs.transition)."""
+    one, two = _two_admitted_jobs(cluster)
+    pending = Job.objects.get(state=Job.State.PENDING)
+    ids = [pending.pk, two.pk, one.pk, 10**9]
+    for states in [None, [Job.State.ADMITTED], [Job.State.PENDING, Job.State.ADMITTED], []]:
+        assert statements.lock_jobs(ids, states) == statements.lock_jobs_orm(ids, states), states
+    assert [row[0] for row in statements.lock_jobs(ids)] == sorted(ids[:3])
+
+    Job.objects.filter(pk=two.pk).update(attempt=1)  # its workers are of attempt 0 now
+    by_sql, by_orm = statements.gang_workers(ids), statements.gang_workers_orm(ids)
+    assert sorted(by_sql) == sorted(by_orm)
+    assert {(w.job_id, w.rank) for w in by_sql} == {(one.pk, 0), (one.pk, 1)}
+
+    now = timezone.now()
+    workers = list(Worker.objects.filter(job=one).order_by("rank").values_list("pk", flat=True))
+    assert statements.release_allocations([workers[0], 10**9], now) == 2  # its 2 GPUs
+    assert statements.release_allocations_orm([workers[0]], now) == 0  # already released
+    assert statements.release_allocations_orm([workers[1]], now) == 2
+    assert not one.allocations.filter(active=True).exists()
+    assert set(one.allocations.values_list("released_at", flat=True)) == {now}
+
+
+@postgresql_only
+def test_notified_jobs_statement_answers_as_the_orm(cluster, personas):
+    from portal.core.models import JobNotify, TeamWebhook
+
+    plain, own, hooked, unhooked = (make_job(cluster) for _ in range(4))
+    JobNotify.objects.create(job=own, url="https://hooks.example.com/x", on=["ended"])
+    Job.objects.filter(pk=hooked.pk).update(team=cluster.team_b, queue=cluster.queue_b)
+    TeamWebhook.objects.create(team=cluster.team_b, url="https://hooks.example.com/b")
+    ids = [plain.pk, own.pk, hooked.pk, unhooked.pk, 10**9]
+    assert sorted(statements.notified_jobs(ids)) == [own.pk, hooked.pk]
+    assert sorted(statements.notified_jobs_orm(ids)) == [own.pk, hooked.pk]
+    TeamWebhook.objects.update(active=False)
+    assert statements.notified_jobs(ids) == statements.notified_jobs_orm(ids) == [own.pk]
+
+
+@postgresql_only
+def test_held_dependents_statement_answers_as_the_orm(cluster, personas):
+    from portal.core.models import JobDependency
+
+    user, other = personas.member_a, personas.lead_a
+
+    def job(name: str, **kw) -> Job:
+        made = make_job(cluster, **kw)
+        Job.objects.filter(pk=made.pk).update(name=name)
+        return made
+
+    parent = job("train", submitted_by=user)
+    held = dict(state=Job.State.PENDING, awaiting_dependency=True)
+    child = job("eval", dependency=f"afterok:{parent.pk}", **held)
+    JobDependency.objects.create(child=child, parent=parent, type="afterok")
+    done_child = job("eval2", dependency=f"afterok:{parent.pk}")
+    JobDependency.objects.create(child=done_child, parent=parent, type="afterok")
+    namesake = job("train", submitted_by=user, dependency="singleton", **held)
+    job("train", submitted_by=other, dependency="singleton", **held)
+    job("train_", submitted_by=user, dependency="singleton", **held)
+    job("train", submitted_by=user, dependency="singletons%", **held)
+    for job_ids in [[parent.pk], [parent.pk, child.pk, 10**9], [10**9], []]:
+        for ended in (False, True):
+            by_sql = statements.held_dependents(job_ids, ended, "singleton")
+            assert by_sql == statements.held_dependents_orm(job_ids, ended, "singleton")
+    assert statements.held_dependents([parent.pk], False, "singleton") == [child.pk]
+    ended = statements.held_dependents([parent.pk], True, "singleton")
+    assert child.pk in ended and namesake.pk in ended
+    assert statements.held_dependents([parent.pk], True, "single%") == [child.pk]

@@ -29,10 +29,11 @@ import logging
 import threading
 from collections import defaultdict
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from portal.core import statements
 from portal.core.db import bulk_set
 from portal.core.models import Job, JobDependency, JobEvent
 from scheduler import dependency as rule
@@ -148,30 +149,11 @@ def settle_in_batches(job_ids: list[int]) -> dict[str, int]:
 
 def _held_dependents(job_ids: list[int], to_state: str) -> list[int]:
     """Held jobs with one of `job_ids` as a parent, and, when they ended, held
-    singletons of the same team, user and name: one round trip."""
-    children = (
-        JobDependency.objects.filter(
-            parent_id__in=job_ids, child__state=State.PENDING, child__awaiting_dependency=True
-        )
-        .values_list("child_id")
-        .order_by()
-    )
-    if to_state in Job.TERMINAL_STATES:
-        ended = Job.objects.filter(pk__in=job_ids)
-        singletons = (
-            Job.objects.filter(
-                state=State.PENDING,
-                awaiting_dependency=True,
-                team_id__in=ended.values("team_id"),
-                submitted_by_id__in=ended.values("submitted_by_id"),
-                name__in=ended.values("name"),
-                dependency__contains=rule.SINGLETON,
-            )
-            .values_list("pk")
-            .order_by()
-        )
-        children = children.union(singletons)
-    return sorted({pk for (pk,) in children})
+    singletons of the same team, user and name: one round trip (statements.py)."""
+    find = statements.held_dependents
+    if connection.vendor != "postgresql":
+        find = statements.held_dependents_orm
+    return find(job_ids, to_state in Job.TERMINAL_STATES, rule.SINGLETON)
 
 
 def settle(job_ids: list[int], *, at_submit: bool = False) -> dict[str, list[int]]:

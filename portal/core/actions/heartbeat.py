@@ -51,7 +51,9 @@ class GpuReport:
 @dataclass(frozen=True)
 class Recorded:
     """What a recorded heartbeat tells its reply: the exits to acknowledge, and the
-    node's live workers (with their jobs) when nothing changed, else None (read again)."""
+    node's live workers (with their jobs) as the heartbeat read and updated them, or
+    None when a report moved one of their jobs on other than to running (a gang that
+    failed, was requeued or preempted: the reply reads them again)."""
 
     ack: list[str]
     live: list[Worker] | None
@@ -71,7 +73,7 @@ def record_heartbeat(
     with transaction.atomic():
         known = _reportable_workers(node, [w.key for w in workers])
         inventory = sync_inventory(node, gpus, now)
-        ack, changed = apply_worker_reports(known, workers, now=now)
+        ack, moved = apply_worker_reports(known, workers, now=now)
         fields = {"last_heartbeat_at": now, **inventory}
         if (
             node.condition != Node.Condition.READY
@@ -85,7 +87,13 @@ def record_heartbeat(
             }
         update_row(Node, node.pk, fields)
         node.condition = Node.Condition.READY
-    return Recorded(ack=ack, live=None if changed else [w for w in known.values() if w.is_live])
+    # The reply needs the live workers with their jobs: those read above, updated in place
+    # by the reports, unless a report moved a live worker's job on (its stop order then
+    # needs the job's new state). Reading them again cost a seventh of a busy web
+    # process's CPU (docs/benchmarks.md, "H").
+    live = [w for w in known.values() if w.is_live]
+    stale = any(w.job_id in moved for w in live)
+    return Recorded(ack=ack, live=None if stale else live)
 
 
 def _reportable_workers(node: Node, keys: list[str]) -> dict[str, Worker]:

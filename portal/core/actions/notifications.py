@@ -33,12 +33,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from portal.celery import app as celery_app
-from portal.core import outbound
+from portal.core import outbound, statements
 from portal.core.actions.audit import record_event
 from portal.core.jobspec import JOB_EVENTS, SpecError, events_problem, notify_url_problem
 from portal.core.models import (
@@ -109,14 +109,13 @@ def notify_job_events(events: Iterable[JobEvent]) -> list[int]:
     by_job = {e.job_id: e for e in events if e.to_state in EVENTS_OF_STATE}
     if not by_job:
         return []
-    hooked = Exists(TeamWebhook.objects.filter(team_id=OuterRef("team_id"), active=True))
-    jobs = list(
-        Job.objects.filter(pk__in=list(by_job))
-        .filter(Q(notify__isnull=False) | hooked)
-        .values(*_JOB_COLUMNS)
-    )
-    if not jobs:
+    find = statements.notified_jobs
+    if connection.vendor != "postgresql":
+        find = statements.notified_jobs_orm
+    notified = find(list(by_job))
+    if not notified:
         return []
+    jobs = list(Job.objects.filter(pk__in=notified).values(*_JOB_COLUMNS))
     webhooks = _webhooks_of({row["team_id"] for row in jobs})
     rows = []
     for row in jobs:

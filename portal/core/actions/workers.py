@@ -15,13 +15,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce
+from django.db import connection, transaction
 
+from portal.core import statements
 from portal.core.actions.jobs import request_scheduling_pass, requeue_or_fail, transition
-from portal.core.db import bulk_set
-from portal.core.models import Allocation, Job, Worker
+from portal.core.db import IfNull, bulk_set
+from portal.core.models import Job, Worker
+from portal.core.statements import GangWorker
 
 State = Job.State
 WState = Worker.State
@@ -61,16 +61,18 @@ def is_desired(worker: Worker, job: Job) -> bool:
 
 def apply_worker_reports(
     workers: dict[str, Worker], reports: Iterable[WorkerReport], *, now: datetime
-) -> tuple[list[str], bool]:
+) -> tuple[list[str], set[int]]:
     """Record the agent's view of one node's workers; return the keys to
-    acknowledge and whether anything changed.
+    acknowledge and the jobs whose state the reports may have moved on other than to
+    running (settle_jobs), so that what `workers` says of those jobs is stale.
 
     `workers` are all of the node's workers that may be reported (live ones and
-    any reported key), keyed by worker key, with `job` selected. Reports of
-    workers that already ended change nothing but are acknowledged again.
+    any reported key), keyed by worker key, with `job` selected; they are updated in
+    place. Reports of workers that already ended change nothing but are acknowledged
+    again.
     """
     reported = {r.key: r for r in reports}
-    changed, ended = [], []
+    changed, ended, moved = [], [], set()
     for key, worker in workers.items():
         if worker.state in ENDED:
             continue
@@ -84,14 +86,14 @@ def apply_worker_reports(
         # One UPDATE … FROM unnest() (db.bulk_set): bulk_update's CASE per row and field
         # was the heaviest Python of a heartbeat that reports exits (docs/benchmarks.md).
         bulk_set(Worker, changed, ["state", "exit_code", "started_at", "finished_at", "log_tail"])
-        settle_jobs(
+        moved = settle_jobs(
             {w.job_id for w in changed},
             ended_workers=ended,
             now=now,
             start_failures=_start_failures(workers, reported),
         )
     ack = [key for key, r in reported.items() if _REPORTED.get(r.state) == WState.EXITED]
-    return ack, bool(changed)
+    return ack, moved
 
 
 def _start_failures(
@@ -158,53 +160,58 @@ def settle_jobs(
     lost_kind: str = "worker_lost",
     lost_message: str = "A worker of the gang was lost.",
     start_failures: dict[int, str] | None = None,
-) -> None:
+) -> set[int]:
     """Release the GPUs of ended workers and move their jobs on (running, done, failed, requeued).
-    `start_failures` says why workers (by id) failed to start, for the failed job's reason."""
+    `start_failures` says why workers (by id) failed to start, for the failed job's reason.
+    Returns the jobs it decided to move on other than to running (done, failed, requeued)."""
+    pg = connection.vendor == "postgresql"
     if ended_workers:
-        Allocation.objects.filter(worker__in=[w.pk for w in ended_workers], active=True).update(
-            active=False, released_at=now
-        )
+        release = statements.release_allocations if pg else statements.release_allocations_orm
+        release([w.pk for w in ended_workers], now)
     # Lock the gangs before reading their workers: when two nodes report the last
     # two workers of one gang at once, each would otherwise read the other's worker
     # as still running and neither would settle the job (it stayed `running` with
     # every worker exited; tests/faults/test_gang_race.py). The second waits here,
     # and READ COMMITTED lets its worker query below see the first one's commit.
     # In id order, so two heartbeats settling the same gangs cannot deadlock.
-    jobs = {j.pk: j for j in Job.objects.select_for_update().filter(pk__in=job_ids).order_by("pk")}
+    lock = statements.lock_jobs if pg else statements.lock_jobs_orm
+    jobs = {pk: state for pk, state, _ in lock(sorted(job_ids))}
     current = defaultdict(list)
-    for worker in Worker.objects.filter(job_id__in=list(jobs)).only(
-        "job_id", "attempt", "rank", "state", "exit_code"
-    ):
-        if worker.attempt == jobs[worker.job_id].attempt:
-            current[worker.job_id].append(worker)
+    for worker in (statements.gang_workers if pg else statements.gang_workers_orm)(list(jobs)):
+        current[worker.job_id].append(worker)
     decisions = _decide(jobs, current)
     _carry_out(decisions, now, lost_kind, lost_message, start_failures or {})
     if ended_workers:
         transaction.on_commit(request_scheduling_pass)
+    return {
+        entry[0] if isinstance(entry, tuple) else entry
+        for kind, entries in decisions.items()
+        if kind != "running"
+        for entry in entries
+    }
 
 
-def _decide(jobs: dict[int, Job], current: dict[int, list[Worker]]) -> dict[str, list]:
-    """Sort jobs into what happens to them; pure, so the rules read in one place."""
+def _decide(jobs: dict[int, str], current: dict[int, list[GangWorker]]) -> dict[str, list]:
+    """Sort jobs (id → state) into what happens to them; pure, so the rules read in one place."""
     out = defaultdict(list)
-    for pk, job in jobs.items():
+    for pk, state in jobs.items():
         gang = current.get(pk, [])
         if not gang:
             continue
         failed = [w for w in gang if w.state == WState.EXITED and w.exit_code not in (0, None)]
         lost = [w for w in gang if w.state == WState.LOST]
         ended = all(w.state in ENDED for w in gang)
-        if job.state == State.PREEMPTING:
+        if state == State.PREEMPTING:
             if ended:
                 out["preempted"].append(pk)
-        elif job.state in Job.RUNNING_STATES:
+        elif state in Job.RUNNING_STATES:
             if failed:
                 out["failed"].append((pk, failed[0]))
             elif lost:
                 out["lost"].append(pk)
             elif ended and all(w.exit_code == 0 for w in gang):
                 out["succeeded"].append(pk)
-            elif job.state == State.ADMITTED and all(
+            elif state == State.ADMITTED and all(
                 w.state in (WState.RUNNING, WState.EXITED) for w in gang
             ):
                 out["running"].append(pk)
@@ -234,7 +241,7 @@ def _carry_out(
         message="All workers exited with code 0.",
         finished_at=now,
         exit_code=0,
-        started_at=Coalesce(F("started_at"), Value(now)),  # it may end before a beat saw it run
+        started_at=IfNull(now),  # it may end before a beat saw it run
     )
     for pk, worker in decisions["failed"]:
         detail = start_failures.get(worker.pk)
