@@ -245,6 +245,7 @@ def main() -> int:
     )
     p.add_argument("--reclaim-backoff", action="store_true", help="PolicyConfig.reclaim_backoff")
     p.add_argument("--max-wait", type=float, default=MAX_WAIT_S, help="PolicyConfig.max_wait, s")
+    p.add_argument("--half-life", type=float, default=None, help="PolicyConfig.half_life, s")
     p.add_argument("--reuse", help="take runs from this earlier --json output")
     p.add_argument(
         "--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print fair share before/after"
@@ -270,6 +271,8 @@ def main() -> int:
         "reclaim_backoff": args.reclaim_backoff,
         "max_wait": args.max_wait,
     }
+    if args.half_life is not None:
+        extra["half_life"] = args.half_life
     tasks, load_of, results = [], {}, {}
     for i, (lo, hi) in enumerate(windows(_JOBS, args.weeks)):
         if chosen and i not in chosen:
