@@ -155,13 +155,13 @@ def _future(p: Pass, pool: Pool, stops: Stops, tx: Transaction) -> None:
     Their quota is released; their GPUs are given back to the free index, but
     only those no preemptor has reserved yet.
     """
-    f = pool.flavor
+    f, ledger, index, resv = pool.flavor, p.ledger, pool.index, stops.resv
     for book, gpus in stops.quota.items():
-        tx.add(p.ledger, book, f, -gpus)
-    for node in stops.on:
-        k = stops.surplus(node)
-        if k:
-            tx.give(pool.index, node, k)
+        tx.add(ledger, book, f, -gpus)
+    for node, k in stops.on.items():  # k - reserved: Stops.surplus, inlined (hot)
+        k -= resv.get(node, 0)
+        if k > 0:
+            tx.give(index, node, k)
 
 
 def _target_gpus(job: PendingJob, pool: Pool, tx: Transaction) -> dict[int, int]:
