@@ -17,6 +17,7 @@ from django.db import connection
 from portal.core import statements
 from portal.core.actions.jobs import transition
 from portal.core.actions.unfittable import note_or_fail_unfittable
+from portal.core.db import insert_rows
 from portal.core.models import Allocation, Job, Worker
 from portal.core.scheduling.snapshot import PassContext, Shown
 from portal.core.wake import wake_job_nodes_on_commit, wake_nodes_on_commit
@@ -63,26 +64,36 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
     if not moved:
         return []
     attempts = dict(Job.objects.filter(pk__in=moved).values_list("pk", "attempt"))
-    workers = Worker.objects.bulk_create(
-        Worker(job_id=pk, attempt=attempts[pk], rank=p.rank, node_id=ctx.node_ids[p.node])
-        for pk in moved
-        for p in by_job[pk].placement
-    )
-    worker_of = {(w.job_id, w.rank): w for w in workers}
-    Allocation.objects.bulk_create(
-        Allocation(
-            job_id=pk,
-            worker=worker_of[(pk, p.rank)],
-            worker_rank=p.rank,
-            node_id=ctx.node_ids[p.node],
-            gpu_id=gpu,
-            created_at=ctx.now,
-        )
-        for pk in moved
-        for p in by_job[pk].placement
-        for gpu in p.gpus
+    node_ids = ctx.node_ids
+    places = [(pk, p) for pk in moved for p in by_job[pk].placement]  # a worker each
+    workers = [
+        {"job_id": pk, "attempt": attempts[pk], "rank": p.rank, "node_id": node_ids[p.node]}
+        for pk, p in places
+    ]
+    worker_ids = _insert(Worker, workers)
+    _insert(
+        Allocation,
+        [
+            {
+                "job_id": pk,
+                "worker_id": worker_id,
+                "worker_rank": p.rank,
+                "node_id": node_ids[p.node],
+                "gpu_id": gpu,
+                "created_at": ctx.now,
+            }
+            for (pk, p), worker_id in zip(places, worker_ids, strict=True)
+            for gpu in p.gpus
+        ],
     )
     return moved
+
+
+def _insert(model, rows: list[dict]) -> list[int]:
+    """Insert the rows (field → value, every row the same fields); their ids in order."""
+    if connection.vendor == "postgresql":
+        return insert_rows(model, rows)  # no model instance a row
+    return [obj.pk for obj in model.objects.bulk_create(model(**row) for row in rows)]
 
 
 def _wake_changed_nodes(plan: m.Plan, admitted: list[int], preempted: list[int], ctx) -> None:
