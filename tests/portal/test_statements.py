@@ -361,6 +361,14 @@ def test_pass_snapshot_statements_read_as_the_orm(cluster):
     assert running == statements.running_jobs_orm()
     assert [row.pk for row in running] == [one.pk, victim.pk]
     assert len(running[0].placement) == 2 and running[1].checkpointed_at is not None
+    Node.objects.filter(pk=cluster.nodes[5].pk).update(cordon=Node.Cordon.DRAINING)
+    Gpu.objects.filter(node=cluster.nodes[1], index=3).update(health=Gpu.Health.UNHEALTHY)
+    Gpu.objects.filter(node=cluster.nodes[4]).update(health=Gpu.Health.UNHEALTHY)
+    nodes = statements.schedulable_nodes()
+    assert nodes == statements.schedulable_nodes_orm()
+    by_host = {row.hostname: row for row in nodes}
+    assert len(nodes) == 5 and by_host["a100-0"].total_gpus == 0  # drained, unhealthy
+    assert by_host["h100-1"].total_gpus == 7 and len(by_host["h100-1"].free_gpus) == 5
 
 
 @postgresql_only

@@ -63,7 +63,9 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
     )
     if not moved:
         return []
-    attempts = dict(Job.objects.filter(pk__in=moved).values_list("pk", "attempt"))
+    attempts = ctx.attempts  # the snapshot's: a job pending then and now kept its attempt
+    if any(pk not in attempts for pk in moved):  # a plan not from this snapshot
+        attempts = dict(Job.objects.filter(pk__in=moved).values_list("pk", "attempt"))
     node_ids = ctx.node_ids
     places = [(pk, p) for pk in moved for p in by_job[pk].placement]  # a worker each
     workers = [

@@ -8,18 +8,16 @@ pending jobs, GPU-hour budgets), so a pass costs the same round trips at 10 or
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
 from django.db import connection
-from django.db.models import Exists, OuterRef
 
 from portal.core import statements
 from portal.core.actions.workers import ENDED
 from portal.core.budgets import BudgetStatus, budget_statuses
-from portal.core.models import Allocation, Gpu, Job, Node
+from portal.core.models import Job
 from portal.core.scheduling.teams import scheduler_teams
 from scheduler import model as m
 
@@ -43,6 +41,7 @@ class PassContext:
     team_ids: dict[str, int] = field(default_factory=dict)  # slug → Team.pk
     flavor_ids: dict[str, int] = field(default_factory=dict)  # name → GpuFlavor.pk
     pending_rows: dict[int, Shown] = field(default_factory=dict)  # Job.pk → its verdict now
+    attempts: dict[int, int] = field(default_factory=dict)  # Job.pk → attempt, of pending jobs
     budgets: list[BudgetStatus] = field(default_factory=list)  # behind Snapshot.budgets
 
 
@@ -50,9 +49,10 @@ def build_snapshot(now: datetime, config: m.PolicyConfig) -> tuple[m.Snapshot, P
     ctx = PassContext(now=now)
     nodes = _nodes(ctx)
     running = _running(ctx)
-    teams = _teams(ctx, now, config)
+    budgeted: set[int] = set()
+    teams = _teams(ctx, now, config, budgeted)
     pending = _pending(ctx)
-    ctx.budgets = budget_statuses(now)
+    ctx.budgets = budget_statuses(now) if budgeted else []  # none: no query
     snapshot = m.Snapshot(
         now=now.timestamp(),
         nodes=tuple(nodes),
@@ -67,35 +67,19 @@ def build_snapshot(now: datetime, config: m.PolicyConfig) -> tuple[m.Snapshot, P
 
 def _nodes(ctx: PassContext) -> list[m.Node]:
     """Ready, uncordoned nodes with their healthy GPUs that no active allocation holds."""
-    rows = list(
-        Node.objects.filter(condition=Node.Condition.READY, cordon=Node.Cordon.NONE).values_list(
-            "pk", "hostname", "flavor_id", "flavor__name", "rack", "block"
-        )
-    )
-    held = Allocation.objects.filter(gpu=OuterRef("pk"), active=True)
-    gpus = (
-        Gpu.objects.filter(node_id__in=[r[0] for r in rows], health=Gpu.Health.HEALTHY)
-        .annotate(held=Exists(held))
-        .values_list("pk", "node_id", "held")
-        .order_by("node_id", "index")
-    )
-    free, total = defaultdict(list), defaultdict(int)
-    for gpu_id, node_id, is_held in gpus:
-        total[node_id] += 1
-        if not is_held:
-            free[node_id].append(gpu_id)
+    rows = statements.schedulable_nodes() if _postgresql() else statements.schedulable_nodes_orm()
     nodes = []
-    for pk, hostname, flavor_id, flavor, rack, block in rows:
-        ctx.node_ids[hostname] = pk
-        ctx.flavor_ids[flavor] = flavor_id
+    for row in rows:
+        ctx.node_ids[row.hostname] = row.pk
+        ctx.flavor_ids[row.flavor] = row.flavor_id
         nodes.append(
             m.Node(
-                name=hostname,
-                flavor=flavor,
-                free_gpus=tuple(free[pk]),
-                total_gpus=total[pk],
-                rack=rack,
-                block=block,
+                name=row.hostname,
+                flavor=row.flavor,
+                free_gpus=row.free_gpus,
+                total_gpus=row.total_gpus,
+                rack=row.rack,
+                block=row.block,
             )
         )
     return nodes
@@ -137,8 +121,8 @@ def _running(ctx: PassContext) -> list[m.RunningJob]:
 RUNNING = frozenset(Job.RUNNING_STATES)
 
 
-def _teams(ctx: PassContext, now: datetime, config: m.PolicyConfig) -> list[m.Team]:
-    teams = scheduler_teams(now, config.half_life, flavor_ids=ctx.flavor_ids)
+def _teams(ctx: PassContext, now: datetime, config: m.PolicyConfig, budgeted: set) -> list[m.Team]:
+    teams = scheduler_teams(now, config.half_life, flavor_ids=ctx.flavor_ids, budgeted=budgeted)
     ctx.team_ids.update({team.name: pk for pk, team in teams.items()})
     return list(teams.values())
 
@@ -149,9 +133,15 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
     held for their dependencies are not among them (actions.dependencies releases them)."""
     read = statements.pending_jobs if _postgresql() else statements.pending_jobs_orm
     pending = []
-    shown, flavor_ids, Pending = ctx.pending_rows, ctx.flavor_ids, m.PendingJob
+    shown, attempts, flavor_ids, Pending = (
+        ctx.pending_rows,
+        ctx.attempts,
+        ctx.flavor_ids,
+        m.PendingJob,
+    )
     for row in read(ENDED):
         shown[row.pk] = Shown(row.reason_code, row.reason, row.queue_position, row.estimated_start)
+        attempts[row.pk] = row.attempt
         flavor_ids[row.flavor] = row.flavor_id
         pending.append(
             Pending(
