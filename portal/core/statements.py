@@ -464,6 +464,14 @@ def write_telemetry_orm(node: Node, reports: Sequence, now) -> bool:
 # These return plain tuples with times already in seconds since the epoch.
 
 
+def _binary_results(cursor) -> None:
+    """Have the cursor's results sent in binary (psycopg loads numbers and arrays of
+    them without parsing text: a third less for the pending jobs)."""
+    from psycopg import pq
+
+    cursor.cursor.format = pq.Format.BINARY
+
+
 def _epoch(column: str) -> str:
     """SQL for a timestamp column as float seconds since the epoch (NULL stays NULL):
     the same float as datetime.timestamp() of the value, both rounded once from its
@@ -500,6 +508,7 @@ def schedulable_nodes() -> list[NodeRow]:
     )
     params = [Gpu.Health.HEALTHY.value, Node.Condition.READY.value, Node.Cordon.NONE.value]
     with server_binding_cursor() as cursor:
+        _binary_results(cursor)
         cursor.execute(sql, params)
         return [NodeRow(*row[:7], tuple(row[7] or ())) for row in cursor.fetchall()]
 
@@ -575,6 +584,7 @@ def pending_jobs(ended: Sequence[str]) -> list[PendingRow]:
         "WHERE j.state = %s AND NOT j.awaiting_dependency"
     )
     with server_binding_cursor() as cursor:
+        _binary_results(cursor)
         cursor.execute(sql, [list(ended), Job.State.PENDING])
         return list(map(PendingRow._make, cursor.fetchall()))
 
@@ -665,6 +675,7 @@ def running_jobs() -> list[RunningRow]:
         f"JOIN {GpuFlavor._meta.db_table} f ON f.id = j.flavor_id ORDER BY j.id"
     )
     with server_binding_cursor() as cursor:
+        _binary_results(cursor)
         cursor.execute(sql)
         rows = cursor.fetchall()
     return [RunningRow(*row[:15], _placement(zip(*row[15:], strict=True))) for row in rows]
