@@ -13,7 +13,8 @@ Where they run:
   statement on SQLite and on PostgreSQL).
 - **PostgreSQL only, by design**: the others. They bind arrays as one parameter
   (`= ANY(%s)`, `unnest`), use `LATERAL`, a data-modifying `WITH`,
-  `UPDATE … FROM`, `md5(row::text)` or `statement_timestamp()`, and are kept
+  `UPDATE … FROM`, `md5(row::text)`, `statement_timestamp()`, `array_agg` or
+  `extract(epoch …)`, and are kept
   prepared by db.server_binding_cursor; SQLite (the `make run` default) takes the
   ORM query beside each. Their parity tests run on PostgreSQL.
 

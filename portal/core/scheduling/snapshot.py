@@ -1,9 +1,11 @@
 """Database rows → the scheduler's frozen snapshot, in a fixed number of queries.
 
 Nothing here loops over jobs issuing queries: every read is one query over a
-whole table slice (nodes, GPUs, active allocations, teams, quotas, usage,
-pending jobs, GPU-hour budgets), so a pass costs the same round trips at 10 or
-10,000 jobs.
+whole table slice (nodes with their free GPUs, running jobs with their
+allocations, teams, quotas, usage, pending jobs, GPU-hour budgets if a team has
+one), so a pass costs the same round trips at 10 or 10,000 jobs. The node and job
+reads are hand-written statements on PostgreSQL (portal/core/statements.py, each
+beside its ORM twin, which SQLite runs): rows as tuples, times as seconds.
 """
 
 from __future__ import annotations
