@@ -216,6 +216,19 @@ def undo_pass(marks: dict, pending: list[int], running: list[int]) -> None:
         cur.execute("VACUUM ANALYZE core_job, core_worker, core_allocation, core_jobevent")
 
 
+def backend_cpu() -> float | None:
+    """CPU seconds the PostgreSQL backend serving this connection has used (from
+    /proc, when the server runs on this machine and its process is readable)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        pid = cur.fetchone()[0]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def last_id(model) -> int:
     return model.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
 
@@ -247,13 +260,17 @@ def main() -> None:
         "worker": last_id(Worker),
         "event": last_id(JobEvent),
     }
-    walls, rows = [], []
+    walls, cpus, rows = [], [], []
     for _ in range(args.repeat):
-        t0 = time.perf_counter()
+        db0 = backend_cpu()
+        c0, t0 = time.process_time(), time.perf_counter()
         result = run_pass()
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        db1 = backend_cpu()
+        db = db1 - db0 if db0 is not None and db1 is not None else None
         s = result.summary()
-        rows.append((walls[-1], s["queries"], s["admitted"], s["preempted"]))
+        rows.append((walls[-1], cpus[-1], db, s["queries"], s["admitted"], s["preempted"]))
         undo_pass(marks, pending, running)
     if args.profile:
         import cProfile
@@ -266,12 +283,15 @@ def main() -> None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     if not rows:
         return
-    for wall, queries, admitted, preempted in rows:
+    for wall, cpu, db, queries, admitted, preempted in rows:
+        server = f", PostgreSQL {db:.3f} s CPU" if db is not None else ""
         print(
-            f"pass: {wall:.3f} s wall, {queries} queries, {admitted} admitted, {preempted} preempted"
+            f"pass: {wall:.3f} s wall, {cpu:.3f} s CPU{server}, {queries} queries, "
+            f"{admitted} admitted, {preempted} preempted"
         )
     print(
-        f"median {statistics.median(walls):.3f} s over {len(walls)} passes "
+        f"median {statistics.median(walls):.3f} s wall, {statistics.median(cpus):.3f} s CPU "
+        f"over {len(walls)} passes "
         f"({args.pending} pending, {args.nodes} nodes × 8 GPUs) at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     )
 

@@ -52,12 +52,14 @@ class FreeIndex:
         "dcnt",
         "dheaps",
         "dslots",
+        "delta",
     )
 
     def __init__(self, free: list[int], dom: list[int], ndom: int, cap: int) -> None:
         self.free = list(free)  # free[i]: free GPUs on node i
         self.dom = dom  # dom[i]: domain of node i (shared, read-only)
         self.cap = cap  # the most GPUs any node can have free
+        self.delta = slot_delta(cap)  # shared, read-only
         self.total = sum(self.free)
         self.cnt = [0] * (cap + 1)  # cnt[c]: nodes with exactly c free
         self.heaps: list[list[int]] = [[] for _ in range(cap + 1)]
@@ -93,7 +95,8 @@ class FreeIndex:
         if new:
             heappush(self.heaps[new], i)
             heappush(self.dheaps[d][new], i)
-        self.dslots[d] = list(map(add, self.dslots[d], slot_delta(self.cap)[old][new]))
+        dslots = self.dslots
+        dslots[d] = list(map(add, dslots[d], self.delta[old][new]))
 
     def take(self, i: int, k: int) -> None:
         """Mark k free GPUs of node i as used."""

@@ -128,7 +128,7 @@ def choose(
     stops = p.stops(pool)
     tx = Transaction()
     try:
-        _future(p, pool, stops, tx)
+        _future(p, pool, stops, tx, book)
         f = job.flavor
         own = sum(r.job.gpus for r in lower)
         if book.used(f) - own + job.gpus > book.quota(f).nominal:
@@ -149,19 +149,24 @@ def choose(
         tx.rollback()
 
 
-def _future(p: Pass, pool: Pool, stops: Stops, tx: Transaction) -> None:
+def _future(p: Pass, pool: Pool, stops: Stops, tx: Transaction, book: TeamBook) -> None:
     """Make the pass look as it will once every stopping job has stopped (rule 2), until rollback.
 
     Their quota is released; their GPUs are given back to the free index, but
-    only those no preemptor has reserved yet.
+    only those no preemptor has reserved yet. Only the quota of the preemptor's
+    team and of its cohort is released: choose reads no other team's usage (its
+    victims are its own team's or its cohort's, its headroom is its cohort's), so
+    the others' would be released and restored for nothing.
     """
-    f = pool.flavor
-    for book, gpus in stops.quota.items():
-        tx.add(p.ledger, book, f, -gpus)
-    for node in stops.on:
-        k = stops.surplus(node)
-        if k:
-            tx.give(pool.index, node, k)
+    f, ledger, index, resv = pool.flavor, p.ledger, pool.index, stops.resv
+    cohort = book.cohort
+    for other, gpus in stops.quota.items():
+        if other is book or (cohort is not None and other.cohort == cohort):
+            tx.add(ledger, other, f, -gpus)
+    for node, k in stops.on.items():  # k - reserved: Stops.surplus, inlined (hot)
+        k -= resv.get(node, 0)
+        if k > 0:
+            tx.give(index, node, k)
 
 
 def _target_gpus(job: PendingJob, pool: Pool, tx: Transaction) -> dict[int, int]:

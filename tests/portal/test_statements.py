@@ -21,7 +21,17 @@ from portal.core.actions.heartbeat import GpuReport
 from portal.core.actions.tokens import authenticate_token, create_api_token, token_scope
 from portal.core.actions.workers import ENDED
 from portal.core.jobspec import clean_job_spec
-from portal.core.models import ApiToken, Gpu, Job, JobEvent, Membership, Node, Queue, Worker
+from portal.core.models import (
+    ApiToken,
+    Gpu,
+    Job,
+    JobArray,
+    JobEvent,
+    Membership,
+    Node,
+    Queue,
+    Worker,
+)
 from portal.core.secrets import digest
 from tests.portal.agent_helpers import admit, make_job, node_token
 
@@ -356,3 +366,115 @@ def test_held_dependents_statement_answers_as_the_orm(cluster, personas):
     ended = statements.held_dependents([parent.pk], True, "singleton")
     assert child.pk in ended and namesake.pk in ended
     assert statements.held_dependents([parent.pk], True, "single%") == [child.pk]
+
+
+def _pass_jobs(cluster):
+    """Jobs of every kind the snapshot tells apart: pending plain, requeued with a
+    backoff and a verdict, with an attempt still stopping, held for a dependency, a
+    task of an array with a limit, of team B on A100s; admitted on two nodes, one
+    preempting (checkpointed, naming its preemptor), one whose allocations ended."""
+    now = timezone.now()
+    plain = make_job(cluster)
+    make_job(
+        cluster,
+        priority=5,
+        restart_count=2,
+        eligible_at=now + timedelta(seconds=90),
+        reason_code="backoff",
+        reason="waits",
+        queue_position=2,
+        estimated_start_at=now + timedelta(minutes=3, microseconds=7),
+    )
+    draining = make_job(cluster, preempted_by=plain.pk)
+    Worker.objects.create(
+        job=draining, attempt=0, rank=0, node=cluster.nodes[3], state=Worker.State.STOPPING
+    )
+    stopped = make_job(cluster)
+    Worker.objects.create(
+        job=stopped, attempt=0, rank=0, node=cluster.nodes[3], state=Worker.State.EXITED
+    )
+    make_job(cluster, awaiting_dependency=True)
+    array = JobArray.objects.create(
+        team=cluster.team_a, name="t", spec="0-1%1", size=2, task_limit=1
+    )
+    make_job(cluster, array=array, array_index=0)
+    Job.objects.create(
+        team=cluster.team_b,
+        queue=cluster.queue_b,
+        flavor=cluster.a100,
+        name="b",
+        image="img",
+        command=["true"],
+        workers=1,
+        gpus_per_worker=8,
+        max_runtime_seconds=60,
+        preemptible=False,
+    )
+    one, two = _two_admitted_jobs(cluster)  # 2 on 2 nodes; 1 released; 1 more pending
+    victim = make_job(cluster, workers=1, gpus_per_worker=1, array=array, array_index=1)
+    admit(victim, cluster.nodes[2:3])
+    Job.objects.filter(pk=victim.pk).update(
+        state=Job.State.PREEMPTING,
+        preempted_by=plain.pk,
+        last_checkpoint_at=now - timedelta(minutes=5),
+        grace_period_seconds=45,
+    )
+    return one, victim
+
+
+@postgresql_only
+def test_pass_snapshot_statements_read_as_the_orm(cluster):
+    one, victim = _pass_jobs(cluster)
+    pending = statements.pending_jobs(ENDED)
+    assert sorted(pending) == sorted(statements.pending_jobs_orm(ENDED))
+    assert len(pending) == 7  # not the held job, nor the three admitted
+    by_name = {(row.restart_count, row.priority, row.draining, row.array_limit) for row in pending}
+    assert {(2, 5, False, None), (0, 0, True, None), (0, 0, False, 1)} <= by_name
+    running = statements.running_jobs()
+    assert running == statements.running_jobs_orm()
+    assert [row.pk for row in running] == [one.pk, victim.pk]
+    assert len(running[0].placement) == 2 and running[1].checkpointed_at is not None
+    Node.objects.filter(pk=cluster.nodes[5].pk).update(cordon=Node.Cordon.DRAINING)
+    Gpu.objects.filter(node=cluster.nodes[1], index=3).update(health=Gpu.Health.UNHEALTHY)
+    Gpu.objects.filter(node=cluster.nodes[4]).update(health=Gpu.Health.UNHEALTHY)
+    nodes = statements.schedulable_nodes()
+    assert nodes == statements.schedulable_nodes_orm()
+    by_host = {row.hostname: row for row in nodes}
+    assert len(nodes) == 5 and by_host["a100-0"].total_gpus == 0  # drained, unhealthy
+    assert by_host["h100-1"].total_gpus == 7 and len(by_host["h100-1"].free_gpus) == 5
+
+
+@postgresql_only
+def test_pass_write_statements_write_as_the_orm(cluster):
+    one, victim = _pass_jobs(cluster)
+    jobs = list(Job.objects.order_by("pk").values_list("pk", flat=True))
+    now = timezone.now()
+
+    def shown():
+        return list(
+            Job.objects.order_by("pk").values_list("pk", *statements.VERDICT_FIELDS, "preempted_by")
+        )
+
+    results = []
+    for write, name in (
+        (statements.write_verdicts, statements.name_preemptors),
+        (statements.write_verdicts_orm, statements.name_preemptors_orm),
+    ):
+        Job.objects.update(reason_code="", reason="", queue_position=None, estimated_start_at=None)
+        Job.objects.update(preempted_by=None)
+        write(
+            jobs,
+            ["no_capacity"] * len(jobs),
+            [f"needs {pk}" for pk in jobs],
+            [i if i % 3 else None for i in range(len(jobs))],
+            [
+                now + timedelta(seconds=i, microseconds=i) if i % 2 else None
+                for i in range(len(jobs))
+            ],
+        )
+        name([one.pk, victim.pk], [jobs[0], jobs[1]])
+        results.append(shown())
+    assert results[0] == results[1]
+    written = {row[0]: row for row in results[0]}
+    assert written[one.pk][1] == "" and written[jobs[1]][1] == "no_capacity"  # pending only
+    assert (written[one.pk][5], written[victim.pk][5]) == (jobs[0], jobs[1])

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.db import connection
-from django.db.models import BigIntegerField, Case, Value, When
 
+from portal.core import statements
 from portal.core.actions.jobs import transition
 from portal.core.actions.unfittable import note_or_fail_unfittable
-from portal.core.db import bulk_set, bulk_set_values
+from portal.core.db import insert_rows
 from portal.core.models import Allocation, Job, Worker
-from portal.core.scheduling.snapshot import PassContext
+from portal.core.scheduling.snapshot import PassContext, Shown
 from portal.core.wake import wake_job_nodes_on_commit, wake_nodes_on_commit
 from scheduler import model as m
 from scheduler.reasons import NEVER_FITS
@@ -27,7 +27,6 @@ from scheduler.reasons import NEVER_FITS
 State = Job.State
 # An estimate that moved less than this is not rewritten (saves writes every pass).
 ESTIMATE_SLACK_S = 60
-VERDICT_FIELDS = ["reason_code", "reason", "queue_position", "estimated_start_at"]
 
 
 @dataclass
@@ -64,27 +63,39 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
     )
     if not moved:
         return []
-    attempts = dict(Job.objects.filter(pk__in=moved).values_list("pk", "attempt"))
-    workers = Worker.objects.bulk_create(
-        Worker(job_id=pk, attempt=attempts[pk], rank=p.rank, node_id=ctx.node_ids[p.node])
-        for pk in moved
-        for p in by_job[pk].placement
-    )
-    worker_of = {(w.job_id, w.rank): w for w in workers}
-    Allocation.objects.bulk_create(
-        Allocation(
-            job_id=pk,
-            worker=worker_of[(pk, p.rank)],
-            worker_rank=p.rank,
-            node_id=ctx.node_ids[p.node],
-            gpu_id=gpu,
-            created_at=ctx.now,
-        )
-        for pk in moved
-        for p in by_job[pk].placement
-        for gpu in p.gpus
+    attempts = ctx.attempts  # the snapshot's: a job pending then and now kept its attempt
+    if any(pk not in attempts for pk in moved):  # a plan not from this snapshot
+        attempts = dict(Job.objects.filter(pk__in=moved).values_list("pk", "attempt"))
+    node_ids = ctx.node_ids
+    places = [(pk, p) for pk in moved for p in by_job[pk].placement]  # a worker each
+    workers = [
+        {"job_id": pk, "attempt": attempts[pk], "rank": p.rank, "node_id": node_ids[p.node]}
+        for pk, p in places
+    ]
+    worker_ids = _insert(Worker, workers)
+    _insert(
+        Allocation,
+        [
+            {
+                "job_id": pk,
+                "worker_id": worker_id,
+                "worker_rank": p.rank,
+                "node_id": node_ids[p.node],
+                "gpu_id": gpu,
+                "created_at": ctx.now,
+            }
+            for (pk, p), worker_id in zip(places, worker_ids, strict=True)
+            for gpu in p.gpus
+        ],
     )
     return moved
+
+
+def _insert(model, rows: list[dict]) -> list[int]:
+    """Insert the rows (field → value, every row the same fields); their ids in order."""
+    if connection.vendor == "postgresql":
+        return insert_rows(model, rows)  # no model instance a row
+    return [obj.pk for obj in model.objects.bulk_create(model(**row) for row in rows)]
 
 
 def _wake_changed_nodes(plan: m.Plan, admitted: list[int], preempted: list[int], ctx) -> None:
@@ -134,10 +145,12 @@ def _name_preemptors(moved: list[int], preemptor: dict[int, int]) -> None:
     victim frees reserved for it until it is admitted (scheduler.preemption)."""
     if not moved:
         return
-    whens = [When(pk=pk, then=Value(preemptor[pk])) for pk in moved]
-    Job.objects.filter(pk__in=moved).update(
-        preempted_by=Case(*whens, output_field=BigIntegerField())
+    name = (
+        statements.name_preemptors
+        if connection.vendor == "postgresql"
+        else statements.name_preemptors_orm
     )
+    name(moved, [preemptor[pk] for pk in moved])
 
 
 def _unfittable(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> list[int]:
@@ -145,22 +158,21 @@ def _unfittable(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> list[int]:
     reasons = {v.job_id: v.message for v in verdicts if v.reason_code == NEVER_FITS}
     if not reasons:
         return []
-    previous = {pk: ctx.pending_rows[pk]["reason_code"] for pk in reasons if pk in ctx.pending_rows}
+    previous = {pk: ctx.pending_rows[pk].reason_code for pk in reasons if pk in ctx.pending_rows}
     return note_or_fail_unfittable(reasons, previous, ctx.now)
 
 
 def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
     """Update reason, position and estimate of pending jobs whose verdict changed."""
     changed: list[tuple] = []  # (pk, reason code, reason, position, estimated start)
+    shown = ctx.pending_rows
     for v in verdicts:
-        start = (
-            datetime.fromtimestamp(v.estimated_start, tz=UTC)
-            if v.estimated_start is not None
-            else None
-        )
-        row = ctx.pending_rows.get(v.job_id)
-        if row and _same(row, v.reason_code, v.message, v.position, start):
+        row = shown.get(v.job_id)
+        if row is not None and _same(row, v):
             continue
+        start = v.estimated_start
+        if start is not None:
+            start = datetime.fromtimestamp(start, tz=UTC)
         changed.append((v.job_id, v.reason_code[:32], v.message, v.position, start))
     if changed:
         _update_pending(changed)
@@ -170,32 +182,21 @@ def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
 def _update_pending(changed: list[tuple]) -> None:
     """Verdicts only describe pending jobs: a job that left `pending` while the
     pass ran keeps its own fields."""
-    pks, *columns = zip(*changed, strict=True)
-    if connection.vendor != "postgresql":
-        jobs = [
-            Job(pk=pk, **dict(zip(VERDICT_FIELDS, values, strict=True))) for pk, *values in changed
-        ]
-        bulk_set(Job, jobs, VERDICT_FIELDS, where="t.state = %s", params=[State.PENDING])
-        return
-    bulk_set_values(
-        Job,
-        pks,
-        dict(zip(VERDICT_FIELDS, columns, strict=True)),
-        where="t.state = %s",
-        params=[State.PENDING],
+    write = (
+        statements.write_verdicts
+        if connection.vendor == "postgresql"
+        else statements.write_verdicts_orm
     )
+    write(*zip(*changed, strict=True))
 
 
-def _same(row: dict, code: str, message: str, position, start) -> bool:
-    old = row["estimated_start_at"]
-    close = (old is None and start is None) or (
-        old is not None
-        and start is not None
-        and abs((old - start).total_seconds()) < ESTIMATE_SLACK_S
-    )
-    return (
-        row["reason_code"] == code
-        and row["reason"] == message
-        and row["queue_position"] == position
-        and close
-    )
+def _same(row: Shown, v: m.Verdict) -> bool:
+    """Whether the row already shows the verdict (an estimate within ESTIMATE_SLACK_S)."""
+    if row.reason_code != v.reason_code or row.reason != v.message:
+        return False
+    if row.queue_position != v.position:
+        return False
+    old, start = row.estimated_start, v.estimated_start
+    if old is None or start is None:
+        return old is start
+    return abs(old - start) < ESTIMATE_SLACK_S

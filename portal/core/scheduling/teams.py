@@ -7,7 +7,9 @@ from collections import defaultdict
 from collections.abc import Collection
 from datetime import datetime
 
-from portal.core.models import DecayedUsage, Quota, Team
+from django.db.models import Exists, OuterRef, Value
+
+from portal.core.models import Budget, DecayedUsage, Quota, Team
 from scheduler import model as m
 from scheduler.fairshare import decay
 
@@ -18,11 +20,13 @@ def scheduler_teams(
     *,
     team_ids: Collection[int] | None = None,
     flavor_ids: dict[str, int] | None = None,
+    budgeted: set[int] | None = None,
 ) -> dict[int, m.Team]:
     """Every team (or those of `team_ids`) by id, with its weight, cohort, quotas and
     decayed usage at `now` (none when `now` is None: a plan for an idle cluster), in
     three queries and by slug order. `flavor_ids`, when given, is filled with the
-    quota flavors' ids by name."""
+    quota flavors' ids by name; `budgeted` with the ids of the teams that have a
+    GPU-hour budget (in the same queries: the pass reads budgets only if one has)."""
     quotas: dict[int, dict[str, m.Quota]] = defaultdict(dict)
     rows = Quota.objects.values_list(
         "team_id", "flavor_id", "flavor__name", "nominal", "borrowing_limit", "lending_limit"
@@ -48,12 +52,20 @@ def scheduler_teams(
             usage[team_id][flavor] = decay(
                 value, max(0.0, (now - updated).total_seconds()), half_life
             )
-    teams = Team.objects.values_list("pk", "slug", "weight", "cohort__name").order_by("slug")
+    teams = Team.objects.order_by("slug")
     if team_ids is not None:
         teams = teams.filter(pk__in=team_ids)
-    return {
-        pk: m.Team(
+    if budgeted is not None:
+        teams = teams.annotate(budgeted=Exists(Budget.objects.filter(team=OuterRef("pk"))))
+    else:
+        teams = teams.annotate(budgeted=Value(False))
+    found = {}
+    for pk, slug, weight, cohort, has_budget in teams.values_list(
+        "pk", "slug", "weight", "cohort__name", "budgeted"
+    ):
+        found[pk] = m.Team(
             name=slug, weight=weight, cohort=cohort, quotas=quotas[pk], decayed_usage=usage[pk]
         )
-        for pk, slug, weight, cohort in teams
-    }
+        if has_budget:
+            budgeted.add(pk)
+    return found
