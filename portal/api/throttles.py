@@ -6,6 +6,7 @@ the one rule for the API, the dashboard and the admin.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -16,6 +17,7 @@ from portal.core.counters import hit, parse_rate
 from portal.core.logins import client_address
 
 log = logging.getLogger(__name__)
+_parse_rate = functools.lru_cache(maxsize=32)(parse_rate)  # read on every API request
 
 
 class TokenRateThrottle(BaseThrottle):
@@ -33,7 +35,7 @@ class TokenRateThrottle(BaseThrottle):
         rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
         if not rate or rate.strip() in ("0", "off"):
             return True, 0.0
-        limit, period = parse_rate(rate)
+        limit, period = _parse_rate(rate)
         now = time.time()
         key = f"berth:throttle:{self.scope}:{ident}:{int(now // period)}"
         try:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from portal.env import parse_rate
 
@@ -40,12 +43,9 @@ def hit(key: str, period: int) -> int:
     """Count one hit in the window's counter and return the count (raises if the cache is down)."""
     backend = caches["default"]
     if isinstance(backend, RedisCache):
-        redis_key = backend.make_and_validate_key(key)
-        client = backend._cache.get_client(redis_key, write=True)
-        try:
-            return client.evalsha(COUNT_SHA, 1, redis_key, period + 1)
-        except NoScriptError:  # first use on this Redis, or after SCRIPT FLUSH / restart
-            return client.eval(COUNT_SCRIPT, 1, redis_key, period + 1)
+        # make_key, not make_and_validate_key: validation only warns about keys that
+        # memcached would refuse, and this module's keys are short ASCII.
+        return _redis_count(backend, backend.make_key(key), period + 1)
     with _LOCAL:  # the file and memory caches' incr is a read then a write
         try:
             return cache.incr(key)
@@ -53,6 +53,52 @@ def hit(key: str, period: int) -> int:
             if cache.add(key, 1, timeout=period + 1):
                 return 1
         return cache.incr(key)
+
+
+class _Link(threading.local):
+    """This thread's own connection to the cache's Redis (from its pool, never given
+    back), for the counters' one command a request."""
+
+    connection = None
+    pool = None
+    pid = None
+
+
+_LINK = _Link()
+
+
+def _redis_count(backend: RedisCache, redis_key: str, expire_s: int) -> int:
+    """Run COUNT_SCRIPT on the thread's own connection: one request's counting through
+    redis-py's client (taking a connection from the pool and checking it, the retry
+    policy, the observability hooks, giving it back) cost twice the command itself on
+    every API request (docs/benchmarks.md, issue 19). A connection that fails is
+    dropped and the command sent once more on a new one; a second failure raises, as
+    the client would after its retries."""
+    pool = backend._cache._get_connection_pool(write=True)
+    link = _LINK
+    if link.connection is None or link.pool is not pool or link.pid != os.getpid():
+        link.connection, link.pool, link.pid = pool.get_connection(), pool, os.getpid()
+    try:
+        return _evalsha(link.connection, redis_key, expire_s)
+    except (RedisConnectionError, RedisTimeoutError, OSError):
+        link.connection.disconnect()  # the next command connects again
+        return _evalsha(link.connection, redis_key, expire_s)
+
+
+# The command as Redis's protocol writes it, but for its last two arguments (redis-py's
+# packer, a Python loop over the arguments, was a third of the counting).
+_EVALSHA_HEAD = b"*5\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n1\r\n" % COUNT_SHA.encode()
+
+
+def _evalsha(connection, redis_key: str, expire_s: int) -> int:
+    key, expire = redis_key.encode(), b"%d" % expire_s
+    packed = _EVALSHA_HEAD + b"$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(expire), expire)
+    connection.send_packed_command([packed])  # a list of chunks, as the packer returns
+    try:
+        return connection.read_response()
+    except NoScriptError:  # first use on this Redis, or after SCRIPT FLUSH / restart
+        connection.send_command("EVAL", COUNT_SCRIPT, 1, redis_key, expire_s)
+        return connection.read_response()
 
 
 def count_hit(key: str, period: int) -> int:

@@ -3,6 +3,7 @@ backpressure, and that an accepted job is really stored."""
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -10,6 +11,7 @@ from django.core.cache import caches
 from django.db import connection
 
 from portal.cache import RedisCache
+from portal.core import counters
 from portal.core.counters import hit as _hit
 from portal.core.models import Job, JobEvent, Membership
 from tests.api.conftest import bearer, error_of, job_body, submit
@@ -247,6 +249,48 @@ def test_a_throttle_window_expires_and_counts_on_after_redis_forgets_the_script(
     client.script_flush()
     assert _hit(key, 60) == 4
     client.delete(redis_key)
+
+
+@pytest.mark.skipif(not isinstance(caches["default"], RedisCache), reason="needs Redis (make test)")
+def test_a_counter_key_is_counted_whatever_its_characters():
+    key = f"berth:test-window:{uuid.uuid4()}:ünïcode-名前"  # a login throttle's account name
+    assert [_hit(key, 60) for _ in range(2)] == [1, 2]
+    assert caches["default"].get(key) == 2
+    caches["default"].delete(key)
+
+
+@pytest.mark.skipif(not isinstance(caches["default"], RedisCache), reason="needs Redis (make test)")
+def test_the_throttle_counts_on_after_redis_drops_its_connection():
+    """Each thread counts on a connection of its own (counters._LINK); Redis closing it
+    (a restart, a timeout) costs one reconnect, not a count."""
+    backend = caches["default"]
+    key = f"berth:test-window:{uuid.uuid4()}"
+    redis_key = backend.make_key(key)
+    client = backend._cache.get_client(redis_key, write=True)
+    assert _hit(key, 60) == 1
+    own = counters._LINK.connection
+    own.send_command("CLIENT", "ID")
+    client.execute_command("CLIENT", "KILL", "ID", own.read_response())  # only this one
+
+    assert [_hit(key, 60) for _ in range(2)] == [2, 3]
+    client.delete(redis_key)
+
+
+@pytest.mark.skipif(not isinstance(caches["default"], RedisCache), reason="needs Redis (make test)")
+def test_the_throttle_lets_requests_through_while_redis_is_away(monkeypatch, as_member_a):
+    import redis
+
+    pool = caches["default"]._cache._get_connection_pool(write=True)
+    away = redis.Connection(host="127.0.0.1", port=1, socket_connect_timeout=1)  # nothing there
+    monkeypatch.setattr(counters._LINK, "connection", away)
+    monkeypatch.setattr(counters._LINK, "pool", pool)
+    monkeypatch.setattr(counters._LINK, "pid", os.getpid())
+
+    with pytest.raises(redis.ConnectionError):
+        _hit(f"berth:test-window:{uuid.uuid4()}", 60)
+    response = as_member_a.post(JOBS, job_body())
+
+    assert response.status_code == 201, response.content
 
 
 # --- durability -------------------------------------------------------------------
