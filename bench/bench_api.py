@@ -100,7 +100,12 @@ def populate(clients: int) -> list[str]:
 
 
 def start_server(
-    port: int, workers: int, threads: int, server: str = "gunicorn", worker_class: str = ""
+    port: int,
+    workers: int,
+    threads: int,
+    server: str = "gunicorn",
+    worker_class: str = "",
+    config: list[str] | None = None,
 ) -> subprocess.Popen:
     env = {
         **os.environ,
@@ -124,7 +129,7 @@ def start_server(
         worker_class = worker_class or ("gthread" if threads > 1 else "sync")
         worker_args = ["-k", worker_class, "--threads", str(threads)]
         argv = [str(bin_dir / "gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{port}",
-                "-w", str(workers), *worker_args, "--log-level", "warning"]  # fmt: skip
+                "-w", str(workers), *worker_args, "--log-level", "warning", *(config or [])]  # fmt: skip
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True)
     for _ in range(100):
         try:
@@ -397,6 +402,18 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8777)
     parser.add_argument("--server", choices=["gunicorn", "granian"], default="gunicorn")
     parser.add_argument("--json", metavar="PATH", help="also write every run's figures here")
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="gunicorn only: each worker prints where its CPU went per request (gunicorn, "
+        "the application, the response's close, the event loop; bench/gunicorn_split.py)",
+    )
+    parser.add_argument(
+        "--deploy-config",
+        action="store_true",
+        help="gunicorn only: run with deploy/gunicorn.conf.py (its access log, keepalive, "
+        "recycling), the other options still naming the bind, workers and threads",
+    )
     args = parser.parse_args()
 
     ensure_database()
@@ -411,7 +428,15 @@ def main() -> None:
     )
     if args.reuse_port:
         os.environ["GUNICORN_CMD_ARGS"] = "--reuse-port"
-    server = start_server(args.port, args.workers, args.threads, args.server, worker_class)
+    config = ["-c", str(ROOT / "deploy" / "gunicorn.conf.py")] if args.deploy_config else []
+    if args.split:  # gunicorn takes one config file: this one loads the deploy one if asked
+        config = [
+            "-c",
+            os.environ.get("BENCH_SPLIT_CONFIG", str(ROOT / "bench" / "gunicorn_split.py")),
+        ]
+        if args.deploy_config:
+            os.environ["BENCH_WITH_DEPLOY_CONFIG"] = "1"
+    server = start_server(args.port, args.workers, args.threads, args.server, worker_class, config)
     stop = threading.Event()
     drainer = threading.Thread(target=drain, args=(stop,), daemon=True)
     if not args.no_drain:

@@ -59,14 +59,13 @@ def main() -> None:
     import django
 
     django.setup()
-    from django.core.wsgi import get_wsgi_application
-
     from bench.bench_api import JOB, ensure_database, populate
     from portal.core.models import Job
 
     ensure_database()
     token = populate(1)[0]
-    app = get_wsgi_application()
+    from portal.wsgi import application as app  # the tree's own: what gunicorn serves
+
     single = json.dumps(JOB).encode()
     sweep = [{"name": f"lr-{i}", "env": {"SEED": "1", "LR": f"{i}e-5"}} for i in range(args.bulk)]
     jobs = [
@@ -183,6 +182,8 @@ def profile(run, n: int, steps=None, unit: str = "submissions") -> None:
         cum = sum(v[3] for k, v in stats.items() if k[2] == name and k[0].endswith(suffix))
         print(f"  {label:<66} {cum / n * 1000:7.3f} ms  {cum / total:5.1%}")
     pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    if os.environ.get("PROFILE_OUT"):
+        profiler.dump_stats(os.environ["PROFILE_OUT"])
     if os.environ.get("PROFILE_CUM"):
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(os.environ["PROFILE_CUM"], 40)
 
