@@ -126,6 +126,9 @@ class ProcessRuntime(Runtime):
         # shim, or by this runtime when there is none) and never change: once read, they
         # are remembered until forget(), so a tick reads only what may still appear.
         self._written: dict[str, dict[str, dict]] = {}
+        # forget() on one thread and a read on another: what a read remembers after the
+        # worker was forgotten must not stay (nor a forgotten worker be listed from it).
+        self._written_lock = threading.Lock()
 
     def _dir(self, key: str) -> Path:
         return self._root / key
@@ -278,7 +281,9 @@ class ProcessRuntime(Runtime):
             return files[name]
         value = read()
         if isinstance(value, dict):
-            self._written.setdefault(key, {})[name] = value
+            with self._written_lock:
+                if self._dir(key).is_dir():  # not forgotten while it was read
+                    self._written.setdefault(key, {})[name] = value
         return value
 
     def _shim_alive(self, key: str, pid: dict | None) -> bool:
@@ -354,8 +359,9 @@ class ProcessRuntime(Runtime):
         child = self._children.pop(key, None)
         if child is not None:
             child.poll()
-        shutil.rmtree(self._dir(key), ignore_errors=True)
-        self._written.pop(key, None)
+        with self._written_lock:
+            shutil.rmtree(self._dir(key), ignore_errors=True)
+            self._written.pop(key, None)
         self._stops.discard(key)
 
 

@@ -64,7 +64,7 @@ def bulk_set_values(
     meta = model._meta
     cols = [meta.get_field(name) for name in values]
     pk = meta.pk
-    arrays = [f"%s::{pk.db_type(connection)}[]"] + [f"%s::{c.db_type(connection)}[]" for c in cols]
+    arrays = [f"%s::{pk.db_type(connection)}[]"] + [f"%s::{column_cast(c)}[]" for c in cols]
     names = ["id"] + [f"c{i}" for i in range(len(cols))]
     sets = ", ".join(f'"{c.column}" = v.c{i}' for i, c in enumerate(cols))
     sql = (
@@ -171,6 +171,15 @@ def insert_rows(model: type[models.Model], rows: Sequence[dict[str, Any]]) -> li
     return insert_columns(model, len(rows), {name: [row[name] for row in rows] for name in named})
 
 
+def column_cast(f: models.Field) -> str:
+    """The type a hand-written statement casts a parameter of field `f` to: the column's,
+    but a text's without its length. An explicit cast to varchar(n) cuts a longer text
+    short without a word, where storing it in the column refuses it ("value too long"),
+    as the ORM's INSERT and UPDATE do; the column's own length still applies."""
+    cast = f.cast_db_type(connection)
+    return cast.split("(", 1)[0] if cast.startswith("varchar(") else cast
+
+
 def insert_columns(model: type[models.Model], count: int, values: dict[str, Sequence]) -> list:
     """insert_rows from the rows' values by field: `values` maps a field name (or a
     relation's attribute name) to `count` values, one a row. A column whose values are
@@ -183,7 +192,7 @@ def insert_columns(model: type[models.Model], count: int, values: dict[str, Sequ
     meta = model._meta
     select, once, arrays, aliases = [], [], [], []
     for f in insert_fields(model):
-        cast = f.cast_db_type(connection)
+        cast = column_cast(f)
         if isinstance(f, models.JSONField):  # sent as the text the driver would send
             column = _json_texts(f, count, values)
             scalar, array = f"text::{cast}", f"text[]::{cast}[]"

@@ -47,6 +47,7 @@ from django.db.models import (
 
 from portal.core.db import (
     bulk_set,
+    column_cast,
     columns,
     insert_fields,
     row_columns,
@@ -306,7 +307,7 @@ def submit_statement(roles: tuple[str, ...], one: bool = False) -> tuple[str, li
         "%b::text[]",
         "%b::bool[]",
     ]
-    arrays += [f"%b::{f.cast_db_type(connection)}[]" for f in [*job_fields, *event_fields]]
+    arrays += [f"%b::{column_cast(f)}[]" for f in [*job_fields, *event_fields]]
     names = ["room", "g_token", "g_user", "g_queue", "g_team", "g_slug", *j, *e, "ord"]
     if one:
         values = [

@@ -256,6 +256,31 @@ def test_one_failed_worker_fails_the_gang_and_stops_the_rest(client, cluster):
     assert job.state == State.FAILED and job.exit_code == 3  # the first failure is the job's
 
 
+def test_a_beat_replies_with_the_job_state_it_locked_not_the_one_it_read(
+    client, cluster, monkeypatch
+):
+    """Node A reports its worker running while node B's report that fails the gang
+    commits between A's read of its workers and A's lock of the job (here: the job fails
+    right after A's worker rows are written). A's reply must say stop, from the state it
+    locked, not run on the job as it read it."""
+    from portal.core.actions import workers as worker_actions
+
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    ta = node_token(a)
+    job = make_job(cluster, workers=2, checkpoint_signal="SIGUSR1", grace_period_seconds=45)
+    admit(job, [a, b])
+    real = worker_actions.bulk_set
+
+    def then_b_fails_the_gang(*args, **kwargs):
+        real(*args, **kwargs)
+        Job.objects.filter(pk=job.pk).update(state=State.FAILED, reason_code="worker_failed")
+
+    monkeypatch.setattr(worker_actions, "bulk_set", then_b_fails_the_gang)
+    reply = beat(client, a, ta, [report(job, 0, "running")]).json()
+    assert reply["run"] == []
+    assert [s["reason"] for s in reply["stop"]] == ["gang failed"]
+
+
 def test_preempted_gang_stops_then_requeues_with_its_submit_time(client, cluster):
     a = cluster.nodes[0]
     ta = node_token(a)

@@ -154,3 +154,24 @@ def test_the_health_check_asks_the_socket_and_replaces_a_connection_the_server_e
 
     assert next_request() != first  # replaced before the query, no error
     assert not asked_server
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the writers are PostgreSQL's")
+def test_the_writers_refuse_an_overlong_text_as_the_orm_does(cluster):
+    """A text longer than its column is refused ("value too long"), not cut short, by
+    insert_rows / insert_columns and bulk_set_values as by the ORM: their casts carry no
+    length (db.column_cast)."""
+    from django.db import DataError, transaction
+
+    from portal.core.db import bulk_set_values
+    from tests.portal.agent_helpers import make_job
+
+    job = make_job(cluster)
+    kind = "k" * 40  # JobEvent.kind is max_length=32
+    with pytest.raises(DataError), transaction.atomic():
+        JobEvent.objects.bulk_create([JobEvent(job=job, kind=kind)])
+    with pytest.raises(DataError), transaction.atomic():
+        insert_rows(JobEvent, [{"job_id": job.pk, "kind": kind}])
+    with pytest.raises(DataError), transaction.atomic():
+        bulk_set_values(Job, [job.pk], {"reason_code": ["r" * 40]})
+    assert insert_rows(JobEvent, [{"job_id": job.pk, "kind": "k" * 32}])  # the limit itself

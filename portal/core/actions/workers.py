@@ -163,7 +163,11 @@ def settle_jobs(
 ) -> set[int]:
     """Release the GPUs of ended workers and move their jobs on (running, done, failed, requeued).
     `start_failures` says why workers (by id) failed to start, for the failed job's reason.
-    Returns the jobs it decided to move on other than to running (done, failed, requeued)."""
+    Returns the jobs whose workers a reply must not tell to run on the caller's copy of
+    the job: those it moved on other than to running (done, failed, requeued), and those
+    it found, once locked, in a state other than admitted or running (another request
+    moved them on after the caller read them: a gang failed by another node, a cancel,
+    a preemption)."""
     pg = connection.vendor == "postgresql"
     if ended_workers:
         release = statements.release_allocations if pg else statements.release_allocations_orm
@@ -183,12 +187,13 @@ def settle_jobs(
     _carry_out(decisions, now, lost_kind, lost_message, start_failures or {})
     if ended_workers:
         transaction.on_commit(request_scheduling_pass)
-    return {
+    moved = {
         entry[0] if isinstance(entry, tuple) else entry
         for kind, entries in decisions.items()
         if kind != "running"
         for entry in entries
     }
+    return moved | {pk for pk, state in jobs.items() if state not in Job.RUNNING_STATES}
 
 
 def _decide(jobs: dict[int, str], current: dict[int, list[GangWorker]]) -> dict[str, list]:
