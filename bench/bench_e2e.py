@@ -146,6 +146,19 @@ def _proc_times() -> dict[int, tuple[int, float]]:
     return out
 
 
+# Not a part of its own: the agents' processes without their workers (shims and commands).
+AGENTS_OWN = "agents' own"
+
+
+def _own_time(pid: int) -> float:
+    """CPU seconds of one process itself (utime + stime), without its children."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_by_part(stack: Stack) -> dict[str, float]:
     """CPU seconds so far of each part of the stack (a process with its descendants), and
     of this database's PostgreSQL sessions."""
@@ -157,10 +170,12 @@ def cpu_by_part(stack: Stack) -> dict[str, float]:
     def tree(pid: int) -> float:
         return procs.get(pid, (0, 0.0))[1] + sum(tree(c) for c in children.get(pid, []))
 
-    out: dict[str, float] = {}
+    out: dict[str, float] = {AGENTS_OWN: 0.0}
     for name, proc in stack.procs.items():
         part = "agents (and their workers)" if name.startswith("agent") else name
         out[part] = out.get(part, 0.0) + tree(proc.pid)
+        if name.startswith("agent"):
+            out[AGENTS_OWN] += _own_time(proc.pid)
     with connection.cursor() as cur:
         cur.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
@@ -341,10 +356,12 @@ def backlog(api: Api, count: int, gpus: int, stack: Stack, count_requests: bool 
     if done != len(ids):
         print(f"warning: {len(ids) - done} of {len(ids)} backlog jobs did not succeed")
     cpu = {k: v - cpu0.get(k, 0.0) for k, v in cpu_by_part(stack).items()}
+    own = cpu.pop(AGENTS_OWN, 0.0)
     print(
         "backlog CPU per job: "
         + ", ".join(f"{k} {1000 * v / max(1, done):.1f} ms" for k, v in cpu.items())
         + f" = {1000 * sum(cpu.values()) / max(1, done):.1f} ms"
+        + f" (the agents' own processes {1000 * own / max(1, done):.1f} ms of theirs)"
     )
     if logs0 is not None:
         time.sleep(1)  # the last lines reach the logs
