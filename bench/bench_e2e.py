@@ -208,7 +208,8 @@ def start_stack(stack: Stack, args, boot: str, var: Path) -> str:
                 "--access-logfile", access]  # fmt: skip
     stack.start("web", gunicorn, env)
     uvicorn = [str(BIN / "uvicorn"), "portal.agentapi.watch:app", "--host", "127.0.0.1",
-               "--port", str(watch), "--log-level", "warning", "--no-access-log"]  # fmt: skip
+               "--port", str(watch), "--log-level", "warning", "--no-access-log",
+               "--timeout-graceful-shutdown", "2"]  # fmt: skip
     stack.start("watch", uvicorn, env)
     celery = [str(BIN / "celery"), "-A", "portal", "worker", "-B", "-c", "1", "--loglevel",
               "INFO" if args.count else "WARNING", "-s", str(var / "celerybeat-schedule")]  # fmt: skip

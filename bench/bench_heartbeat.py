@@ -178,6 +178,8 @@ def start_watch(port: int) -> subprocess.Popen:
             "--no-access-log",
             "--backlog",
             "4096",
+            "--timeout-graceful-shutdown",
+            "2",
         ],  # fmt: skip
         cwd=ROOT,
         env=server_env(port),

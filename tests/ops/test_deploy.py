@@ -97,6 +97,11 @@ def test_units_agree_with_the_rest_of_the_deployment():
     assert " worker " in worker["ExecStart"][0] and " -B" not in worker["ExecStart"][0]
     watch = parse_unit(DEPLOY / "systemd" / "berth-watch.service")["Service"]
     assert "uvicorn portal.agentapi.watch:app" in watch["ExecStart"][0]
+    # On SIGTERM uvicorn waits for the waiting watches (up to 25 s) unless told not to:
+    # it must let them go before systemd kills it (docs/deploy.md, "The agents' watch").
+    command = watch["ExecStart"][0].split()
+    graceful = int(command[command.index("--timeout-graceful-shutdown") + 1])
+    assert graceful < int(watch["TimeoutStopSec"][0])
     agent = parse_unit(DEPLOY / "systemd" / "berth-agent.service")["Service"]
     assert agent["KillMode"] == ["process"]  # an agent restart must not kill the workers
     assert agent["RestartPreventExitStatus"] == ["2 4"]  # agents/cli.py: config, auth
