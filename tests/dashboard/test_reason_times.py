@@ -49,3 +49,21 @@ def test_job_tables_say_how_long_ago_in_the_webs_one_relative_time(story, login)
         row = re.sub(r"<[^>]+>", " ", row[: row.index("</tr>")])
         assert re.search(rf"\b{shown}\b", row), row
         assert "minutes ago" not in html
+
+
+def test_no_template_uses_djangos_timesince_or_timeuntil():
+    """Every page says relative times with `ago` (format.relative); Django's filters
+    say '0 minutes ago' and word things differently from the rest of the site."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    templates = [
+        *root.joinpath("templates").rglob("*.html"),
+        *root.joinpath("portal").rglob("*.html"),
+    ]
+    users = [
+        str(p.relative_to(root))
+        for p in templates
+        if re.search(r"\|\s*time(since|until)", p.read_text())
+    ]
+    assert users == []
