@@ -46,7 +46,17 @@ class Watch:
             await self._lifespan(receive, send)
         elif scope["type"] == "http":
             await self._start()
-            status, body = await self._answer(scope)
+            try:
+                status, body = await self._answer(scope)
+            except asyncio.CancelledError:
+                # The server is stopping: uvicorn cancels the watches still waiting when
+                # its --timeout-graceful-shutdown is up. Each is answered as when Redis is
+                # away (the agent heartbeats, then watches the next process), instead of
+                # ending in a traceback per waiting agent in the log.
+                status, body = (
+                    503,
+                    _error("unavailable", "The watch is restarting; heartbeat instead."),
+                )
             await _send_json(send, status, body)
 
     # -- life -----------------------------------------------------------------------

@@ -163,6 +163,26 @@ def test_the_watch_refuses_forged_tickets_bad_versions_and_other_methods(cluster
     assert all(set(body["error"]) == {"code", "message", "detail"} for _, body in answers)
 
 
+def test_a_watch_still_waiting_when_the_server_stops_is_answered_not_crashed(cluster, watching):
+    """uvicorn cancels the requests still waiting once its graceful shutdown time is up
+    (--timeout-graceful-shutdown, deploy/): each is answered 503 so its agent heartbeats,
+    and none ends in an exception (a traceback per waiting agent in the log)."""
+    node = cluster.nodes[0]
+    ticket = wake.watch_reply(node.pk, 0)["ticket"]
+
+    async def scenario(app):
+        waiting = asyncio.create_task(call(app, ticket=ticket, query=b"since=0"))
+        await asyncio.sleep(0.3)
+        assert not waiting.done() and app.waiters.get(node.pk)
+        waiting.cancel()
+        answer = await asyncio.wait_for(waiting, 5)
+        return answer, dict(app.waiters)
+
+    (status, body), waiters = run(scenario)
+    assert status == 503 and body["error"]["code"] == "unavailable"
+    assert waiters == {}  # its waiter is gone with it
+
+
 def test_cancelling_an_admitted_job_wakes_its_node(
     cluster, watching, django_capture_on_commit_callbacks
 ):
