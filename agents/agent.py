@@ -7,6 +7,7 @@ One tick (every fraction of a second, and at once when something is to report):
 3. heartbeat when due, or soon after a worker started or ended or the watch said the
    desired state changed: report GPUs and workers, take the reply as the
    complete desired state, forget acknowledged exits;
+   after a beat, rotate the node token once it is older than ``--token-max-age``;
 4. if no heartbeat succeeded for ``disconnect_limit_s``, stop all workers
    (docs/protocol.md section 3: the portal may then run their gangs elsewhere);
 5. otherwise converge on the desired state (agents.reconcile).
@@ -59,6 +60,8 @@ COALESCE_S = 0.02
 # Acknowledged keys are remembered so a stale "run" entry can never start a
 # worker twice; keys of old attempts never come back, so a bounded memory is enough.
 FINISHED_MEMORY = 10_000
+# After the portal refused a rotation (409: the token is another hostname's), the next try.
+ROTATION_REFUSED_RETRY_S = 3600.0
 # A worker key inside a sentence such as "Not this node's worker: 42.0.3".
 _KEY_IN_TEXT = re.compile(r"(?<![\d.])\d{1,18}\.\d{1,9}\.\d{1,9}(?![\d.])")
 
@@ -95,6 +98,11 @@ class Agent:
         self._clock = clock
         self._backoff = backoff or Backoff(base_s=1.0, cap_s=10.0)
         self._token = config.node_token or token_file.load()
+        # When the token is due for rotation (epoch seconds: the file's mtime + max age);
+        # None: never (rotation off, or a token the agent could not save).
+        self._rotate_at: float | None = None
+        self._next_rotation_try = clock()
+        self._rotation_backoff = Backoff(self._backoff.base_s, self._backoff.cap_s)
         self.heartbeat_interval_s = config.heartbeat_interval_s
         self.disconnect_limit_s = config.disconnect_limit_s
         self._stop_requested = threading.Event()
@@ -136,6 +144,7 @@ class Agent:
                 if self._token is None:
                     return EXIT_OK
             self._last_contact = self._next_beat = self._clock()
+            self._schedule_rotation()
             log.info(
                 "agent running on %s with the %s runtime", self._cfg.hostname, self._runtime.name
             )
@@ -256,6 +265,8 @@ class Agent:
         self._local = self._observe()
         if self._clock() >= self._next_beat or (news and not self._backing_off):
             self._heartbeat()
+            if self._rotation_due():
+                self._rotate()
         self._check_contact()
         self._converge()
 
@@ -358,6 +369,98 @@ class Agent:
         self._sent_tails = tails
         self._apply_acks(reply.get("ack"))
         self._next_beat = now + self.heartbeat_interval_s
+
+    # -- token rotation (docs/protocol.md section 1, "Rotation") -------------
+
+    def _schedule_rotation(self) -> None:
+        """Set when the node token is due for rotation: its file's mtime plus the max age.
+        A token from --node-token / BERTH_NODE_TOKEN is never rotated: the agent could not
+        save a new one, and a new one it cannot save locks the node out once it restarts."""
+        max_age = self._cfg.token_max_age_s
+        self._rotate_at = None
+        if not max_age:
+            return
+        if self._cfg.node_token:
+            self._warn_once(
+                "rotation",
+                "the node token comes from --node-token / BERTH_NODE_TOKEN, where the agent "
+                "cannot save a new one: it is not rotated (keep it in %s to have it rotated)",
+                self._token_file.path,
+            )
+            return
+        saved_at = self._token_file.saved_at()
+        if saved_at is not None:
+            self._rotate_at = saved_at + max_age
+
+    def _rotation_due(self) -> bool:
+        return (
+            self._rotate_at is not None
+            and not self._backing_off
+            and self._clock() >= self._next_rotation_try
+            and time.time() >= self._rotate_at
+        )
+
+    def _rotate(self) -> None:
+        """Trade the node token for a new one, saved (atomically, 0600) before it is used.
+        Until the new one is used the portal still accepts the old one, so a lost reply, a
+        failed save or an agent dying in between leaves a working token in the file; the
+        next try sends the old one again. A 401 raises AuthError (the token-rejected path)."""
+        if not self._token_file.writable():
+            self._warn_once(
+                "rotation-file",
+                "cannot write the node token file's directory %s: the token is not rotated",
+                self._token_file.path.parent,
+            )
+            self._rotate_at = None
+            return
+        request = {k: v for k, v in self._registration().items() if k != "bootstrap_token"}
+        try:
+            reply = self._portal.rotate(self._token, request)
+            token = self._new_token(reply)
+            self._token_file.save(token)
+        except TransientError as exc:
+            self._retry_rotation("the node token rotation failed", exc, exc.retry_after)
+            return
+        except OSError as exc:
+            path = self._token_file.path
+            self._retry_rotation(f"cannot save the new node token to {path}", exc.strerror or exc)
+            return
+        except RejectedError as exc:
+            self._rotation_refused(exc)
+            return
+        self._token = token
+        self._rotation_backoff.reset()
+        self._apply_timing(reply)
+        self._schedule_rotation()
+        log.info("node token rotated; the new one is saved to %s", self._token_file.path)
+
+    @staticmethod
+    def _new_token(reply: dict[str, Any]) -> str:
+        token = reply.get("node_token")
+        if not isinstance(token, str) or not token or token != token.strip():
+            raise TransientError("the rotation reply has no node_token")
+        return token
+
+    def _retry_rotation(self, what: str, reason: Any, retry_after: float | None = None) -> None:
+        """Try again with the agent's backoff; the current token stays in use (the portal
+        accepts it until the new one is used, for BERTH_NODE_TOKEN_OVERLAP_S at most)."""
+        delay = self._rotation_backoff.next_delay(retry_after)
+        self._next_rotation_try = self._clock() + delay
+        log.warning(
+            "%s: %s; keeping the current token, trying again in %.1f s", what, reason, delay
+        )
+
+    def _rotation_refused(self, exc: RejectedError) -> None:
+        """A 409 (the token is another hostname's: --hostname changed?) or another 4xx: the
+        current token stays; trying again at every beat would only repeat the refusal."""
+        log.error(
+            "the portal refused to rotate the node token: %s; keeping the current token, "
+            "trying again in %.0f s",
+            exc,
+            ROTATION_REFUSED_RETRY_S,
+            extra={"error": exc.error},
+        )
+        self._next_rotation_try = self._clock() + ROTATION_REFUSED_RETRY_S
 
     # -- watch (docs/protocol.md section 2a) ----------------------------------
 

@@ -21,6 +21,8 @@ T = TypeVar("T")
 DEFAULT_STATE_DIR = "/var/lib/berth-agent"
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 DEFAULT_DISCONNECT_LIMIT_S = 60.0
+# A node token older than this is rotated (docs/agent.md, "Token rotation"): 30 days.
+DEFAULT_TOKEN_MAX_AGE_S = 30 * 24 * 3600.0
 PULL_POLICIES = ("missing", "always", "never")
 # request: a device request by GPU UUID (real GPUs, NVIDIA container toolkit);
 # none: no device request (simulated GPUs, an engine without GPU support).
@@ -53,6 +55,7 @@ class AgentConfig:
     rack: str = ""
     block: str = ""
     request_timeout_s: float = 10.0
+    token_max_age_s: float = DEFAULT_TOKEN_MAX_AGE_S
     stop_workers_on_exit: bool = False
     log_format: str = "text"
     log_level: str = "INFO"
@@ -150,6 +153,12 @@ _OPTIONS: list[tuple[str, str, str | None, str]] = [
         "10",
         "seconds before a portal request is given up",
     ),
+    (
+        "--token-max-age",
+        "BERTH_TOKEN_MAX_AGE",
+        str(int(DEFAULT_TOKEN_MAX_AGE_S)),
+        "seconds before the agent rotates the node token in its token file (0: never)",
+    ),
     ("--log-format", "BERTH_LOG_FORMAT", "text", "text or json (one JSON object per line)"),
     ("--log-level", "BERTH_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
 ]
@@ -213,6 +222,13 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise ValueError("must be an integer >= 1")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError("must be a number >= 0")
     return value
 
 
@@ -286,6 +302,7 @@ def parse_config(argv: Sequence[str] | None, environ: Mapping[str, str]) -> Agen
         rack=values.get("--rack") or "",
         block=values.get("--block") or "",
         request_timeout_s=values.get("--request-timeout", positive_float),
+        token_max_age_s=values.get("--token-max-age", non_negative_float),
         stop_workers_on_exit=stop_on_exit,
         log_format=values.get("--log-format", one_of("text", "json")),
         log_level=values.get(

@@ -111,6 +111,11 @@ class PortalClient:
     def register(self, payload: dict[str, Any]) -> dict[str, Any]:
         return self._post(REGISTER_PATH, payload)
 
+    def rotate(self, token: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Trade the node token for a new one: the registration request, the token as Bearer
+        and no bootstrap token (docs/protocol.md section 1, "Rotation")."""
+        return self._post(REGISTER_PATH, payload, token)
+
     def heartbeat(self, token: str, payload: dict[str, Any]) -> dict[str, Any]:
         return self._post(HEARTBEAT_PATH, payload, token)
 

@@ -69,6 +69,17 @@ class NodeTokenFile:
         ensure_dir(self.path.parent)
         write_atomic(self.path, token + "\n", mode=0o600)
 
+    def saved_at(self) -> float | None:
+        """When the token was last written (the file's mtime, epoch seconds); None if absent."""
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
+
+    def writable(self) -> bool:
+        """Whether save can replace the file: write_atomic writes beside it and renames."""
+        return os.access(self.path.parent, os.W_OK | os.X_OK)
+
 
 # Renewed by the agent after every answered heartbeat; read by the process
 # runtime's shim, which stops its worker when the lease runs out.

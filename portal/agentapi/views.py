@@ -23,6 +23,7 @@ from portal.agentapi.schema import Invalid, parse_heartbeat, parse_registration
 from portal.core import wake
 from portal.core.actions.heartbeat import ProtocolError, record_heartbeat
 from portal.core.actions.nodes import NodeIdentityTaken, register_node, rotate_node_token
+from portal.core.secrets import digest
 
 MAX_BODY = 1024 * 1024
 
@@ -89,7 +90,9 @@ def register(request):
     registration, bootstrap_token = parse_registration(_body(request))
     source = request.META.get("REMOTE_ADDR", "")
     if node is not None:
-        node, token = rotate_node_token(node, registration, source=source)
+        node, token = rotate_node_token(
+            node, registration, token_digest=digest(presented), source=source
+        )
     else:
         node, token = register_node(registration, bootstrap_token=bootstrap_token, source=source)
     return JsonResponse(

@@ -471,7 +471,7 @@ class NodeAdmin(admin.ModelAdmin):
         changed = sum(1 for node in queryset if uncordon_node(node, acting_user=request.user))
         self.message_user(request, f"Uncordoned {changed} node(s).", messages.SUCCESS)
 
-    @admin.action(description="Reset identity: its token stops, its workers are lost")
+    @admin.action(description="Reset identity: its tokens stop, its workers are lost")
     def reset_identity(self, request, queryset):
         def reset(node, *, acting_user, reason):
             reset_node_identity(node, acting_user=acting_user, reason=reason)

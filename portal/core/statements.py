@@ -350,22 +350,29 @@ def submit_statement(roles: tuple[str, ...], one: bool = False) -> tuple[str, li
 # --- the agent API: which node calls, what it runs (agentapi/) ------------------------
 
 
-def node_by_token(token_digest: str) -> Node | None:
-    """The node with this token digest. Runs on both backends; the agent API uses it
-    on PostgreSQL, where it is kept prepared (it runs for every heartbeat).
+def node_by_token(token_digest: str, now: datetime) -> Node | None:
+    """The node this token digest authenticates at `now`: its current token, or its
+    previous one while the overlap lasts (Node.authenticated_by says the same as a Q).
+    Runs on both backends; the agent API uses it on PostgreSQL, where it is kept prepared
+    (it runs for every heartbeat). Both hashes are indexed: PostgreSQL reads either.
 
     Replaces node_by_token_orm."""
+    if not token_digest:  # never a digest; the empty hash of a reset node matches nothing
+        return None
     with server_binding_cursor() as cursor:
         cursor.execute(
-            f"SELECT {columns(Node, 'n')} FROM {Node._meta.db_table} n WHERE n.token_hash = %s",
-            [token_digest],
+            f"SELECT {columns(Node, 'n')} FROM {Node._meta.db_table} n WHERE n.token_hash = %s "
+            "OR (n.previous_token_hash = %s AND n.previous_token_replaced_at > %s)",
+            [token_digest, token_digest, Node.previous_token_since(now)],
         )
         row = cursor.fetchone()
     return split_row(row, Node)[0][0] if row else None
 
 
-def node_by_token_orm(token_digest: str) -> Node | None:
-    return Node.objects.filter(token_hash=token_digest).first()
+def node_by_token_orm(token_digest: str, now: datetime) -> Node | None:
+    if not token_digest:
+        return None
+    return Node.objects.filter(Node.authenticated_by(token_digest, now)).first()
 
 
 def gpu_uuids(worker_ids: list[int]) -> list[tuple[int, str]]:

@@ -41,6 +41,14 @@ class FakePortal:
         self.node_tokens = {"bnt_good"}
         self.bootstrap_tokens = {"bbt_ok"}
         self.scripted: deque[Scripted] = deque()
+        # Rotation as the portal does it (docs/protocol.md, "Rotation"): the token a rotation
+        # replaced keeps working until the new one is used; a rotation by it replaces only
+        # the unproven new one. Scripted answers go to rotations; "lost" commits the
+        # rotation and answers 502, as a proxy whose backend's reply was lost would.
+        self.previous_token: str | None = None
+        self.unproven_token: str | None = None
+        self.rotation_scripted: deque[Scripted | str] = deque()
+        self.issued = 0
         self.requests: list[Request] = []
         self.unknown_keys: set[str] = set()
         self.closed = False
@@ -63,6 +71,14 @@ class FakePortal:
         self.scripted.append(
             Scripted(status, body or {"error": {"code": "x", "message": "scripted"}}, headers)
         )
+
+    def script_rotation(self, status: int | str, **headers: str) -> None:
+        """Answer the next rotation with this status (or "lost": rotate, then answer 502)."""
+        if isinstance(status, str):
+            self.rotation_scripted.append(status)
+        else:
+            body = {"error": {"code": "x", "message": "scripted"}}
+            self.rotation_scripted.append(Scripted(status, body, headers))
 
     def bump_watch(self) -> None:
         """The node's desired state changed: answer the waiting watch now."""
@@ -102,6 +118,8 @@ class FakePortal:
         self, path: str, headers: dict[str, str], body: dict[str, Any]
     ) -> tuple[int, dict, dict]:
         if path == "/api/agent/v1/register":
+            if headers.get("Authorization", "").startswith("Bearer "):
+                return self._rotate(headers, body)
             return self._register(body)
         if path == "/api/agent/v1/heartbeat":
             return self._heartbeat(headers, body)
@@ -120,10 +138,40 @@ class FakePortal:
         }
         return 201, reply, {}
 
+    def _rotate(self, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, dict, dict]:
+        token = headers["Authorization"].removeprefix("Bearer ")
+        if token not in self.node_tokens:
+            return 401, {"error": {"code": "bad_token", "message": "unknown node token"}}, {}
+        scripted = self.rotation_scripted.popleft() if self.rotation_scripted else None
+        if isinstance(scripted, Scripted):
+            return scripted.status, scripted.body, scripted.headers
+        if token == self.previous_token:  # the agent never got the last reply
+            self.node_tokens.discard(self.unproven_token)
+        else:
+            self.previous_token = token
+        self.issued += 1
+        self.unproven_token = f"bnt_rotated_{self.issued}"
+        self.node_tokens.add(self.unproven_token)
+        if scripted == "lost":
+            return 502, {"error": {"code": "bad_gateway", "message": "reply lost"}}, {}
+        reply = {"node_id": 7, "node_token": self.unproven_token, "heartbeat_interval_s": 0.1}
+        return 201, reply, {}
+
+    def rotations(self) -> list[Request]:
+        with self.lock:
+            return [
+                r
+                for r in self.requests
+                if r.path.endswith("/register") and "Authorization" in r.headers
+            ]
+
     def _heartbeat(self, headers: dict[str, str], body: dict[str, Any]) -> tuple[int, dict, dict]:
         token = headers.get("Authorization", "").removeprefix("Bearer ")
         if token not in self.node_tokens:
             return 401, {"error": {"code": "bad_token", "message": "invalid node token"}}, {}
+        if token == self.unproven_token:  # its first use retires the one it replaced
+            self.node_tokens.discard(self.previous_token)
+            self.previous_token = self.unproven_token = None
         unknown = [w["key"] for w in body["workers"] if w["key"] in self.unknown_keys]
         if unknown:
             # The portal's own wording (portal/core/actions/heartbeat.py).

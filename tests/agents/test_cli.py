@@ -59,6 +59,13 @@ def test_config_comes_from_flags_over_environment(tmp_path):
     assert config.hostname  # defaults to this host's name
 
 
+def test_the_token_max_age_defaults_to_30_days_and_0_turns_rotation_off():
+    env = {"BERTH_PORTAL_URL": "https://portal.example"}
+    assert parse_config([], env).token_max_age_s == 30 * 24 * 3600
+    assert parse_config([], env | {"BERTH_TOKEN_MAX_AGE": "0"}).token_max_age_s == 0
+    assert parse_config(["--token-max-age", "3600"], env).token_max_age_s == 3600
+
+
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
@@ -89,6 +96,16 @@ def test_config_comes_from_flags_over_environment(tmp_path):
             [],
             {"BERTH_PORTAL_URL": "http://p:1", "BERTH_DOCKER_GPUS": "cdi"},
             "must be one of request, none",
+        ),
+        (
+            ["--token-max-age", "-1"],
+            {"BERTH_PORTAL_URL": "http://p:1"},
+            "invalid --token-max-age / BERTH_TOKEN_MAX_AGE: '-1': must be a number >= 0",
+        ),
+        (
+            [],
+            {"BERTH_PORTAL_URL": "http://p:1", "BERTH_TOKEN_MAX_AGE": "monthly"},
+            "invalid --token-max-age / BERTH_TOKEN_MAX_AGE: 'monthly'",
         ),
         (
             [],

@@ -14,13 +14,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import requests
 from django.utils import timezone
 
 from portal.core.actions.jobs import submit_job
 from portal.core.actions.node_monitor import monitor_nodes
 from portal.core.actions.nodes import issue_bootstrap_token
 from portal.core.jobspec import clean_job_spec
-from portal.core.models import GpuFlavor, Job, Node, Queue, Worker
+from portal.core.models import AuditEntry, GpuFlavor, Job, Node, Queue, Worker
 from portal.core.scheduling import run_pass
 from tests.factories import make_team, make_user
 
@@ -243,3 +244,54 @@ def test_restarted_agent_readopts_its_worker_without_a_duplicate(portal):
     assert Worker.objects.get(job=job).log_tail == "started\ndone\n"  # one run, not two
     assert "starting worker" in agents.log("node-a")
     assert agents.log("node-a").count("starting worker") == 1
+
+
+def test_an_agent_rotates_its_token_after_a_lost_rotation_reply_and_keeps_its_work(portal):
+    """The portal rotated the node's token, the reply never reached the agent (here the test
+    sends the rotation and drops the reply, the agent being down): the agent starts again
+    with the old token file, which still works, rotates with it once the file is older than
+    --token-max-age, saves the new token, and the old one is retired; its worker runs on."""
+    team, user, agents = portal
+    register(agents, "node-a")
+    job = submit(team, user, ["sleep", "60"], workers=1, gpus=4)
+    run_pass()
+    wait_for(lambda: state_of(job) == State.RUNNING, what="running")
+    agents.stop("node-a")  # SIGTERM: its worker keeps running
+    token_file = agents.tmp / "node-a" / "node_token"
+    old = token_file.read_text().strip()
+    node = Node.objects.get(hostname="node-a")
+    gpus = [
+        {"index": g.index, "uuid": g.uuid, "name": PRODUCT, "memory_total_mib": 81559}
+        for g in node.gpus.order_by("index")
+    ]
+    lost = requests.post(
+        agents.url + "/api/agent/v1/register",
+        json={"hostname": "node-a", "rack": "r1", "block": "r1", "gpus": gpus},
+        headers={"Authorization": f"Bearer {old}"},
+        timeout=10,
+    )
+    assert lost.status_code == 201  # committed; the agent never sees this reply
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(token_file, (two_days_ago, two_days_ago))
+
+    agents.start("node-a", "r1", "process", "--token-max-age", "86400")
+    wait_for(lambda: token_file.read_text().strip() != old, what="the new token saved")
+    new = token_file.read_text().strip()
+    assert new != lost.json()["node_token"]
+    wait_for(
+        lambda: AuditEntry.objects.filter(target_id=str(node.pk), action="retire_token").exists(),
+        what="the old token retired",
+    )
+    beat = agents.url + "/api/agent/v1/heartbeat"
+    for refused in (old, lost.json()["node_token"]):
+        auth = {"Authorization": f"Bearer {refused}"}
+        answer = requests.post(beat, json={}, headers=auth, timeout=10)
+        assert answer.status_code == 401
+    notes = AuditEntry.objects.filter(target_id=str(node.pk), action="rotate_token")
+    assert sorted(n.note.split(" from ")[0] for n in notes) == [
+        "by its current token",
+        "by its previous token",
+    ]
+    assert state_of(job) == State.RUNNING and Worker.objects.filter(job=job).count() == 1
+    assert Node.objects.get(hostname="node-a").pk == node.pk
+    assert "node token rotated" in agents.log("node-a")

@@ -83,9 +83,9 @@ def test_the_current_token_rotates_without_spending_a_bootstrap_token(client, cl
     response = register(client, None, node.hostname, inventory(node), node_token=token)
     assert response.status_code == 201, response.content
     fresh = response.json()["node_token"]
-    assert beat(client, node, token).status_code == 401
     reply = beat(client, node, fresh, [report(job, 0, "running")]).json()
     assert [r["key"] for r in reply["run"]] == [f"{job.pk}.0.0"]  # same identity, same work
+    assert beat(client, node, token).status_code == 401  # retired once the new one was used
     rotated = AuditEntry.objects.get(target_type="node", action="rotate_token")
     assert rotated.target_id == str(node.pk) and rotated.actor is None
 

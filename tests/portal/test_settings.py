@@ -37,6 +37,7 @@ def _django(env: dict, *args: str) -> subprocess.CompletedProcess:
         ("BERTH_DEFAULT_MAX_RESTARTS", "-2", "BERTH_DEFAULT_MAX_RESTARTS must be ≥ 0"),
         ("DATABASE_URL", "nosuchdb://x", "DATABASE_URL is not a valid database URL"),
         ("BERTH_AGENT_DISCONNECT_LIMIT_S", "500", "BERTH_AGENT_DISCONNECT_LIMIT_S must be below"),
+        ("BERTH_NODE_TOKEN_OVERLAP_S", "-1", "BERTH_NODE_TOKEN_OVERLAP_S must be ≥ 0"),
     ],
 )
 def test_bad_environment_value_fails_with_the_variable_named(name, value, message):

@@ -119,17 +119,34 @@ def test_submit_target_statement_answers_as_the_orm(cluster, personas):
     assert compared >= 20
 
 
-def test_node_statement_answers_as_the_orm(cluster):
-    """Both backends: the agent API runs the ORM query on SQLite, the statement elsewhere."""
-    tokens = [node_token(node) for node in cluster.nodes[:2]]
-    Node.objects.filter(pk=cluster.nodes[1].pk).update(last_heartbeat_at=timezone.now())
-    for token in [*tokens, "bnt_unknown", ""]:
-        by_sql, by_orm = (
-            statements.node_by_token(digest(token)),
-            statements.node_by_token_orm(digest(token)),
+def test_node_statement_answers_as_the_orm(cluster, settings):
+    """Both backends: the agent API runs the ORM query on SQLite, the statement elsewhere.
+    Current tokens, a previous token inside and one past the overlap, a reset node's empty
+    hashes (which no digest, not even an empty one, matches)."""
+    settings.BERTH = settings.BERTH | {"NODE_TOKEN_OVERLAP_S": 3600.0}
+    now = timezone.now()
+    tokens = [node_token(node) for node in cluster.nodes[:4]]
+    Node.objects.filter(pk=cluster.nodes[1].pk).update(last_heartbeat_at=now)
+    inside, past = "bnt_replaced_inside", "bnt_replaced_past"
+    for node, old, at in [(cluster.nodes[2], inside, 3599), (cluster.nodes[3], past, 3601)]:
+        replaced = now - timedelta(seconds=at)
+        Node.objects.filter(pk=node.pk).update(
+            previous_token_hash=digest(old), previous_token_replaced_at=replaced
         )
-        assert _fields(by_sql) == _fields(by_orm), token
-    assert statements.node_by_token(digest(tokens[1])).pk == cluster.nodes[1].pk
+    reset = cluster.nodes[4]
+    Node.objects.filter(pk=reset.pk).update(token_hash="", previous_token_hash="")
+    digests = [digest(t) for t in [*tokens, inside, past, "bnt_unknown", ""]] + [""]
+    for token_digest in digests:
+        by_sql, by_orm = (
+            statements.node_by_token(token_digest, now),
+            statements.node_by_token_orm(token_digest, now),
+        )
+        assert _fields(by_sql) == _fields(by_orm), token_digest
+    assert statements.node_by_token(digest(tokens[1]), now).pk == cluster.nodes[1].pk
+    assert statements.node_by_token(digest(inside), now).pk == cluster.nodes[2].pk
+    assert statements.node_by_token(digest(tokens[3]), now).pk == cluster.nodes[3].pk
+    assert statements.node_by_token(digest(past), now) is None
+    assert statements.node_by_token("", now) is None
 
 
 def _two_admitted_jobs(cluster):

@@ -21,6 +21,8 @@ from portal.core.models import GpuFlavor, Node, NodeBootstrapToken, Worker
 from portal.core.secrets import digest, new_secret
 
 Cordon = Node.Cordon
+# A node's tokens: both stop working at an identity reset.
+TOKEN_FIELDS = ("token_hash", "previous_token_hash", "previous_token_replaced_at")
 
 
 class NodeIdentityTaken(Exception):
@@ -73,21 +75,55 @@ def register_node(
 
 
 def rotate_node_token(
-    node: Node, registration: Registration, *, source: str = ""
+    node: Node, registration: Registration, *, token_digest: str, source: str = ""
 ) -> tuple[Node, str]:
-    """The node's current token trades itself for a new one; its work stays its own."""
+    """The node's token (its digest: `token_digest`) trades itself for a new one; its work
+    stays its own.
+
+    The current token becomes the node's previous token, which keeps authenticating until
+    the new one is first used (retire_previous_token) or the overlap passes: a reply lost
+    on its way, or an agent that died before it saved the new token, does not lock the node
+    out. A rotation by the previous token (the agent never got the last reply) replaces
+    only the unproven current token: the previous one and its deadline stay as they are,
+    so it never outlives its overlap nor moves past a token the node has not used."""
     if node.hostname != registration.hostname:
         raise NodeIdentityTaken("This node token belongs to another node.")
     now = timezone.now()
     with transaction.atomic():
-        locked = Node.objects.select_for_update().get(pk=node.pk)
-        if locked.token_hash != node.token_hash:
-            raise PermissionError("the node token was replaced meanwhile")
-        node, secret = _save_registration(locked, registration, now)
-        record_event(
-            actor=None, instance=node, action="rotate_token", note=f"from {source or 'unknown'}"
+        locked = (
+            Node.objects.select_for_update()
+            .filter(Node.authenticated_by(token_digest, now), pk=node.pk)
+            .first()
         )
+        if locked is None:
+            raise PermissionError("the node token was replaced meanwhile")
+        by = "current" if locked.token_hash == token_digest else "previous"
+        if by == "current":
+            locked.previous_token_hash, locked.previous_token_replaced_at = token_digest, now
+        node, secret = _save_registration(locked, registration, now)
+        note = f"by its {by} token from {source or 'unknown'}"
+        record_event(actor=None, instance=node, action="rotate_token", note=note)
     return node, secret
+
+
+def retire_previous_token(node: Node) -> bool:
+    """The node used its current token: the token that one replaced stops working. Return
+    whether this call retired it (a conditional update: of beats at once, one does)."""
+    with transaction.atomic():
+        retired = (
+            Node.objects.filter(
+                pk=node.pk,
+                token_hash=node.token_hash,
+                previous_token_hash=node.previous_token_hash,
+            )
+            .exclude(previous_token_hash="")
+            .update(previous_token_hash="", previous_token_replaced_at=None)
+        )
+        if retired:
+            note = "the node used its new token"
+            record_event(actor=None, instance=node, action="retire_token", note=note)
+    node.previous_token_hash, node.previous_token_replaced_at = "", None
+    return bool(retired)
 
 
 def holds_identity(node: Node) -> bool:
@@ -261,7 +297,7 @@ def edit_node(node: Node, *, acting_user, **changes) -> list[str]:
 
 def reset_node_identity(node: Node, *, acting_user, reason: str) -> int:
     """An admin lets a hostname register anew (a reinstalled or replaced machine): the
-    node's token stops working, it is not ready, and its workers are lost (their gangs
+    node's tokens (current and previous) stop working, it is not ready, and its workers are lost (their gangs
     requeued), so a new identity never receives the old one's work. Return the workers lost."""
     if not reason.strip():
         raise ValueError("an identity reset needs a reason")
@@ -269,12 +305,14 @@ def reset_node_identity(node: Node, *, acting_user, reason: str) -> int:
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         locked.token_hash, locked.condition = "", Node.Condition.NOT_READY
+        locked.previous_token_hash, locked.previous_token_replaced_at = "", None
         locked.not_ready_since = locked.not_ready_since or now
-        locked.save(update_fields=["token_hash", "condition", "not_ready_since"])
+        locked.save(update_fields=[*TOKEN_FIELDS, "condition", "not_ready_since"])
         workers = list(Worker.objects.select_for_update().filter(node=locked, state__in=LIVE))
         if workers:
             message = f"An admin reset node {locked.hostname}'s identity: {reason}"
             lose_workers(workers, now=now, kind="node_lost", message=message[:200])
         record_event(actor=acting_user, instance=locked, action="reset_identity", note=reason)
     node.token_hash, node.condition = locked.token_hash, locked.condition
+    node.previous_token_hash, node.previous_token_replaced_at = "", None
     return len(workers)

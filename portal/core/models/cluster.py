@@ -1,6 +1,7 @@
 """The hardware: nodes, their GPUs, and the tokens agents register with."""
 
 import fnmatch
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -48,6 +49,11 @@ class Node(models.Model):
     registered_at = models.DateTimeField(auto_now_add=True)
     agent_version = models.CharField(max_length=40, blank=True)
     token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    # The token the current one replaced, and when: it keeps authenticating until the node
+    # first uses the current one or BERTH_NODE_TOKEN_OVERLAP_S passes, so a rotation whose
+    # reply was lost does not lock the node out (docs/protocol.md, "Rotation").
+    previous_token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    previous_token_replaced_at = models.DateTimeField(null=True, blank=True, editable=False)
     # What the last written heartbeat said of the GPUs (a digest of their identity and
     # health) and when their telemetry was written: a heartbeat that reports the same
     # before the telemetry is due touches no GPU row (portal.core.actions.heartbeat).
@@ -73,6 +79,23 @@ class Node(models.Model):
     @property
     def schedulable(self) -> bool:
         return self.condition == self.Condition.READY and self.cordon == self.Cordon.NONE
+
+    @staticmethod
+    def authenticated_by(token_digest: str, now: datetime) -> Q:
+        """The node a token digest authenticates now: the one whose current token it is, or
+        whose previous token it is while the overlap lasts (previous_token_since).
+        statements.node_by_token says the same in SQL; a digest is never empty, and the
+        callers refuse an empty one, so the empty hash of a reset node never matches."""
+        previous = Q(
+            previous_token_hash=token_digest,
+            previous_token_replaced_at__gt=Node.previous_token_since(now),
+        )
+        return Q(token_hash=token_digest) | previous
+
+    @staticmethod
+    def previous_token_since(now: datetime) -> datetime:
+        """A previous token replaced after this moment still authenticates (the overlap)."""
+        return now - timedelta(seconds=settings.BERTH["NODE_TOKEN_OVERLAP_S"])
 
 
 class GpuHealth(models.TextChoices):
