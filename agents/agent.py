@@ -17,6 +17,7 @@ Everything is idempotent, so a lost reply or an agent restart is harmless.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import threading
@@ -62,6 +63,12 @@ COALESCE_S = 0.02
 FINISHED_MEMORY = 10_000
 # After the portal refused a rotation (409: the token is another hostname's), the next try.
 ROTATION_REFUSED_RETRY_S = 3600.0
+# A rotation that failed (portal away, disk full) is tried again with a backoff up to this:
+# nothing is urgent while the old token works, and each try is an audited rotation.
+ROTATION_RETRY_CAP_S = 300.0
+# Nodes registered together would rotate together, every node in one beat interval: each
+# node rotates up to this fraction of the max age early, by its hostname (rotation_due_at).
+ROTATION_SPREAD = 0.1
 # A worker key inside a sentence such as "Not this node's worker: 42.0.3".
 _KEY_IN_TEXT = re.compile(r"(?<![\d.])\d{1,18}\.\d{1,9}\.\d{1,9}(?![\d.])")
 
@@ -102,7 +109,7 @@ class Agent:
         # None: never (rotation off, or a token the agent could not save).
         self._rotate_at: float | None = None
         self._next_rotation_try = clock()
-        self._rotation_backoff = Backoff(self._backoff.base_s, self._backoff.cap_s)
+        self._rotation_backoff = Backoff(self._backoff.base_s, ROTATION_RETRY_CAP_S)
         self.heartbeat_interval_s = config.heartbeat_interval_s
         self.disconnect_limit_s = config.disconnect_limit_s
         self._stop_requested = threading.Event()
@@ -390,7 +397,7 @@ class Agent:
             return
         saved_at = self._token_file.saved_at()
         if saved_at is not None:
-            self._rotate_at = saved_at + max_age
+            self._rotate_at = rotation_due_at(saved_at, max_age, self._cfg.hostname)
 
     def _rotation_due(self) -> bool:
         return (
@@ -674,3 +681,13 @@ class Agent:
             detail=str(exc),
         )
         self._local[key] = self._failed[key]
+
+
+def rotation_due_at(saved_at: float, max_age_s: float, hostname: str) -> float:
+    """When a node token saved at `saved_at` is rotated: `max_age_s` later, less up to
+    ROTATION_SPREAD of it, the same for a hostname every time (a stable hash, not
+    Python's salted one), so a cluster registered in one go rotates over days, not in one
+    beat interval."""
+    digest = hashlib.sha256(hostname.encode()).digest()
+    fraction = int.from_bytes(digest[:4], "big") / 2**32
+    return saved_at + max_age_s * (1 - ROTATION_SPREAD * fraction)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from agents.agent import EXIT_AUTH, Agent
+from agents.agent import EXIT_AUTH, ROTATION_SPREAD, Agent, rotation_due_at
 from agents.config import AgentConfig
 from agents.gpu import FakeGpuBackend
 from agents.portal import PortalClient
@@ -43,8 +43,9 @@ def beats_with(portal, token) -> list:
 
 
 def test_rotates_once_the_token_is_due_and_not_before(portal, start_agent, tmp_path):
-    file = token_file(tmp_path, age_s=DAY - 1.5)  # due in a second and a half
-    due = file.saved_at() + DAY
+    # gpu-node-07's token is due a little before DAY (rotation_due_at): in a second and a half
+    file = token_file(tmp_path, age_s=rotation_due_at(0.0, DAY, "gpu-node-07") - 1.5)
+    due = rotation_due_at(file.saved_at(), DAY, "gpu-node-07")
     due_on_the_test_clock = time.monotonic() + (due - time.time())
     start(start_agent, token_max_age_s=DAY)
     (rotation,) = wait_until(portal.rotations, 10, "a rotation")
@@ -220,3 +221,15 @@ def test_the_token_file_knows_whether_it_can_be_replaced(tmp_path):
         assert not file.writable()
     finally:
         os.chmod(file.path.parent, 0o700)
+
+
+def test_nodes_registered_together_rotate_spread_over_a_tenth_of_the_max_age():
+    """A cluster registered in one go must not rotate in one beat interval: each hostname
+    has its own moment, within the last tenth of the max age, the same on every start."""
+    saved = 1_000_000.0
+    due = [rotation_due_at(saved, 30 * DAY, f"gpu-{i:04d}") for i in range(2000)]
+    assert all(saved + 30 * DAY * (1 - ROTATION_SPREAD) <= d <= saved + 30 * DAY for d in due)
+    assert max(due) - min(due) > 2.5 * DAY  # spread over nearly the whole tenth (3 days)
+    busiest = max(sum(1 for d in due if t <= d < t + 3600) for t in due)
+    assert busiest < 100  # of 2,000 nodes, at most a few dozen in any hour
+    assert rotation_due_at(saved, 30 * DAY, "gpu-0007") == due[7]
