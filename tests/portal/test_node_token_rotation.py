@@ -89,7 +89,7 @@ def test_the_old_token_works_until_the_new_one_is_used_then_never_again(client, 
     assert rotate(client, node, old).status_code == 401  # nor may it rotate any more
     assert beat(client, node, new, running).status_code == 200
     node.refresh_from_db()
-    assert node.previous_token_hash == "" and node.previous_token_replaced_at is None
+    assert node.previous_token_hash is None and node.previous_token_replaced_at is None
     retired = AuditEntry.objects.get(target_type="node", action="retire_token")
     assert retired.target_id == str(node.pk) and retired.actor is None
 
@@ -152,7 +152,7 @@ def test_an_identity_reset_refuses_both_tokens(client, busy, personas):
     assert beat(client, node, new).status_code == 401
     assert rotate(client, node, old).status_code == 401
     node.refresh_from_db()
-    assert (node.token_hash, node.previous_token_hash) == ("", "")
+    assert (node.token_hash, node.previous_token_hash) == ("", None)
 
 
 def test_an_empty_stored_hash_matches_no_token(cluster):
@@ -191,3 +191,36 @@ def test_a_beat_by_the_old_token_costs_what_a_steady_beat_costs(
     beat(client, node, new, running, gpus=gpus)  # the first use retires the old token
     with django_assert_num_queries(5):
         assert beat(client, node, new, running, gpus=gpus).status_code == 200
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's generic plan")
+def test_the_heartbeats_lookup_reads_indexes_not_every_node_even_as_a_generic_plan(cluster):
+    """The lookup is prepared, and the settings force generic plans: PostgreSQL plans it
+    once without the token. With '' for "no previous token" in every row it estimated
+    "previous_token_hash = $2" to match half the table and scanned every node on every
+    beat (0.7 ms at 2,000 nodes, growing with the cluster); NULL and a partial index keep
+    it two index probes."""
+    from portal.core import statements
+
+    flavor = cluster.nodes[0].flavor
+    Node.objects.bulk_create(
+        Node(hostname=f"many-{i:04d}", flavor=flavor, token_hash=f"{i:064x}") for i in range(2000)
+    )
+    one = Node.objects.get(hostname="many-0001")
+    Node.objects.filter(pk=one.pk).update(
+        previous_token_hash="f" * 64, previous_token_replaced_at=timezone.now()
+    )
+    sql = statements.NODE_BY_TOKEN
+    for n in (1, 2, 3):
+        sql = sql.replace("%s", f"${n}", 1)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE core_node")
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE node_by_token_plan (text, text, timestamptz) AS {sql}")
+        try:
+            cursor.execute("EXPLAIN EXECUTE node_by_token_plan ('x', 'x', now())")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE node_by_token_plan")
+    assert "Seq Scan" not in plan, plan
+    assert "node_previous_token_hash" in plan, plan

@@ -134,7 +134,7 @@ def test_node_statement_answers_as_the_orm(cluster, settings):
             previous_token_hash=digest(old), previous_token_replaced_at=replaced
         )
     reset = cluster.nodes[4]
-    Node.objects.filter(pk=reset.pk).update(token_hash="", previous_token_hash="")
+    Node.objects.filter(pk=reset.pk).update(token_hash="", previous_token_hash=None)
     digests = [digest(t) for t in [*tokens, inside, past, "bnt_unknown", ""]] + [""]
     for token_digest in digests:
         by_sql, by_orm = (

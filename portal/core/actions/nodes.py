@@ -116,13 +116,13 @@ def retire_previous_token(node: Node) -> bool:
                 token_hash=node.token_hash,
                 previous_token_hash=node.previous_token_hash,
             )
-            .exclude(previous_token_hash="")
-            .update(previous_token_hash="", previous_token_replaced_at=None)
+            .exclude(previous_token_hash__isnull=True)
+            .update(previous_token_hash=None, previous_token_replaced_at=None)
         )
         if retired:
             note = "the node used its new token"
             record_event(actor=None, instance=node, action="retire_token", note=note)
-    node.previous_token_hash, node.previous_token_replaced_at = "", None
+    node.previous_token_hash, node.previous_token_replaced_at = None, None
     return bool(retired)
 
 
@@ -305,7 +305,7 @@ def reset_node_identity(node: Node, *, acting_user, reason: str) -> int:
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         locked.token_hash, locked.condition = "", Node.Condition.NOT_READY
-        locked.previous_token_hash, locked.previous_token_replaced_at = "", None
+        locked.previous_token_hash, locked.previous_token_replaced_at = None, None
         locked.not_ready_since = locked.not_ready_since or now
         locked.save(update_fields=[*TOKEN_FIELDS, "condition", "not_ready_since"])
         workers = list(Worker.objects.select_for_update().filter(node=locked, state__in=LIVE))
@@ -314,5 +314,5 @@ def reset_node_identity(node: Node, *, acting_user, reason: str) -> int:
             lose_workers(workers, now=now, kind="node_lost", message=message[:200])
         record_event(actor=acting_user, instance=locked, action="reset_identity", note=reason)
     node.token_hash, node.condition = locked.token_hash, locked.condition
-    node.previous_token_hash, node.previous_token_replaced_at = "", None
+    node.previous_token_hash, node.previous_token_replaced_at = None, None
     return len(workers)

@@ -51,8 +51,10 @@ class Node(models.Model):
     token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
     # The token the current one replaced, and when: it keeps authenticating until the node
     # first uses the current one or BERTH_NODE_TOKEN_OVERLAP_S passes, so a rotation whose
-    # reply was lost does not lock the node out (docs/protocol.md, "Rotation").
-    previous_token_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    # reply was lost does not lock the node out (docs/protocol.md, "Rotation"). NULL when
+    # none, and indexed only where set: with '' in nearly every row PostgreSQL's generic
+    # plan of the heartbeat's lookup took "= $1" to match half the table and scanned it all.
+    previous_token_hash = models.CharField(max_length=64, null=True, blank=True, editable=False)
     previous_token_replaced_at = models.DateTimeField(null=True, blank=True, editable=False)
     # What the last written heartbeat said of the GPUs (a digest of their identity and
     # health) and when their telemetry was written: a heartbeat that reports the same
@@ -63,6 +65,13 @@ class Node(models.Model):
     class Meta:
         ordering = ["rack", "hostname"]
         constraints = [valid_choice("condition", NodeCondition), valid_choice("cordon", NodeCordon)]
+        indexes = [
+            models.Index(
+                fields=["previous_token_hash"],
+                condition=Q(previous_token_hash__isnull=False),
+                name="node_previous_token_hash",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.hostname
