@@ -7,6 +7,7 @@ a silently different configuration (healthchecks' hc/settings.py does the same).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -58,7 +59,11 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return number
 
 
-def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+def env_float(
+    name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
+) -> float:
+    """A finite number (nan and inf are refused: a duration of inf fails later, at the
+    first use, far from the variable that caused it)."""
     value = _raw(name)
     if value is None:
         return default
@@ -66,8 +71,12 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         number = float(value)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {value!r}")
     if minimum is not None and number < minimum:
         raise ImproperlyConfigured(f"{name} must be ≥ {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name} must be ≤ {maximum}, got {number}")
     return number
 
 

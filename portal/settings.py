@@ -259,8 +259,11 @@ BERTH = {
     "HEARTBEAT_INTERVAL_S": env_float("BERTH_HEARTBEAT_INTERVAL_S", 5.0, minimum=0.5),
     "AGENT_DISCONNECT_LIMIT_S": env_float("BERTH_AGENT_DISCONNECT_LIMIT_S", 60.0, minimum=1.0),
     # After a rotation the node's previous token keeps working until the node first uses the
-    # new one, or for this long (docs/protocol.md, "Rotation"; docs/security.md). 0: not at all.
-    "NODE_TOKEN_OVERLAP_S": env_float("BERTH_NODE_TOKEN_OVERLAP_S", 24 * 3600.0, minimum=0.0),
+    # new one, or for this long (docs/protocol.md, "Rotation"; docs/security.md): at least a
+    # minute (with none, one lost reply would lock the node out), at most 30 days.
+    "NODE_TOKEN_OVERLAP_S": env_float(
+        "BERTH_NODE_TOKEN_OVERLAP_S", 24 * 3600.0, minimum=60.0, maximum=30 * 24 * 3600.0
+    ),
     # The agents' watch (docs/protocol.md 2a, portal/agentapi/watch.py): where an agent waits
     # for its desired state to change (a path on the portal, or an absolute URL), and for
     # how long one wait may last. Empty: no watch, agents learn changes at their next beat.

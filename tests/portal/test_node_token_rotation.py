@@ -155,14 +155,52 @@ def test_an_identity_reset_refuses_both_tokens(client, busy, personas):
     assert (node.token_hash, node.previous_token_hash) == ("", None)
 
 
-def test_an_empty_stored_hash_matches_no_token(cluster):
-    """A reset node's hashes are empty: no presented token, however odd, is its."""
-    node = cluster.nodes[0]
-    Node.objects.filter(pk=node.pk).update(
-        token_hash="", previous_token_hash="", previous_token_replaced_at=timezone.now()
-    )
-    for token in ["", " ", "bnt_", "Bearer"]:
-        assert authenticated_node(token) is None
+def test_a_new_identity_ends_the_old_identitys_previous_token(client, busy, clock):
+    """A machine reinstalled and registered anew with a bootstrap token is a new identity:
+    the token the old one was rotating away from must not beat (and so read the new
+    identity's jobs) nor rotate it out."""
+    from tests.portal.test_node_identity import bootstrap_token, register
+
+    node, old, job = busy
+    rotated(client, node, old)  # the reply is lost; then the machine is reinstalled
+    Worker.objects.filter(node=node).delete()
+    Node.objects.filter(pk=node.pk).update(condition=Node.Condition.NOT_READY)
+    answer = register(client, bootstrap_token(), node.hostname, inventory(node), rack=node.rack)
+    assert answer.status_code == 201, answer.content
+    fresh = answer.json()["node_token"]
+    assert beat(client, node, old).status_code == 401
+    assert rotate(client, node, old).status_code == 401
+    assert beat(client, node, fresh).status_code == 200
+    node.refresh_from_db()
+    assert (node.previous_token_hash, node.previous_token_replaced_at) == (None, None)
+
+
+def test_a_rotation_changes_the_token_not_the_labels_an_admin_edited(client, busy, personas):
+    """Agents rotate by themselves every few weeks: an admin's rack and block must stay."""
+    from portal.core.actions.nodes import edit_node
+
+    node, old, _ = busy
+    agents = Node.objects.get(pk=node.pk)  # what the agent's configuration says
+    edit_node(node, acting_user=personas.admin, rack="r-admin", block="b-admin")
+    new = rotated(client, agents, old)  # the body says the agent's own rack and block
+    node.refresh_from_db()
+    assert (node.rack, node.block) == ("r-admin", "b-admin")
+    assert beat(client, node, new).status_code == 200
+
+
+def test_of_two_beats_with_the_new_token_at_once_one_retires_the_previous(client, busy):
+    """retire_previous_token is a conditional update: two beats that both read the
+    pending previous token retire it once, with one audit row."""
+    from portal.core.actions.nodes import retire_previous_token
+
+    node, old, _ = busy
+    rotated(client, node, old)
+    first, second = Node.objects.get(pk=node.pk), Node.objects.get(pk=node.pk)
+    assert first.previous_token_hash == digest(old)
+    assert retire_previous_token(first) is True
+    assert retire_previous_token(second) is False
+    assert AuditEntry.objects.filter(action="retire_token", target_id=str(node.pk)).count() == 1
+    assert beat(client, node, old).status_code == 401
 
 
 @pytest.mark.parametrize("pending", [False, True], ids=["steady", "rotation pending"])

@@ -37,7 +37,10 @@ def _django(env: dict, *args: str) -> subprocess.CompletedProcess:
         ("BERTH_DEFAULT_MAX_RESTARTS", "-2", "BERTH_DEFAULT_MAX_RESTARTS must be ≥ 0"),
         ("DATABASE_URL", "nosuchdb://x", "DATABASE_URL is not a valid database URL"),
         ("BERTH_AGENT_DISCONNECT_LIMIT_S", "500", "BERTH_AGENT_DISCONNECT_LIMIT_S must be below"),
-        ("BERTH_NODE_TOKEN_OVERLAP_S", "-1", "BERTH_NODE_TOKEN_OVERLAP_S must be ≥ 0"),
+        ("BERTH_NODE_TOKEN_OVERLAP_S", "0", "BERTH_NODE_TOKEN_OVERLAP_S must be ≥ 60"),
+        ("BERTH_NODE_TOKEN_OVERLAP_S", "1e11", "BERTH_NODE_TOKEN_OVERLAP_S must be ≤ 2592000"),
+        ("BERTH_NODE_TOKEN_OVERLAP_S", "inf", "BERTH_NODE_TOKEN_OVERLAP_S must be a finite number"),
+        ("BERTH_HEARTBEAT_INTERVAL_S", "nan", "BERTH_HEARTBEAT_INTERVAL_S must be a finite number"),
     ],
 )
 def test_bad_environment_value_fails_with_the_variable_named(name, value, message):

@@ -12,6 +12,7 @@ No Django: these build the scheduler's frozen dataclasses directly.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from scheduler import (
@@ -323,3 +324,13 @@ class Sim:
 def _gpu_order(gpu: str):
     name, index = gpu.rsplit("/", 1)
     return (name, int(index))
+
+
+# The property tests draw fresh random cases on every run; `make fuzz-scheduler` runs
+# them with BERTH_PROPERTY_SCALE times as many (docs/scheduling.md, "Tests").
+PROPERTY_SCALE = float(os.environ.get("BERTH_PROPERTY_SCALE", "1"))
+
+
+def examples(n: int) -> int:
+    """`n` property-test examples, times BERTH_PROPERTY_SCALE."""
+    return max(1, round(n * PROPERTY_SCALE))

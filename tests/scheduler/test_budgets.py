@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from scheduler import REASONS, Budget, schedule
 from scheduler.timewords import instant
-from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, reasons, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, examples, reasons, verdict
 from tests.scheduler.test_properties import snapshots
 
 RESETS = NOW + 10 * 24 * HOUR
@@ -213,7 +213,7 @@ def budgeted(draw):
     return replace(snap, budgets=tuple(budgets))
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(budgeted())
 def test_admissions_never_overrun_a_budget(snap):
     plan = schedule(snap)

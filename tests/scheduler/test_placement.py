@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from scheduler import schedule
 from scheduler.index import FreeIndex
 from scheduler.placement import DOMAIN, NODE, choose
-from tests.scheduler.helpers import Cluster, admitted, nodes_of, reasons
+from tests.scheduler.helpers import Cluster, admitted, examples, nodes_of, reasons
 
 
 def roomy_team(c):
@@ -201,7 +201,7 @@ def brute_domain_slots(free, dom, per_worker):
     return slots
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 8), st.integers(0, 3)), min_size=1, max_size=12),
     st.lists(st.tuples(st.integers(0, 11), st.integers(-8, 8)), max_size=40),

@@ -20,13 +20,15 @@ from scheduler import (
     WorkerPlacement,
     schedule,
 )
-from tests.scheduler.helpers import NOW
+from tests.scheduler.helpers import NOW, examples
 
 FLAVORS = ["h100", "a100"]
 MOSTLY_H100 = st.sampled_from(["h100", "h100", "h100", "a100"])
 # Most jobs were never requeued; some are in their requeue backoff, some just out of it.
 ELIGIBLE_AT = st.sampled_from([0.0, 0.0, 0.0, NOW - 10, NOW, NOW + 60, NOW + 3600])
-SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(250), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @st.composite
@@ -393,7 +395,7 @@ def test_plans_are_safe(snap):
     check_backoff_respected(snap, plan)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_same_input_same_plan_in_any_order(data):
     snap = data.draw(ANY_SNAPSHOT)

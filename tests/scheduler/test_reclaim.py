@@ -20,6 +20,7 @@ from tests.scheduler.helpers import (
     Cluster,
     Sim,
     admitted,
+    examples,
     preempted,
     reasons,
     verdict,
@@ -409,7 +410,7 @@ def check_not_over_committed(sim):
     assert slack(sim.teams, usage) >= 0, usage
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reclaimable())
 def test_reclaim_admits_the_gang_within_two_passes(c):
     sim = Sim(c)

@@ -8,7 +8,7 @@ from scheduler.model import Quota, Team
 from scheduler.placement import DOMAIN, take
 from scheduler.quota import Ledger, contribution
 from scheduler.state import Transaction
-from tests.scheduler.helpers import Cluster
+from tests.scheduler.helpers import Cluster, examples
 
 
 def busy_pass():
@@ -95,7 +95,7 @@ quotas = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.tuples(quotas, st.sampled_from([None, "c"]), st.integers(0, 20)), min_size=1, max_size=4

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from scheduler.sim import Simulator
 from scheduler.sim.cluster import homogeneous, quota_teams
 from scheduler.sim.engine import END
+from tests.scheduler.helpers import examples
 from tests.sim.helpers import POLICIES, config, job, run, team
 
 
@@ -177,7 +178,7 @@ traces = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     traces,
     st.sampled_from(POLICIES),

@@ -64,6 +64,8 @@ def register_node(
             )
         if not _spend(bootstrap):
             raise PermissionError("unknown, expired, used up or revoked bootstrap token")
+        if node is not None:  # a new identity: no token of the old one works any more
+            node.previous_token_hash, node.previous_token_replaced_at = None, None
         node, secret = _save_registration(node, registration, now)
         record_event(
             actor=None,
@@ -100,10 +102,15 @@ def rotate_node_token(
         by = "current" if locked.token_hash == token_digest else "previous"
         if by == "current":
             locked.previous_token_hash, locked.previous_token_replaced_at = token_digest, now
-        node, secret = _save_registration(locked, registration, now)
+        # Only the token (and the agent's version) changes: agents rotate on their own every
+        # few weeks, and an admin's edit of the node's labels must not revert with it.
+        secret = new_secret("bnt")
+        locked.token_hash, locked.agent_version = secret.digest, registration.agent_version
+        locked.save(update_fields=[*TOKEN_FIELDS, "agent_version"])
+        node = locked
         note = f"by its {by} token from {source or 'unknown'}"
         record_event(actor=None, instance=node, action="rotate_token", note=note)
-    return node, secret
+    return node, secret.plaintext
 
 
 def retire_previous_token(node: Node) -> bool:
