@@ -270,12 +270,13 @@ class Agent:
         self._soon.clear()  # first: news from now on wakes the next tick
         self._collect_starts()
         self._local = self._observe()
-        if self._clock() >= self._next_beat or (news and not self._backing_off):
+        beat = self._clock() >= self._next_beat or (news and not self._backing_off)
+        if beat:
             self._heartbeat()
-            if self._rotation_due():
-                self._rotate()
         self._check_contact()
         self._converge()
+        if beat and self._rotation_due():  # after the reply's starts and stops are in hand
+            self._rotate()
 
     def _observe(self) -> dict[str, WorkerStatus]:
         """Workers as the runtime sees them, plus starts in flight and failed starts it has no record of."""
@@ -419,6 +420,12 @@ class Agent:
                 self._token_file.path.parent,
             )
             self._rotate_at = None
+            return
+        if not self._token_file.can_save():
+            # Not asked of the portal: a rotation starts the old token's overlap, and a new
+            # token that cannot be saved would be lost with the next restart.
+            path = self._token_file.path
+            self._retry_rotation(f"cannot write beside the node token {path}", "no space?")
             return
         request = {k: v for k, v in self._registration().items() if k != "bootstrap_token"}
         try:

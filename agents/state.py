@@ -18,7 +18,10 @@ def ensure_dir(path: Path, mode: int = 0o700) -> Path:
 def write_atomic(path: Path, text: str, mode: int = 0o600, *, durable: bool = True) -> None:
     """Write ``text`` to ``path`` via a temporary file and rename, so readers see old or new, never half.
 
-    ``durable=False`` skips the fsync, for files that only matter while the machine stays
+    Durable (the default): the file is fsynced before the rename and its directory after,
+    so once this returns a power cut brings back the new contents, never the old (the
+    node token: the portal retires the old one once the new one is used).
+    ``durable=False`` skips both, for files that only matter while the machine stays
     up (a worker's meta.json, the lease): a reboot ends the workers they describe anyway,
     and an agent that crashes leaves them in the page cache for the next one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -38,6 +41,16 @@ def write_atomic(path: Path, text: str, mode: int = 0o600, *, durable: bool = Tr
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    if durable:
+        _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
@@ -70,11 +83,26 @@ class NodeTokenFile:
         write_atomic(self.path, token + "\n", mode=0o600)
 
     def saved_at(self) -> float | None:
-        """When the token was last written (the file's mtime, epoch seconds); None if absent."""
+        """When the token was last written (the file's mtime, epoch seconds), never later
+        than now (a clock that was ahead then must not put rotation off); None if absent."""
         try:
-            return self.path.stat().st_mtime
+            return min(self.path.stat().st_mtime, time.time())
         except OSError:
             return None
+
+    def can_save(self) -> bool:
+        """Whether a save would get through now: a small file written, fsynced and removed
+        beside the token (a full disk, a quota, a read-only remount say no). Asked before
+        each rotation, so a disk that cannot take the new token does not spend the old
+        one's overlap."""
+        probe = self.path.with_name(f".{self.path.name}.{os.getpid()}.probe")
+        try:
+            write_atomic(probe, "probe\n" * 64, mode=0o600)
+        except OSError:
+            return False
+        finally:
+            probe.unlink(missing_ok=True)
+        return True
 
     def writable(self) -> bool:
         """Whether save can replace the file: write_atomic writes beside it and renames."""

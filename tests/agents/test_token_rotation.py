@@ -233,3 +233,52 @@ def test_nodes_registered_together_rotate_spread_over_a_tenth_of_the_max_age():
     busiest = max(sum(1 for d in due if t <= d < t + 3600) for t in due)
     assert busiest < 100  # of 2,000 nodes, at most a few dozen in any hour
     assert rotation_due_at(saved, 30 * DAY, "gpu-0007") == due[7]
+
+
+def test_a_disk_that_cannot_take_a_token_is_not_asked_to_rotate(
+    portal, start_agent, tmp_path, monkeypatch, caplog
+):
+    """Each rotation starts the old token's overlap: while a probe write beside the token
+    fails (a full disk, a quota), the agent does not send one, and the beats go on."""
+    file = token_file(tmp_path, age_s=2 * DAY)
+    answers = [False, False]
+    monkeypatch.setattr(NodeTokenFile, "can_save", lambda self: answers.pop(0) if answers else True)
+    start(start_agent, token_max_age_s=DAY)
+    wait_until(lambda: beats_with(portal, "bnt_rotated_1"), 15, "a beat with the new token")
+    assert [bearer(r) for r in portal.rotations()] == ["bnt_good"]  # one, once it could save
+    assert len(beats_with(portal, "bnt_good")) >= 3  # the beats went on meanwhile
+    assert file.load() == "bnt_rotated_1"
+    assert caplog.text.count("cannot write beside the node token") == 2
+
+
+def test_the_probe_says_whether_a_save_would_get_through_and_leaves_nothing(tmp_path, monkeypatch):
+    file = token_file(tmp_path)
+    assert file.can_save() is True
+    assert sorted(p.name for p in file.path.parent.iterdir()) == ["node_token"]
+
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    assert file.can_save() is False
+    assert sorted(p.name for p in file.path.parent.iterdir()) == ["node_token"]
+
+
+def test_a_token_file_dated_in_the_future_does_not_put_rotation_off(portal, start_agent, tmp_path):
+    """A clock that was years ahead when the token was written: its age counts from now."""
+    file = token_file(tmp_path, age_s=-3650 * DAY)
+    assert file.saved_at() <= time.time()
+    start(start_agent, token_max_age_s=1.0)
+    wait_until(lambda: beats_with(portal, "bnt_rotated_1"), 10, "a beat with the new token")
+
+
+def test_a_durable_write_syncs_the_directory_after_the_rename(tmp_path, monkeypatch):
+    """Without it a power cut can bring back the directory entry of the old token file
+    after the portal retired that token (the new one was used at the next beat)."""
+    import agents.state as state
+
+    synced = []
+    monkeypatch.setattr(state, "_fsync_dir", lambda path: synced.append(path))
+    state.write_atomic(tmp_path / "node_token", "bnt_x\n")
+    state.write_atomic(tmp_path / "lease", "1\n", durable=False)
+    assert synced == [tmp_path]
