@@ -11,7 +11,7 @@ TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
 .PHONY: install run test test-sqlite test-fast lint format services browser docker promtool sso bench-core bench-pass \
-        bench-api bench-heartbeat bench-e2e bench-slurm bench-dashboard bench-sim bench-scrape faults fuzz clean
+        bench-api bench-heartbeat bench-e2e bench-slurm bench-dashboard bench-sim bench-scrape faults fuzz fuzz-scheduler clean
 
 $(STAMP):
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -65,6 +65,12 @@ fuzz: install services
 	  BERTH_FUZZ_EXAMPLES=$${BERTH_FUZZ_EXAMPLES:-100} \
 	  $(BIN)/python -m pytest tests/api/test_schema.py tests/api/test_fastparse.py \
 	  -k "stateful or agrees" $(PYTEST_ARGS)
+
+## the scheduler's and the simulator's property tests at length: BERTH_PROPERTY_SCALE (default
+## 20) times their examples, fresh random cases every run (docs/scheduling.md, "Tests")
+fuzz-scheduler: install
+	BERTH_PROPERTY_SCALE=$${BERTH_PROPERTY_SCALE:-20} \
+	  $(BIN)/python -m pytest tests/scheduler tests/sim -q $(PYTEST_ARGS)
 
 services:
 	scripts/ensure-services.sh
