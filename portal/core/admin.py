@@ -389,6 +389,7 @@ class NodeAdmin(admin.ModelAdmin):
         "registered_at",
         "agent_version",
         "cordon",
+        "previous_token",
         "audit_trail",
     )
     fields = (
@@ -403,6 +404,7 @@ class NodeAdmin(admin.ModelAdmin):
         "not_ready_since",
         "registered_at",
         "agent_version",
+        "previous_token",
         "audit_trail",
     )
     inlines = (GpuInline,)
@@ -432,7 +434,22 @@ class NodeAdmin(admin.ModelAdmin):
     def gpu_health(self, node):
         return f"{node.n_healthy}/{node.n_gpus}"
 
-    @admin.display(description="Audit trail (registrations, cordons, edits)")
+    @admin.display(description="Previous token")
+    def previous_token(self, node):
+        """A rotation not yet proven by the node (docs/protocol.md, "Rotation")."""
+        if not node.previous_token_hash or node.previous_token_replaced_at is None:
+            return "none"
+        now = timezone.now()
+        left = node.previous_token_replaced_at - Node.previous_token_since(now)
+        if left.total_seconds() <= 0:
+            return "expired (no longer accepted)"
+        ends = timezone.localtime(now + left)
+        return (
+            f"still accepted until {ends:%Y-%m-%d %H:%M}: the node has not used the token "
+            "it was given at its last rotation yet"
+        )
+
+    @admin.display(description="Audit trail (registrations, token rotations, cordons, edits)")
     def audit_trail(self, node):
         if node.pk is None:
             return "—"

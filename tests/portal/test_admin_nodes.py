@@ -135,3 +135,26 @@ def test_the_admin_resets_a_nodes_identity_with_a_reason(admin_client, cluster):
     assert node.token_hash == "" and node.condition == Node.Condition.NOT_READY
     entry = AuditEntry.objects.get(target_type="node", action="reset_identity")
     assert entry.note == "motherboard swap"
+
+
+def test_the_node_page_says_whether_a_previous_token_is_still_accepted(admin_client, cluster):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    node = cluster.nodes[0]
+    page = admin_client.get(f"/admin/core/node/{node.pk}/change/")
+    assert page.status_code == 200 and b"Previous token" in page.content
+    assert b"still accepted until" not in page.content
+
+    replaced = timezone.now() - timedelta(hours=1)  # the default overlap is 24 h
+    Node.objects.filter(pk=node.pk).update(
+        previous_token_hash="a" * 64, previous_token_replaced_at=replaced
+    )
+    page = admin_client.get(f"/admin/core/node/{node.pk}/change/")
+    ends = timezone.localtime(replaced + timedelta(hours=24))
+    assert f"still accepted until {ends:%Y-%m-%d %H:%M}".encode() in page.content
+
+    Node.objects.filter(pk=node.pk).update(previous_token_replaced_at=replaced - timedelta(days=2))
+    page = admin_client.get(f"/admin/core/node/{node.pk}/change/")
+    assert b"expired (no longer accepted)" in page.content
