@@ -66,6 +66,8 @@ ROTATION_REFUSED_RETRY_S = 3600.0
 # A rotation that failed (portal away, disk full) is tried again with a backoff up to this:
 # nothing is urgent while the old token works, and each try is an audited rotation.
 ROTATION_RETRY_CAP_S = 300.0
+# A token file's mtime this far ahead of the clock means the clock was wrong when it was written.
+FUTURE_SLACK_S = 60.0
 # Nodes registered together would rotate together, every node in one beat interval: each
 # node rotates up to this fraction of the max age early, by its hostname (rotation_due_at).
 ROTATION_SPREAD = 0.1
@@ -397,8 +399,16 @@ class Agent:
             )
             return
         saved_at = self._token_file.saved_at()
-        if saved_at is not None:
-            self._rotate_at = rotation_due_at(saved_at, max_age, self._cfg.hostname)
+        if saved_at is None:
+            return
+        if saved_at > time.time() + FUTURE_SLACK_S:
+            # Written while the clock was ahead: its age is unknown. Rotating now writes a
+            # file dated right; counting from now at every start would put it off for as
+            # long as the agent restarts more often than the max age.
+            log.warning("the node token file is dated in the future; rotating it now")
+            self._rotate_at = time.time()
+            return
+        self._rotate_at = rotation_due_at(saved_at, max_age, self._cfg.hostname)
 
     def _rotation_due(self) -> bool:
         return (
@@ -428,6 +438,7 @@ class Agent:
             self._retry_rotation(f"cannot write beside the node token {path}", "no space?")
             return
         request = {k: v for k, v in self._registration().items() if k != "bootstrap_token"}
+        token = None
         try:
             reply = self._portal.rotate(self._token, request)
             token = self._new_token(reply)
@@ -436,9 +447,13 @@ class Agent:
             self._retry_rotation("the node token rotation failed", exc, exc.retry_after)
             return
         except OSError as exc:
-            path = self._token_file.path
-            self._retry_rotation(f"cannot save the new node token to {path}", exc.strerror or exc)
-            return
+            # The file may hold the new token all the same (renamed, its directory's fsync
+            # failed): then the agent uses it, as the next agent would.
+            if token is None or self._saved_token() != token:
+                path = self._token_file.path
+                reason = exc.strerror or exc
+                self._retry_rotation(f"cannot save the new node token to {path}", reason)
+                return
         except RejectedError as exc:
             self._rotation_refused(exc)
             return
@@ -447,6 +462,12 @@ class Agent:
         self._apply_timing(reply)
         self._schedule_rotation()
         log.info("node token rotated; the new one is saved to %s", self._token_file.path)
+
+    def _saved_token(self) -> str | None:
+        try:
+            return self._token_file.load()
+        except OSError:
+            return None
 
     @staticmethod
     def _new_token(reply: dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -15,13 +16,16 @@ def ensure_dir(path: Path, mode: int = 0o700) -> Path:
     return path
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o600, *, durable: bool = True) -> None:
+def write_atomic(
+    path: Path, text: str, mode: int = 0o600, *, durable: bool = True, sync_dir: bool = False
+) -> None:
     """Write ``text`` to ``path`` via a temporary file and rename, so readers see old or new, never half.
 
-    Durable (the default): the file is fsynced before the rename and its directory after,
-    so once this returns a power cut brings back the new contents, never the old (the
-    node token: the portal retires the old one once the new one is used).
-    ``durable=False`` skips both, for files that only matter while the machine stays
+    Durable (the default): the file is fsynced before the rename. ``sync_dir`` also
+    fsyncs its directory after, so once this returns a power cut brings back the new
+    contents, never the old (the node token: the portal retires the old one once the new
+    one is used; a stop record may come back older, and a reboot ends its worker anyway).
+    ``durable=False`` skips the fsync, for files that only matter while the machine stays
     up (a worker's meta.json, the lease): a reboot ends the workers they describe anyway,
     and an agent that crashes leaves them in the page cache for the next one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -41,7 +45,7 @@ def write_atomic(path: Path, text: str, mode: int = 0o600, *, durable: bool = Tr
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if durable:
+    if sync_dir:
         _fsync_dir(path.parent)
 
 
@@ -80,13 +84,12 @@ class NodeTokenFile:
 
     def save(self, token: str) -> None:
         ensure_dir(self.path.parent)
-        write_atomic(self.path, token + "\n", mode=0o600)
+        write_atomic(self.path, token + "\n", mode=0o600, sync_dir=True)
 
     def saved_at(self) -> float | None:
-        """When the token was last written (the file's mtime, epoch seconds), never later
-        than now (a clock that was ahead then must not put rotation off); None if absent."""
+        """When the token was last written (the file's mtime, epoch seconds); None if absent."""
         try:
-            return min(self.path.stat().st_mtime, time.time())
+            return self.path.stat().st_mtime
         except OSError:
             return None
 
@@ -95,13 +98,14 @@ class NodeTokenFile:
         beside the token (a full disk, a quota, a read-only remount say no). Asked before
         each rotation, so a disk that cannot take the new token does not spend the old
         one's overlap."""
-        probe = self.path.with_name(f".{self.path.name}.{os.getpid()}.probe")
+        probe = self.path.with_name(f".{self.path.name}.probe")  # one name: nothing piles up
         try:
             write_atomic(probe, "probe\n" * 64, mode=0o600)
         except OSError:
             return False
         finally:
-            probe.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only mount refuses even this
+                probe.unlink(missing_ok=True)
         return True
 
     def writable(self) -> bool:

@@ -259,10 +259,11 @@ BERTH = {
     "HEARTBEAT_INTERVAL_S": env_float("BERTH_HEARTBEAT_INTERVAL_S", 5.0, minimum=0.5),
     "AGENT_DISCONNECT_LIMIT_S": env_float("BERTH_AGENT_DISCONNECT_LIMIT_S", 60.0, minimum=1.0),
     # After a rotation the node's previous token keeps working until the node first uses the
-    # new one, or for this long (docs/protocol.md, "Rotation"; docs/security.md): at least a
-    # minute (with none, one lost reply would lock the node out), at most 30 days.
+    # new one, or for this long (docs/protocol.md, "Rotation"; docs/security.md): at least
+    # 5 min and 10 beats (below; with less, one lost reply could lock the node out), at most
+    # 30 days.
     "NODE_TOKEN_OVERLAP_S": env_float(
-        "BERTH_NODE_TOKEN_OVERLAP_S", 24 * 3600.0, minimum=60.0, maximum=30 * 24 * 3600.0
+        "BERTH_NODE_TOKEN_OVERLAP_S", 24 * 3600.0, minimum=300.0, maximum=30 * 24 * 3600.0
     ),
     # The agents' watch (docs/protocol.md 2a, portal/agentapi/watch.py): where an agent waits
     # for its desired state to change (a path on the portal, or an absolute URL), and for
@@ -305,6 +306,11 @@ if (
     raise ImproperlyConfigured(
         "BERTH_AGENT_DISCONNECT_LIMIT_S must be below BERTH_NODE_NOT_READY_AFTER_S + "
         "BERTH_NODE_EVICT_AFTER_S, or a cut-off node could still run a gang the portal requeued"
+    )
+if BERTH["NODE_TOKEN_OVERLAP_S"] < 10 * BERTH["HEARTBEAT_INTERVAL_S"]:
+    raise ImproperlyConfigured(
+        "BERTH_NODE_TOKEN_OVERLAP_S must be at least 10 x BERTH_HEARTBEAT_INTERVAL_S: an agent "
+        "whose rotation reply was lost tries again at a beat, and must get there in time"
     )
 
 CELERY_BEAT_SCHEDULE = {

@@ -445,7 +445,7 @@ class NodeAdmin(admin.ModelAdmin):
             return "expired (no longer accepted)"
         ends = timezone.localtime(now + left)
         return (
-            f"still accepted until {ends:%Y-%m-%d %H:%M}: the node has not used the token "
+            f"still accepted until {ends:%Y-%m-%d %H:%M %Z}: the node has not used the token "
             "it was given at its last rotation yet"
         )
 

@@ -262,23 +262,57 @@ def test_the_probe_says_whether_a_save_would_get_through_and_leaves_nothing(tmp_
     monkeypatch.setattr(os, "write", full)
     assert file.can_save() is False
     assert sorted(p.name for p in file.path.parent.iterdir()) == ["node_token"]
+    monkeypatch.undo()
+
+    def read_only(self, missing_ok=False):  # a read-only mount refuses even a missing name
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(type(file.path), "unlink", read_only)
+    assert file.can_save() is True  # the probe got through; its removal is not the save
 
 
-def test_a_token_file_dated_in_the_future_does_not_put_rotation_off(portal, start_agent, tmp_path):
-    """A clock that was years ahead when the token was written: its age counts from now."""
+def test_a_token_file_dated_in_the_future_is_rotated_at_once(portal, start_agent, tmp_path):
+    """A clock that was years ahead when the token was written: its age is unknown, so it
+    is rotated now (counting from each start instead would put it off for as long as the
+    agent restarts more often than the max age), and the new file is dated right."""
     file = token_file(tmp_path, age_s=-3650 * DAY)
-    assert file.saved_at() <= time.time()
-    start(start_agent, token_max_age_s=1.0)
+    start(start_agent, token_max_age_s=30 * DAY)
     wait_until(lambda: beats_with(portal, "bnt_rotated_1"), 10, "a beat with the new token")
+    assert abs(file.saved_at() - time.time()) < 60
+    assert len(portal.rotations()) == 1
 
 
-def test_a_durable_write_syncs_the_directory_after_the_rename(tmp_path, monkeypatch):
+def test_the_token_is_saved_with_its_directory_synced_after_the_rename(tmp_path, monkeypatch):
     """Without it a power cut can bring back the directory entry of the old token file
-    after the portal retired that token (the new one was used at the next beat)."""
+    after the portal retired that token (the new one was used at the next beat). Other
+    durable files (stop records) do not pay for it."""
     import agents.state as state
 
     synced = []
-    monkeypatch.setattr(state, "_fsync_dir", lambda path: synced.append(path))
-    state.write_atomic(tmp_path / "node_token", "bnt_x\n")
+    file = NodeTokenFile(tmp_path / "node_token")
+    monkeypatch.setattr(state, "_fsync_dir", lambda path: synced.append((path, file.load())))
+    file.save("bnt_x")
+    state.write_json(tmp_path / "stop.json", {"a": 1})
     state.write_atomic(tmp_path / "lease", "1\n", durable=False)
-    assert synced == [tmp_path]
+    assert synced == [(tmp_path, "bnt_x")]  # once, and after the rename
+
+
+def test_a_save_that_fails_after_the_rename_still_switches_to_the_new_token(
+    portal, start_agent, tmp_path, monkeypatch
+):
+    """The directory's fsync failed but the file holds the new token: the agent uses it
+    (as the next agent would), instead of rotating again and again with the old one."""
+    import agents.state as state
+
+    file = token_file(tmp_path, age_s=2 * DAY)
+    failed = []
+
+    def failing_dir_sync(path):
+        if not failed:
+            failed.append(path)
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(state, "_fsync_dir", failing_dir_sync)
+    start(start_agent, token_max_age_s=DAY)
+    wait_until(lambda: beats_with(portal, "bnt_rotated_1"), 10, "a beat with the new token")
+    assert failed and file.load() == "bnt_rotated_1" and len(portal.rotations()) == 1

@@ -137,11 +137,15 @@ def test_the_admin_resets_a_nodes_identity_with_a_reason(admin_client, cluster):
     assert entry.note == "motherboard swap"
 
 
-def test_the_node_page_says_whether_a_previous_token_is_still_accepted(admin_client, cluster):
+def test_the_node_page_says_whether_a_previous_token_is_still_accepted(
+    admin_client, cluster, settings
+):
     from datetime import timedelta
 
     from django.utils import timezone
 
+    settings.BERTH = settings.BERTH | {"NODE_TOKEN_OVERLAP_S": 24 * 3600.0}
+    settings.TIME_ZONE = "Europe/Berlin"  # the admin's zone, not UTC: the time is local
     node = cluster.nodes[0]
     page = admin_client.get(f"/admin/core/node/{node.pk}/change/")
     assert page.status_code == 200 and b"Previous token" in page.content
@@ -152,8 +156,11 @@ def test_the_node_page_says_whether_a_previous_token_is_still_accepted(admin_cli
         previous_token_hash="a" * 64, previous_token_replaced_at=replaced
     )
     page = admin_client.get(f"/admin/core/node/{node.pk}/change/")
-    ends = timezone.localtime(replaced + timedelta(hours=24))
-    assert f"still accepted until {ends:%Y-%m-%d %H:%M}".encode() in page.content
+    with timezone.override("Europe/Berlin"):
+        ends = timezone.localtime(replaced + timedelta(hours=24))
+    assert ends.utcoffset() and f"still accepted until {ends:%Y-%m-%d %H:%M %Z}".encode() in (
+        page.content
+    )
 
     Node.objects.filter(pk=node.pk).update(previous_token_replaced_at=replaced - timedelta(days=2))
     page = admin_client.get(f"/admin/core/node/{node.pk}/change/")

@@ -37,7 +37,7 @@ def _django(env: dict, *args: str) -> subprocess.CompletedProcess:
         ("BERTH_DEFAULT_MAX_RESTARTS", "-2", "BERTH_DEFAULT_MAX_RESTARTS must be ≥ 0"),
         ("DATABASE_URL", "nosuchdb://x", "DATABASE_URL is not a valid database URL"),
         ("BERTH_AGENT_DISCONNECT_LIMIT_S", "500", "BERTH_AGENT_DISCONNECT_LIMIT_S must be below"),
-        ("BERTH_NODE_TOKEN_OVERLAP_S", "0", "BERTH_NODE_TOKEN_OVERLAP_S must be ≥ 60"),
+        ("BERTH_NODE_TOKEN_OVERLAP_S", "0", "BERTH_NODE_TOKEN_OVERLAP_S must be ≥ 300"),
         ("BERTH_NODE_TOKEN_OVERLAP_S", "1e11", "BERTH_NODE_TOKEN_OVERLAP_S must be ≤ 2592000"),
         ("BERTH_NODE_TOKEN_OVERLAP_S", "inf", "BERTH_NODE_TOKEN_OVERLAP_S must be a finite number"),
         ("BERTH_HEARTBEAT_INTERVAL_S", "nan", "BERTH_HEARTBEAT_INTERVAL_S must be a finite number"),
@@ -78,4 +78,20 @@ def test_prepared_statements_can_be_turned_off_for_old_pgbouncers(value, thresho
     assert result.returncode == 0, result.stderr
     assert f"'prepare_threshold': {threshold}" in result.stdout or (
         threshold is None and "prepare_threshold" not in result.stdout
+    )
+
+
+def test_the_token_overlap_must_outlast_ten_beats():
+    result = _django(
+        {"BERTH_HEARTBEAT_INTERVAL_S": "60", "BERTH_NODE_TOKEN_OVERLAP_S": "500"}, "check"
+    )
+    assert result.returncode != 0
+    assert "BERTH_NODE_TOKEN_OVERLAP_S must be at least 10 x BERTH_HEARTBEAT_INTERVAL_S" in (
+        result.stderr
+    )
+    assert (
+        _django(
+            {"BERTH_HEARTBEAT_INTERVAL_S": "60", "BERTH_NODE_TOKEN_OVERLAP_S": "600"}, "check"
+        ).returncode
+        == 0
     )

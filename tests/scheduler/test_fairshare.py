@@ -3,12 +3,12 @@
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import Quota, accrue, decay, schedule
 from scheduler.fairshare import LN2, historical_term, priority, weighted_share
-from tests.scheduler.helpers import NOW, Cluster, admitted
+from tests.scheduler.helpers import NOW, Cluster, admitted, examples
 
 HALF_LIFE = 7 * 24 * 3600.0
 
@@ -21,6 +21,7 @@ def test_decay_halves_per_half_life():
     assert decay(100.0, 1e9, 0.0) == 100.0  # half-life 0 disables decay, as in Slurm
 
 
+@settings(max_examples=examples(100))
 @given(st.floats(0, 1e6), st.floats(0, 64), st.floats(0, 1e6), st.floats(0, 1e6))
 def test_accrue_in_two_steps_equals_one(value, gpus, t1, t2):
     once = accrue(value, gpus, t1 + t2, HALF_LIFE)
