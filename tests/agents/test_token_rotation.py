@@ -316,3 +316,24 @@ def test_a_save_that_fails_after_the_rename_still_switches_to_the_new_token(
     start(start_agent, token_max_age_s=DAY)
     wait_until(lambda: beats_with(portal, "bnt_rotated_1"), 10, "a beat with the new token")
     assert failed and file.load() == "bnt_rotated_1" and len(portal.rotations()) == 1
+
+
+def test_the_rotation_comes_after_the_beats_reply_is_acted_on(
+    portal, start_agent, tmp_path, monkeypatch
+):
+    """A rotation is a portal request (up to the request timeout): the starts and stops
+    of the reply that came before it must not wait for it."""
+    token_file(tmp_path, age_s=2 * DAY)
+    calls = []
+    for name in ("_heartbeat", "_converge", "_rotate"):
+        original = getattr(Agent, name)
+
+        def traced(self, *args, _name=name, _original=original, **kwargs):
+            calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Agent, name, traced)
+    start(start_agent, token_max_age_s=DAY)
+    wait_until(lambda: beats_with(portal, "bnt_rotated_1"), 10, "a beat with the new token")
+    at = calls.index("_rotate")
+    assert calls[at - 2 : at] == ["_heartbeat", "_converge"]
