@@ -23,6 +23,8 @@ from portal.core.secrets import digest, new_secret
 Cordon = Node.Cordon
 # A node's tokens: both stop working at an identity reset.
 TOKEN_FIELDS = ("token_hash", "previous_token_hash", "previous_token_replaced_at")
+# No previous token: NULL, which the partial index leaves out (migration 0011).
+NO_PREVIOUS_TOKEN = {"previous_token_hash": None, "previous_token_replaced_at": None}
 
 
 class NodeIdentityTaken(Exception):
@@ -65,7 +67,7 @@ def register_node(
         if not _spend(bootstrap):
             raise PermissionError("unknown, expired, used up or revoked bootstrap token")
         if node is not None:  # a new identity: no token of the old one works any more
-            node.previous_token_hash, node.previous_token_replaced_at = None, None
+            _forget_previous_token(node)
         node, secret = _save_registration(node, registration, now)
         record_event(
             actor=None,
@@ -124,13 +126,18 @@ def retire_previous_token(node: Node) -> bool:
                 previous_token_hash=node.previous_token_hash,
             )
             .exclude(previous_token_hash__isnull=True)
-            .update(previous_token_hash=None, previous_token_replaced_at=None)
+            .update(**NO_PREVIOUS_TOKEN)
         )
         if retired:
             note = "the node used its new token"
             record_event(actor=None, instance=node, action="retire_token", note=note)
-    node.previous_token_hash, node.previous_token_replaced_at = None, None
+    _forget_previous_token(node)
     return bool(retired)
+
+
+def _forget_previous_token(node: Node) -> None:
+    for field, value in NO_PREVIOUS_TOKEN.items():
+        setattr(node, field, value)
 
 
 def holds_identity(node: Node) -> bool:
@@ -304,15 +311,16 @@ def edit_node(node: Node, *, acting_user, **changes) -> list[str]:
 
 def reset_node_identity(node: Node, *, acting_user, reason: str) -> int:
     """An admin lets a hostname register anew (a reinstalled or replaced machine): the
-    node's tokens (current and previous) stop working, it is not ready, and its workers are lost (their gangs
-    requeued), so a new identity never receives the old one's work. Return the workers lost."""
+    node's tokens (current and previous) stop working, it is not ready, and its workers
+    are lost (their gangs requeued), so a new identity never receives the old one's work.
+    Return the workers lost."""
     if not reason.strip():
         raise ValueError("an identity reset needs a reason")
     now = timezone.now()
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         locked.token_hash, locked.condition = "", Node.Condition.NOT_READY
-        locked.previous_token_hash, locked.previous_token_replaced_at = None, None
+        _forget_previous_token(locked)
         locked.not_ready_since = locked.not_ready_since or now
         locked.save(update_fields=[*TOKEN_FIELDS, "condition", "not_ready_since"])
         workers = list(Worker.objects.select_for_update().filter(node=locked, state__in=LIVE))
@@ -321,5 +329,5 @@ def reset_node_identity(node: Node, *, acting_user, reason: str) -> int:
             lose_workers(workers, now=now, kind="node_lost", message=message[:200])
         record_event(actor=acting_user, instance=locked, action="reset_identity", note=reason)
     node.token_hash, node.condition = locked.token_hash, locked.condition
-    node.previous_token_hash, node.previous_token_replaced_at = None, None
+    _forget_previous_token(node)
     return len(workers)
