@@ -232,6 +232,11 @@ class Pass:
         A job that would borrow may not take the idle quota that teams of its
         cohort within their nominal quota still wait for in this pass
         (`kept_for_others`): lent now, it would be reclaimed in the same pass.
+        Nor may it take the free GPUs that quota stands for: where the cohort's
+        quota exceeds its GPUs (quota lent beyond them, nodes down, teams outside
+        the cohort), idle quota left over is no GPU left over, and a borrower on
+        the free GPUs those teams wait for would have them reclaim its team's
+        older jobs in the same pass.
         """
         f = job.flavor
         room = self.ledger.headroom(book, f)
@@ -242,7 +247,8 @@ class Pass:
             if not self.ledger.borrowed(book, f, job.gpus):
                 return None
             kept = self.kept_for_others(book, f)
-            room = self.ledger.headroom(book, f, kept) if kept else room
+            if kept:
+                room = min(self.ledger.headroom(book, f, kept), self._free(f) - kept)
             if job.gpus <= room:
                 return None
         used, limit = book.used(f), self.ledger.limit(book, f)
@@ -287,6 +293,13 @@ class Pass:
             q = other.quota(flavor)
             kept += min(want, max(0, contribution(q, other.used(flavor))))
         return kept
+
+    def _free(self, flavor: str) -> int:
+        """Return the free GPUs of a flavor not reserved for a preemptor (held ones included)."""
+        pool = self.pools.get(flavor)
+        if pool is None:
+            return 0
+        return pool.index.total + (sum(pool.held.values()) if pool.holding else 0)
 
     def _unreclaimable(self, job: PendingJob, wait: Wait) -> Wait:
         """Say why reclaim cannot help a within-nominal job whose cohort lent its quota out."""
