@@ -463,9 +463,15 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
     """Admit or re-reserve the preemptors named by stopping or requeued victims, first.
 
     Return the preemptors dealt with (admitted, or waiting again for their
-    victims); the others are considered in the pass as usual. A preemptor keeps
-    its reservation while it is pending, fits its nominal quota and either fits
-    now or its stopping victims will make it fit.
+    victims), in queue order; the others are considered in the pass as usual. A
+    preemptor keeps its reservation while it is pending, fits its nominal quota
+    and either fits now or its stopping victims will make it fit.
+
+    The preemptors whose victims still stop reserve again first, all of them,
+    before any preemptor is admitted: admitted first, by best fit, a preemptor
+    whose victims have stopped could take the free GPUs of another one's target,
+    which that one could only reserve again after it (its victim then stopped for
+    nothing and it preempted again, or waited for days).
     """
     links: dict[int, list[Running]] = {}
     for r in p.running:
@@ -474,33 +480,72 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
     for j in (*p.pending, *p.backing_off, *p.old_attempts, *p.array_held):
         if j.preempted_by is not None:
             links.setdefault(j.preempted_by, [])
-    done = []
-    for job in p.pending:
-        if job.id in links and _honour(p, job, bool(links[job.id])):
-            done.append(job)
-    return done
+    claims = [job for job in p.pending if job.id in links]
+    reserved = {job.id for job in claims if links[job.id] and _reserve_again(p, job)}
+    admitted = {job.id for job in claims if job.id not in reserved and _admit_now(p, job)}
+    return [job for job in claims if job.id in reserved or job.id in admitted]
 
 
-def _honour(p: Pass, job: PendingJob, stopping: bool) -> bool:
+def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
+    """Return the pool and book of a preemptor that still has a claim, else None."""
     pool = p.pools.get(job.flavor)
     book = p.ledger.book(job.team)
     if pool is None or p.static_wait(job, pool, book) is not None:
-        return False
+        return None
     if p.budget_wait(job) is not None:
-        return False  # its team's GPU-hour budget cannot take it (now): no claim either
+        return None  # its team's GPU-hour budget cannot take it (now): no claim either
     if book.used(job.flavor) + job.gpus > book.quota(job.flavor).nominal:
-        return False  # no longer within its nominal quota: no claim
-    if p.quota_wait(job, book) is None:
-        where = p.choose(pool, job)
-        if where is not None and p.admit(job, pool, where) is not None:
-            return True
-    if not stopping:
+        return None  # no longer within its nominal quota: no claim
+    return pool, book
+
+
+def _reserve_again(p: Pass, job: PendingJob) -> bool:
+    """Reserve again what a preemptor's stopping victims will free, if that is enough."""
+    found = _claims(p, job)
+    if found is None:
         return False
+    pool, book = found
     choice = choose(p, job, pool, book, [])
     if choice is None or choice.victims:
         return False
     p.waits[job.id] = commit(p, job, book, pool, choice)
     return True
+
+
+def _admit_now(p: Pass, job: PendingJob) -> bool:
+    """Admit a preemptor that fits now: on free GPUs not reserved for others, within quota
+    both now and once the stopping jobs have stopped (each GPU counted once)."""
+    found = _claims(p, job)
+    if found is None:
+        return False
+    pool, book = found
+    if not _quota_fits_now(p, job, pool, book):
+        return False
+    where = p.choose(pool, job)
+    return where is not None and p.admit(job, pool, where) is not None
+
+
+def _quota_fits_now(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> bool:
+    """Return whether the job fits its quota now and once the stopping jobs have stopped.
+
+    Now: without the GPUs charged to the preemptors that wait for stopping jobs,
+    which they take only once those jobs' quota is released. Then: with those
+    charges, without the stopping jobs (rule 2's view). The ledger alone counts
+    both a waiting preemptor's charge and its victims' quota, and a preemptor
+    whose victims have stopped would wait for another one's victims to stop.
+    """
+    tx = Transaction()
+    try:
+        for (team, f), gpus in p.charged.items():
+            if f == job.flavor and gpus:
+                tx.add(p.ledger, p.ledger.book(team), f, -gpus)
+        if p.quota_wait(job, book) is not None:
+            return False
+        tx.rollback()
+        _future(p, pool, p.stops(pool), tx, book)
+        return quota_fits(p, job, book)
+    finally:
+        tx.rollback()
 
 
 # -- why reclaim cannot help (explain) -------------------------------------------

@@ -9,10 +9,17 @@ every plan (tests.scheduler.helpers.Sim) and let grace periods elapse.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from scheduler import schedule
-from tests.scheduler.helpers import HOUR, Cluster, admitted, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, verdict
 
 LONG = 100 * HOUR
+
+
+def placed(plan, job_id):
+    (adm,) = [a for a in plan.admissions if a.job_id == job_id]
+    return {w.node for w in adm.placement}
 
 
 # -- 2. one pass never lends and reclaims the same capacity -----------------------
@@ -39,3 +46,39 @@ def test_idle_quota_beyond_the_gpus_is_not_lent_onto_the_gpus_a_team_waits_for()
     v = verdict(plan, 20)
     assert v.reason_code == "cohort_busy"
     assert "kept for teams within their nominal quota" in v.message
+
+
+# -- 3. freed GPUs belong to the preemptor, across passes ---------------------------
+
+
+def two_preemptors_with_different_grace_periods():
+    """a's 8-GPU job 1 reclaims job 10 on n0 (4 GPUs, a 60 s grace period) and reserves
+    n0's 4 free GPUs; e's 4-GPU job 2, considered after it (e's share is higher) but
+    submitted earlier, reclaims job 11 on n1 (10 s grace). n1's other 4 GPUs run a
+    non-preemptible job of b."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c")
+    c.team("e", nominal=4, cohort="c", decayed={"h100": 4 * 7 * 24 * HOUR})
+    c.team("b", nominal=4, cohort="c")
+    c.run(10, "b", on={"n0": 4}, grace=60, runtime=LONG)
+    c.run(11, "b", on={"n1": 4}, grace=10, runtime=LONG)
+    c.run(12, "b", on={"n1": 4}, preemptible=False, runtime=LONG)
+    c.job(1, "a", gpus=8, submitted=NOW - 10, runtime=LONG)
+    c.job(2, "e", gpus=4, submitted=NOW - 20, runtime=LONG)
+    return c
+
+
+def test_an_earlier_preemptor_does_not_take_the_gpus_reserved_for_a_later_one():
+    """Once job 2's victim has stopped, n0's free GPUs stay reserved for job 1 until its
+    own victim stops. Before, the next pass honoured job 2 first (it was submitted
+    first), best fit put it on n0, and job 1 lost its claim: job 10 was preempted for
+    nothing and job 1 waited until b's non-preemptible job ended, days later."""
+    sim = Sim(two_preemptors_with_different_grace_periods())
+    first = sim.step(NOW)
+    assert Counter(p.preemptor_id for p in first.preemptions) == {1: 1, 2: 1}
+    second = sim.step(NOW + 10)
+    assert placed(second, 2) == {"n1"}  # at once: job 1's charge is not counted twice
+    assert verdict(second, 1).reason_code == "waiting_for_preemption"
+    third = sim.step(NOW + 60)
+    assert placed(third, 1) == {"n0"}
+    assert sim.preempted == [10, 11]
