@@ -111,6 +111,7 @@ class Pass:
         "preempt_fails",
         "charged",
         "demand",
+        "smallest",
         "_by_flavor",
         "_by_team",
         "_stopping",
@@ -164,6 +165,7 @@ class Pass:
         # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
         # built when a job that would borrow first needs it (kept_for_others)
         self.demand: dict[tuple[str, str], int] | None = None
+        self.smallest: dict[tuple[str, str], int] = {}  # the smallest of those jobs
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
@@ -269,6 +271,7 @@ class Pass:
             if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
                 key = (job.team, job.flavor)
                 demand[key] = demand.get(key, 0) + job.gpus
+                self.smallest[key] = min(job.gpus, self.smallest.get(key, job.gpus))
         return demand
 
     def _considered(self, job: PendingJob, book: TeamBook) -> None:
@@ -281,7 +284,9 @@ class Pass:
         """Return the cohort's idle quota that other teams within nominal wait for in this pass.
 
         For each other team: its idle lendable quota, at most what its pending
-        jobs that fit its nominal quota and were not considered yet ask for.
+        jobs that fit its nominal quota and were not considered yet ask for; none
+        if not even the smallest of them fits what it has left of its nominal
+        quota now (it would borrow: no claim on anyone's idle quota).
         """
         if self.demand is None:
             self.demand = self._demand()
@@ -291,6 +296,8 @@ class Pass:
             if other is book or want <= 0:
                 continue
             q = other.quota(flavor)
+            if other.used(flavor) + self.smallest[(other.name, flavor)] > q.nominal:
+                continue
             kept += min(want, max(0, contribution(q, other.used(flavor))))
         return kept
 

@@ -486,15 +486,18 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
     return [job for job in claims if job.id in reserved or job.id in admitted]
 
 
-def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
-    """Return the pool and book of a preemptor that still has a claim, else None."""
+def _claims(p: Pass, job: PendingJob, nominal: bool = True) -> tuple[Pool, TeamBook] | None:
+    """Return the pool and book of a preemptor that still has a claim, else None.
+
+    `nominal`: it must still fit its nominal quota (to reserve; rule 1).
+    """
     pool = p.pools.get(job.flavor)
     book = p.ledger.book(job.team)
     if pool is None or p.static_wait(job, pool, book) is not None:
         return None
     if p.budget_wait(job) is not None:
         return None  # its team's GPU-hour budget cannot take it (now): no claim either
-    if book.used(job.flavor) + job.gpus > book.quota(job.flavor).nominal:
+    if nominal and book.used(job.flavor) + job.gpus > book.quota(job.flavor).nominal:
         return None  # no longer within its nominal quota: no claim
     return pool, book
 
@@ -514,8 +517,13 @@ def _reserve_again(p: Pass, job: PendingJob) -> bool:
 
 def _admit_now(p: Pass, job: PendingJob) -> bool:
     """Admit a preemptor that fits now: on free GPUs not reserved for others, within quota
-    both now and once the stopping jobs have stopped (each GPU counted once)."""
-    found = _claims(p, job)
+    both now and once the stopping jobs have stopped (each GPU counted once).
+
+    It may borrow: its team's later jobs, admitted as borrowers while its claim was
+    charged, count now, and a within-nominal test would turn it into a priority
+    preemptor of those very jobs, so one reclaim would cost more victims.
+    """
+    found = _claims(p, job, nominal=False)
     if found is None:
         return False
     pool, book = found
@@ -543,7 +551,7 @@ def _quota_fits_now(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> boo
             return False
         tx.rollback()
         _future(p, pool, p.stops(pool), tx, book)
-        return quota_fits(p, job, book)
+        return p.ledger.headroom(book, job.flavor) >= job.gpus
     finally:
         tx.rollback()
 

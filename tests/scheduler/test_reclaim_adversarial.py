@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from scheduler import schedule
-from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, preempted, verdict
 
 LONG = 100 * HOUR
 
@@ -82,3 +82,32 @@ def test_an_earlier_preemptor_does_not_take_the_gpus_reserved_for_a_later_one():
     third = sim.step(NOW + 60)
     assert placed(third, 1) == {"n0"}
     assert sim.preempted == [10, 11]
+
+
+def test_a_preemptor_whose_team_borrowed_meanwhile_is_admitted_not_made_a_priority_preemptor():
+    """b's high-priority 2x4 gang (job 2) reclaims a's 7-GPU job on n2. While its claim
+    is charged, b's lower-priority jobs 1 and 3 borrow 3 GPUs. Once the victim has
+    stopped, job 2 fits b's quota only by borrowing: it is admitted on n2. Before, the
+    claim needed b within nominal, so job 2 was considered as usual and preempted jobs
+    1 and 3 of its own queue: one reclaim cost three victims."""
+    c = Cluster()
+    for i, gpus in enumerate([8, 4, 8, 4, 4]):
+        c.node(f"n{i}", gpus=gpus, block=f"b{i}", rack=f"r{i}")
+    c.team("a", nominal=14, cohort="c").team("b", nominal=11, cohort="c")
+    c.team("d", nominal=8, cohort="c")
+    c.run(100, "a", on={"n0": 8}, runtime=LONG)
+    c.run(101, "b", on={"n1": 3}, runtime=LONG, preemptible=False)
+    c.run(102, "a", on={"n2": 7}, runtime=LONG, grace=10)
+    c.run(103, "a", on={"n3": 2}, runtime=LONG)
+    c.run(104, "a", on={"n4": 1}, runtime=LONG)
+    c.run(105, "d", on={"n4": 1}, runtime=LONG)
+    c.job(1, "b", gpus=1, runtime=LONG)
+    c.job(2, "b", workers=2, gpus=4, priority=1, runtime=LONG)
+    c.job(3, "b", gpus=2, runtime=LONG)
+    sim = Sim(c)
+    first = sim.step(NOW)
+    assert preempted(first) == [102] and sorted(admitted(first)) == [1, 3]
+    second = sim.step(NOW + 30)
+    assert admitted(second) == [2] and second.preemptions == ()
+    assert placed(second, 2) == {"n2"}
+    assert sim.preempted == [102]
