@@ -111,3 +111,49 @@ def test_a_preemptor_whose_team_borrowed_meanwhile_is_admitted_not_made_a_priori
     assert admitted(second) == [2] and second.preemptions == ()
     assert placed(second, 2) == {"n2"}
     assert sim.preempted == [102]
+
+
+# -- 1. guards: multi-node victims, three-team cohorts --------------------------------
+
+
+def test_a_victim_gang_spanning_two_nodes_is_counted_once_in_quota():
+    """b borrows 8 with one 2x4 gang over n0 and n1 and runs 4 more on n1. a's 8-GPU
+    job needs n0: stopping the gang frees 4 GPUs on n0 and 4 on n1 and brings b back to
+    its nominal 4, so it is the only victim and a starts after one grace period."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=4, cohort="c")
+    c.team("d", nominal=4, cohort="c")
+    c.run(10, "b", on={"n0": 4, "n1": 4}, per_worker=4, runtime=LONG)
+    c.run(11, "b", on={"n1": 4}, runtime=LONG, started=NOW - 4000)
+    c.run(12, "d", on={"n0": 4}, runtime=LONG, preemptible=False)
+    c.job(1, "a", gpus=4, runtime=LONG)
+    c.job(2, "a", gpus=4, runtime=LONG)
+    sim = Sim(c)
+    first = sim.step(NOW)
+    assert preempted(first) == [10]
+    sim.step(NOW + 30)
+    assert sim.started.keys() == {1, 2}
+    assert sim.preempted == [10]
+
+
+def test_a_lender_reclaims_quota_borrowed_from_another_lender():
+    """b borrowed 8 of the idle quota of a and d. d's job takes it back: b's newest
+    borrowed jobs on one node stop, and a, idle, is not affected."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=8, cohort="c").team("d", nominal=8, cohort="c")
+    c.team("b", nominal=8, cohort="c")
+    for i in range(16):
+        c.run(100 + i, "b", on={f"n{i % 2}": 1}, started=NOW - 5000 + i, runtime=LONG)
+    c.job(1, "d", gpus=8, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert plan.preemptions == ()  # n2 is free and d's quota is there: no reclaim
+    assert admitted(plan) == [1]
+    c.run(50, "a", on={"n2": 8}, runtime=LONG)  # now a uses its own: d must reclaim
+    c.pending.clear()
+    c.job(1, "d", gpus=8, runtime=LONG)
+    plan = schedule(c.snapshot())
+    victims = preempted(plan)
+    assert len(victims) == 8
+    assert len({w.node for r in c.running if r.id in victims for w in r.placement}) == 1
+    assert all("team b borrows" in p.message for p in plan.preemptions)
+    assert "uses 0 of 8 nominal" in plan.preemptions[0].message
