@@ -23,6 +23,17 @@ def queue_key(job: PendingJob) -> tuple:
     return (-job.priority, job.submitted_at, job.id)
 
 
+def claim_key(job: PendingJob) -> tuple:
+    """Order the preemptors whose victims have all stopped, admitted first in a pass.
+
+    1. the most GPUs first (first-fit decreasing: placed by best fit, a smaller
+       preemptor would take the hole a larger one's victims left, where the larger
+       cannot use the smaller one's, and would have to preempt again)
+    2. queue_key
+    """
+    return (-job.gpus, *queue_key(job))
+
+
 def submit_key(job: PendingJob) -> tuple:
     """Order jobs for the FIFO policies (Slurm's sched/builtin without priorities).
 

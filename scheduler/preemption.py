@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
 from .model import PendingJob, Preemption
-from .ordering import last_progress, stopping_key, victim_key
+from .ordering import claim_key, last_progress, stopping_key, victim_key
 from .quota import contribution
 from .reasons import CAPACITY, COHORT_BUSY, QUOTA, RESERVED, WAITING_FOR_PREEMPTION, Wait
 from .state import Running, Stops, Transaction
@@ -471,7 +471,9 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
     before any preemptor is admitted: admitted first, by best fit, a preemptor
     whose victims have stopped could take the free GPUs of another one's target,
     which that one could only reserve again after it (its victim then stopped for
-    nothing and it preempted again, or waited for days).
+    nothing and it preempted again, or waited for days). The others, whose victims
+    have all stopped, are admitted largest first (ordering.claim_key), so a small
+    one's best fit does not take the hole a larger one's victims left.
     """
     links: dict[int, list[Running]] = {}
     for r in p.running:
@@ -482,7 +484,8 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
             links.setdefault(j.preempted_by, [])
     claims = [job for job in p.pending if job.id in links]
     reserved = {job.id for job in claims if links[job.id] and _reserve_again(p, job)}
-    admitted = {job.id for job in claims if job.id not in reserved and _admit_now(p, job)}
+    rest = sorted((job for job in claims if job.id not in reserved), key=claim_key)
+    admitted = {job.id for job in rest if _admit_now(p, job)}
     return [job for job in claims if job.id in reserved or job.id in admitted]
 
 

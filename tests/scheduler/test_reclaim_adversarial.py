@@ -11,8 +11,21 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
 from scheduler import schedule
-from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, preempted, verdict
+from tests.scheduler.helpers import (
+    HOUR,
+    NOW,
+    Cluster,
+    Sim,
+    admitted,
+    examples,
+    preempted,
+    verdict,
+)
+from tests.scheduler.test_reclaim import check_not_over_committed, slack
 
 LONG = 100 * HOUR
 
@@ -157,3 +170,114 @@ def test_a_lender_reclaims_quota_borrowed_from_another_lender():
     assert len({w.node for r in c.running if r.id in victims for w in r.placement}) == 1
     assert all("team b borrows" in p.message for p in plan.preemptions)
     assert "uses 0 of 8 nominal" in plan.preemptions[0].message
+
+
+def two_preemptors_whose_victims_stop_together():
+    """b's 4-GPU job 1 and 2x4 job 2, both within b's nominal quota, reclaim borrowed
+    GPUs of a: job 1 the 4-GPU node n4 of block b2, job 2 the free halves of n2 and
+    n3 of block b1 (their other halves run non-preemptible jobs of x)."""
+    c = Cluster()
+    c.node("n2", gpus=8, block="b1", rack="r1").node("n3", gpus=8, block="b1", rack="r1")
+    c.node("n4", gpus=4, block="b2", rack="r2")
+    c.team("a", nominal=0, cohort="c")
+    c.team("b", nominal=12, cohort="c")
+    c.team("x", nominal=8)
+    c.run(90, "x", on={"n2": 4}, preemptible=False, runtime=LONG)
+    c.run(91, "x", on={"n3": 4}, preemptible=False, runtime=LONG)
+    c.run(107, "a", on={"n2": 4}, grace=10, runtime=LONG, started=NOW - 900)
+    c.run(108, "a", on={"n3": 4}, grace=10, runtime=LONG, started=NOW - 900)
+    c.run(109, "a", on={"n4": 4}, grace=10, runtime=LONG, started=NOW - 300)
+    c.job(1, "b", gpus=4, submitted=NOW - 20, runtime=LONG)
+    c.job(2, "b", workers=2, gpus=4, submitted=NOW - 10, runtime=LONG)
+    return c
+
+
+def test_preemptors_whose_victims_stopped_together_each_get_the_gpus_freed_for_them():
+    """Both preemptors' victims stop before the next pass, so neither has a reservation
+    left. Admitted in queue order by best fit, job 1 took a half of n2 and job 2 preempted
+    again to fit in one block; admitted largest first, each takes what was freed for it
+    and one reclaim costs one victim each."""
+    sim = Sim(two_preemptors_whose_victims_stop_together())
+    first = sim.step(NOW)
+    victims = {p.job_id: p.preemptor_id for p in first.preemptions}
+    assert victims == {109: 1, 107: 2, 108: 2}
+    second = sim.step(NOW + 30)
+    assert second.preemptions == ()
+    assert placed(second, 1) == {"n4"}
+    assert placed(second, 2) == {"n2", "n3"}
+
+
+# -- several preemptors at once, random clusters ----------------------------------
+
+
+@st.composite
+def crowded(draw):
+    """2-6 nodes of 4 or 8 GPUs in blocks of 1-3, filled with 1- to 8-GPU jobs of three
+    teams of one cohort (b's sometimes non-preemptible, grace periods 10 or 30 s,
+    some checkpointed), random nominal quotas that are not over-committed, and 1-4
+    pending jobs or 2-worker gangs of any of the teams."""
+    c = Cluster()
+    per_block = draw(st.integers(1, 3))
+    for i in range(draw(st.integers(2, 6))):
+        b = i // per_block
+        c.node(f"n{i}", gpus=draw(st.sampled_from([4, 8, 8])), block=f"b{b}", rack=f"r{b}")
+    teams = ["a", "b", "d"]
+    ids = iter(range(100, 1000))
+    used = Counter()
+    for name, node in list(c.nodes.items()):
+        left = len(node["free"]) - draw(st.integers(0, 3))
+        while left > 0:
+            k = min(left, draw(st.sampled_from([1, 2, 4, 8])))
+            team = draw(st.sampled_from(teams))
+            c.run(
+                next(ids),
+                team,
+                on={name: k},
+                started=NOW - draw(st.integers(1, 5000)),
+                runtime=LONG,
+                preemptible=team != "b" or draw(st.booleans()),
+                grace=draw(st.sampled_from([10.0, 30.0])),
+                checkpointed=draw(st.none() | st.just(NOW - 30)),
+            )
+            used[team] += k
+            left -= k
+    total = sum(n["gpus"] for n in c.nodes.values())
+    for t in teams:
+        c.team(t, nominal=draw(st.integers(0, total // 2)), cohort="c")
+    assume(slack(c.teams, used) >= 0)
+    for j in range(draw(st.integers(1, 4))):
+        workers = draw(st.integers(1, 2))
+        gpus = draw(st.sampled_from([1, 2, 4, 8] if workers == 1 else [4, 8]))
+        c.job(
+            1 + j,
+            draw(st.sampled_from(teams)),
+            workers=workers,
+            gpus=gpus,
+            priority=draw(st.integers(0, 2)),
+            runtime=LONG,
+        )
+    return c
+
+
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
+@given(crowded())
+def test_each_preemptor_is_admitted_after_one_grace_period_and_preempts_once(c):
+    """Whatever the preemptors of one pass are and however their victims lie, every
+    preemptor is admitted at the next pass after its victims' grace periods (<= 30 s),
+    preempts in one pass only (its freed GPUs are its own, no second round of victims),
+    victims are preemptible and not already stopping, no job is admitted and preempted
+    by one plan, and no GPU or quota is over-committed at any step."""
+    sim = Sim(c)
+    passes: dict[int, set[int]] = {}
+    for step, now in enumerate((NOW, NOW + 30, NOW + 60, NOW + 90)):
+        before = dict(sim.running)
+        plan = sim.step(now)
+        for p in plan.preemptions:
+            assert before[p.job_id].preemptible and not before[p.job_id].stopping
+            passes.setdefault(p.preemptor_id, set()).add(step)
+        assert not set(admitted(plan)) & set(preempted(plan))
+        check_not_over_committed(sim)
+        if step == 1:
+            late = [j for j, steps in passes.items() if 0 in steps and j not in sim.started]
+            assert late == [], f"preemptors {late} not admitted after the grace period"
+    assert {j: s for j, s in passes.items() if len(s) > 1} == {}
