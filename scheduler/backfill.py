@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from . import placement
 from .gates import FOR_GPUS, Gate
 from .model import PendingJob
-from .reasons import BACKOFF, COHORT_BUSY, QUOTA, RESERVED, Wait
+from .reasons import BACKOFF, COHORT_BUSY, QUOTA, RESERVED, WAITING_FOR_PREEMPTION, Wait
 from .state import FREE, Transaction
 
 if TYPE_CHECKING:
@@ -287,8 +287,17 @@ def cohort_free_at(p: Pass, job: PendingJob) -> float:
 
 
 def waits_for_gpus(wait: Wait) -> bool:
-    """Return whether a blocked job waits for GPUs: a capacity reason, or GPUs reserved
-    for a job ahead (not its team's or cohort's quota, which a quota or cohort hold keeps)."""
+    """Return whether a blocked job waits for GPUs not reserved for it yet: a capacity
+    reason, or GPUs reserved for a job ahead (not its team's or cohort's quota, which a
+    quota or cohort hold keeps).
+
+    Not a preemptor waiting for its victims: the GPUs of its target placement are
+    reserved for it already (scheduler.state.Stops); a backfill reservation would hold
+    more for it, projected without those, and take the flavor's reservation from the
+    next job that waits for GPUs.
+    """
+    if wait.code == WAITING_FOR_PREEMPTION:
+        return False
     if wait.code in FOR_GPUS:
         return True
     return wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] > 0

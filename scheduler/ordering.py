@@ -26,12 +26,13 @@ def queue_key(job: PendingJob) -> tuple:
 def claim_key(job: PendingJob) -> tuple:
     """Order the preemptors whose victims have all stopped, admitted first in a pass.
 
-    1. the most GPUs first (first-fit decreasing: placed by best fit, a smaller
-       preemptor would take the hole a larger one's victims left, where the larger
-       cannot use the smaller one's, and would have to preempt again)
-    2. queue_key
+    1. the most GPUs per worker first, 2. then the most GPUs (first-fit decreasing:
+       placed by best fit, a smaller or more divisible preemptor would take the hole a
+       larger one's victims left, 2x4 GPUs a whole node freed for 1x8, where the
+       larger cannot use the other's holes, and would have to preempt again)
+    3. queue_key
     """
-    return (-job.gpus, *queue_key(job))
+    return (-job.gpus_per_worker, -job.gpus, *queue_key(job))
 
 
 def submit_key(job: PendingJob) -> tuple:
