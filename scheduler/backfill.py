@@ -231,6 +231,33 @@ class Backfill(Gate):
         return p.shortfall(job, pool, extra=sum(pool.held.values()))
 
 
+def promised_events(p: Pass, pool: Pool) -> list[tuple[float, int, int, int]]:
+    """Return (time, gives, node, GPUs) for the GPUs reserved for preemptors of the flavor.
+
+    Like an earlier reservation: from when its victims stop, a preemptor holds what it
+    reserved on each node (the stopping GPUs: the free ones beside them are out of the
+    index already), and gives all of it back after its max runtime (never, if its job is
+    not known). Without this, a projection handed the victims' GPUs to the next job.
+    """
+    stops = pool.stops
+    if stops is None or not stops.by_job:
+        return []
+    runtime = {j.id: j.max_runtime for j in p.order if j.id in stops.by_job}
+    hidden = dict(stops.hidden)  # the free GPUs set aside, shared out in preemptor order
+    events = []
+    for pid in sorted(stops.by_job):
+        wait = p.waits.get(pid)
+        start = wait.info[1] if wait is not None and wait.code == WAITING_FOR_PREEMPTION else p.now
+        end = start + runtime.get(pid, math.inf)
+        for node, k in stops.by_job[pid].items():
+            free_part = min(k, hidden.get(node, 0))
+            hidden[node] = hidden.get(node, 0) - free_part
+            if k > free_part:
+                events.append((start, 0, node, k - free_part))
+            events.append((end, 1, node, k))
+    return events
+
+
 def release_events(p: Pass, pool: Pool) -> list[tuple[float, int, int]]:
     """Return (time, node, GPUs) for every GPU of the flavor that will come free."""
     events = [(r.end, node, k) for r in p.running_in(pool.flavor) for node, k in r.nodes]
@@ -314,6 +341,7 @@ def reserve(
     """
     real = release_events(p, pool)
     events = [(t, 1, node, k) for t, node, k in real]
+    events += promised_events(p, pool)
     for res in earlier:
         end = res.start + res.job.max_runtime
         for node, k in res.place:

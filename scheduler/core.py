@@ -111,7 +111,7 @@ class Pass:
         "preempt_fails",
         "charged",
         "demand",
-        "smallest",
+        "sizes",
         "_by_flavor",
         "_by_team",
         "_stopping",
@@ -165,7 +165,8 @@ class Pass:
         # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
         # built when a job that would borrow first needs it (kept_for_others)
         self.demand: dict[tuple[str, str], int] | None = None
-        self.smallest: dict[tuple[str, str], int] = {}  # the smallest of those jobs
+        # (team, flavor) -> (workers, GPUs per worker) -> how many of those jobs have it
+        self.sizes: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
@@ -248,9 +249,9 @@ class Pass:
                 return None
             if not self.ledger.borrowed(book, f, job.gpus):
                 return None
-            kept = self.kept_for_others(book, f)
+            kept, gpus = self.kept_for_others(book, f)
             if kept:
-                room = min(self.ledger.headroom(book, f, kept), self._free(f) - kept)
+                room = min(self.ledger.headroom(book, f, kept), self._free(f) - gpus)
             if job.gpus <= room:
                 return None
         used, limit = book.used(f), self.ledger.limit(book, f)
@@ -271,7 +272,9 @@ class Pass:
             if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
                 key = (job.team, job.flavor)
                 demand[key] = demand.get(key, 0) + job.gpus
-                self.smallest[key] = min(job.gpus, self.smallest.get(key, job.gpus))
+                shapes = self.sizes.setdefault(key, {})
+                shape = (job.workers, job.gpus_per_worker)
+                shapes[shape] = shapes.get(shape, 0) + 1
         return demand
 
     def _considered(self, job: PendingJob, book: TeamBook) -> None:
@@ -279,27 +282,40 @@ class Pass:
         key = (job.team, job.flavor)
         if key in self.demand and job.gpus <= book.quota(job.flavor).nominal:
             self.demand[key] -= job.gpus
+            shapes, shape = self.sizes[key], (job.workers, job.gpus_per_worker)
+            left = shapes.pop(shape, 1) - 1
+            if left:
+                shapes[shape] = left
 
-    def kept_for_others(self, book: TeamBook, flavor: str) -> int:
-        """Return the cohort's idle quota that other teams within nominal wait for in this pass.
+    def kept_for_others(self, book: TeamBook, flavor: str) -> tuple[int, int]:
+        """Return the cohort's idle quota that other teams within nominal wait for in this
+        pass, and how many of the free GPUs it stands for.
 
         For each other team: its idle lendable quota, at most what its pending
         jobs that fit its nominal quota and were not considered yet ask for; none
         if not even the smallest of them fits what it has left of its nominal
-        quota now (it would borrow: no claim on anyone's idle quota).
+        quota now (it would borrow: no claim on anyone's idle quota). The free GPUs
+        count only for a team one of whose waiting jobs fits them now: GPUs its
+        jobs cannot be placed on are not what it waits for.
         """
         if self.demand is None:
             self.demand = self._demand()
-        kept = 0
+        kept = gpus = 0
+        pool = self.pools.get(flavor)
         for other in self.ledger.members.get(book.cohort, ()):
-            want = self.demand.get((other.name, flavor), 0)
+            key = (other.name, flavor)
+            want = self.demand.get(key, 0)
             if other is book or want <= 0:
                 continue
             q = other.quota(flavor)
-            if other.used(flavor) + self.smallest[(other.name, flavor)] > q.nominal:
+            shapes = self.sizes[key]
+            if other.used(flavor) + min(w * g for w, g in shapes) > q.nominal:
                 continue
-            kept += min(want, max(0, contribution(q, other.used(flavor))))
-        return kept
+            k = min(want, max(0, contribution(q, other.used(flavor))))
+            kept += k
+            if pool is not None and any(self.fits_shape(pool, w, g) for w, g in shapes):
+                gpus += k
+        return kept, gpus
 
     def _free(self, flavor: str) -> int:
         """Return the free GPUs of a flavor not reserved for a preemptor (held ones included)."""
@@ -359,13 +375,20 @@ class Pass:
         Until the free GPUs change, a gang that failed fails again, and so does
         any gang with more workers of the same size (Pool.fails).
         """
-        key = (pool.view(), job.gpus_per_worker)
+        return self._place(pool, job.workers, job.gpus_per_worker)
+
+    def fits_shape(self, pool: Pool, workers: int, per_worker: int) -> bool:
+        """Return whether a gang of this shape fits the pool's current view (Pass.choose)."""
+        return self._place(pool, workers, per_worker) is not None
+
+    def _place(self, pool: Pool, workers: int, per_worker: int) -> Where | None:
+        key = (pool.view(), per_worker)
         fails = pool.fails
-        if fails.get(key, math.inf) <= job.workers:
+        if fails.get(key, math.inf) <= workers:
             return None
-        where = placement.choose(pool.index, job.workers, job.gpus_per_worker)
+        where = placement.choose(pool.index, workers, per_worker)
         if where is None:
-            fails[key] = min(job.workers, fails.get(key, math.inf))
+            fails[key] = min(workers, fails.get(key, math.inf))
         return where
 
     def admit(self, job: PendingJob, pool: Pool, where: Where) -> list[tuple[int, int]] | None:

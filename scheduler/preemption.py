@@ -489,10 +489,12 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
     return [job for job in claims if job.id in reserved or job.id in admitted]
 
 
-def _claims(p: Pass, job: PendingJob, nominal: bool = True) -> tuple[Pool, TeamBook] | None:
+def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
     """Return the pool and book of a preemptor that still has a claim, else None.
 
-    `nominal`: it must still fit its nominal quota (to reserve; rule 1).
+    It must still fit its nominal quota (rule 1): a claim is what its team is
+    guaranteed, and a stale link (a victim still pending that names it) must not put
+    a borrower first in the pass.
     """
     pool = p.pools.get(job.flavor)
     book = p.ledger.book(job.team)
@@ -500,7 +502,7 @@ def _claims(p: Pass, job: PendingJob, nominal: bool = True) -> tuple[Pool, TeamB
         return None
     if p.budget_wait(job) is not None:
         return None  # its team's GPU-hour budget cannot take it (now): no claim either
-    if nominal and book.used(job.flavor) + job.gpus > book.quota(job.flavor).nominal:
+    if book.used(job.flavor) + job.gpus > book.quota(job.flavor).nominal:
         return None  # no longer within its nominal quota: no claim
     return pool, book
 
@@ -520,13 +522,8 @@ def _reserve_again(p: Pass, job: PendingJob) -> bool:
 
 def _admit_now(p: Pass, job: PendingJob) -> bool:
     """Admit a preemptor that fits now: on free GPUs not reserved for others, within quota
-    both now and once the stopping jobs have stopped (each GPU counted once).
-
-    It may borrow: its team's later jobs, admitted as borrowers while its claim was
-    charged, count now, and a within-nominal test would turn it into a priority
-    preemptor of those very jobs, so one reclaim would cost more victims.
-    """
-    found = _claims(p, job, nominal=False)
+    both now and once the stopping jobs have stopped (each GPU counted once)."""
+    found = _claims(p, job)
     if found is None:
         return False
     pool, book = found

@@ -10,6 +10,8 @@ every plan (tests.scheduler.helpers.Sim) and let grace periods elapse.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -61,6 +63,69 @@ def test_idle_quota_beyond_the_gpus_is_not_lent_onto_the_gpus_a_team_waits_for()
     assert "kept for teams within their nominal quota" in v.message
 
 
+def test_no_quota_is_kept_for_a_team_once_its_smallest_waiting_job_would_borrow():
+    """a's head job (3x8) would borrow, so b's borrowers come first; a's 1-GPU job 2 and
+    8-GPU job 3 both fit a's nominal 8 by size. Once job 2 is admitted, job 3 would
+    borrow: nothing is kept for a any more, and b's second borrower (job 5) starts too.
+    Before, the smallest size was taken once, when the demand was counted (1 GPU),
+    and kept 7 GPUs for a after job 2 had started."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=8, cohort="c", decayed={"h100": 512 * HOUR})
+    c.team("b", nominal=0, cohort="c")
+    c.team("e", nominal=4, cohort="c")
+    c.job(1, "a", workers=3, gpus=8, priority=5)
+    c.job(2, "a", gpus=1, priority=3)
+    c.job(3, "a", gpus=8, priority=1)
+    c.job(4, "b", gpus=4, priority=2)
+    c.job(5, "b", gpus=4, priority=1)
+    plan = schedule(c.snapshot())
+    assert sorted(admitted(plan)) == [2, 4, 5]
+    assert verdict(plan, 3).reason_code == "cohort_busy"
+
+
+def test_a_stale_link_does_not_put_a_borrower_first():
+    """b's job 1 is named by a pending job of x that it once preempted (the link outlived
+    the claim), but b is at its nominal quota: job 1 would borrow, so it has no claim
+    and the pass orders it by share, after d's borrowers (d's share is lower)."""
+    c = Cluster().nodes_(3)
+    c.team("b", nominal=4, cohort="c", decayed={"h100": 200 * HOUR})
+    c.team("d", nominal=0, cohort="c")
+    c.team("e", nominal=24, cohort="c")
+    c.team("x", nominal=8)
+    c.run(10, "b", on={"n0": 4}, runtime=LONG)
+    c.run(11, "x", on={"n0": 4, "n1": 4}, runtime=LONG, preemptible=False, per_worker=4)
+    c.run(12, "x", on={"n2": 4}, runtime=LONG, preemptible=False)
+    c.job(1, "b", gpus=4, runtime=LONG, restarts=1)
+    c.job(2, "d", gpus=4, runtime=LONG)
+    c.job(3, "d", gpus=4, runtime=LONG)
+    victim = c.job(20, "x", gpus=4, runtime=LONG)
+    c.pending[-1] = replace(victim, preempted_by=1, restart_count=1, eligible_at=NOW + 500)
+    plan = schedule(c.snapshot())
+    assert sorted(admitted(plan)) == [2, 3]
+
+
+def test_free_gpus_a_waiting_team_cannot_use_are_not_kept_from_borrowers():
+    """a's within-nominal 2x8 gang (job 2) waits behind a's head job, which would borrow,
+    so b's borrowers come first. The only free GPUs are 4 on n0 and 4 on n1 (x, outside
+    the cohort, holds the rest): the gang cannot be placed on them, so they are not kept
+    for it, and b's 4-GPU jobs start. Keeping them left them idle for as long as x's
+    jobs ran."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=16, cohort="c", decayed={"h100": 16 * 7 * 24 * HOUR})
+    c.team("b", nominal=0, cohort="c")
+    c.team("e", nominal=64, cohort="c")
+    c.team("x", nominal=24)
+    c.run(10, "x", on={"n0": 4}, preemptible=False, runtime=LONG)
+    c.run(11, "x", on={"n1": 4}, preemptible=False, runtime=LONG)
+    c.run(12, "x", on={"n2": 8}, preemptible=False, runtime=LONG)
+    c.job(1, "a", workers=3, gpus=8, priority=5)
+    c.job(2, "a", workers=2, gpus=8)
+    c.job(3, "b", gpus=4)
+    c.job(4, "b", gpus=4)
+    plan = schedule(c.snapshot())
+    assert sorted(admitted(plan)) == [3, 4]
+
+
 # -- 3. freed GPUs belong to the preemptor, across passes ---------------------------
 
 
@@ -98,11 +163,13 @@ def test_an_earlier_preemptor_does_not_take_the_gpus_reserved_for_a_later_one():
 
 
 def test_a_preemptor_whose_team_borrowed_meanwhile_is_admitted_not_made_a_priority_preemptor():
-    """b's high-priority 2x4 gang (job 2) reclaims a's 7-GPU job on n2. While its claim
-    is charged, b's lower-priority jobs 1 and 3 borrow 3 GPUs. Once the victim has
-    stopped, job 2 fits b's quota only by borrowing: it is admitted on n2. Before, the
-    claim needed b within nominal, so job 2 was considered as usual and preempted jobs
-    1 and 3 of its own queue: one reclaim cost three victims."""
+    """b's high-priority 2x4 gang (job 2) reclaims a's 7-GPU job 102 on n2. While its
+    claim is charged, b's lower-priority jobs 1 and 3 borrow 3 GPUs. Once the victim has
+    stopped, job 2 fits b's quota only by borrowing, so it has no claim and is considered
+    as usual. a's requeued job 102 fits a's nominal quota but not what a has left of it
+    (a would borrow), so no idle quota is kept for it: job 2 borrows and starts on n2.
+    With the quota kept for job 102 (`Pass.kept_for_others` without the smallest-job
+    test), job 2 preempted jobs 1 and 3 of its own queue: one reclaim, three victims."""
     c = Cluster()
     for i, gpus in enumerate([8, 4, 8, 4, 4]):
         c.node(f"n{i}", gpus=gpus, block=f"b{i}", rack=f"r{i}")
@@ -299,7 +366,60 @@ def test_each_preemptor_is_admitted_after_one_grace_period_and_preempts_once(c):
     assert {j: s for j, s in passes.items() if len(s) > 1 and j in within} == {}
 
 
+def test_a_whole_node_freed_for_a_1x8_job_is_not_taken_by_a_2x4_gang():
+    """d's 1x8 job 2 reclaims n3; b's 2x4 gang job 1 reclaims two jobs on n4, beside its
+    3 free GPUs. Both claims have 8 GPUs; once all victims have stopped, the one with
+    the bigger workers goes first, so each gets the GPUs freed for it. In queue order,
+    best fit put the gang on n3 and job 2 on n4."""
+    c = Cluster()
+    c.node("n3", gpus=8, block="b1", rack="r1")
+    c.node("n4", gpus=8, block="b2", rack="r2").node("n5", gpus=8, block="b2", rack="r2")
+    c.team("a", nominal=0, cohort="c").team("b", nominal=13, cohort="c")
+    c.team("d", nominal=17, cohort="c")
+    c.run(103, "a", on={"n3": 8}, grace=10, runtime=LONG, started=NOW - 1)
+    c.run(104, "a", on={"n4": 1}, grace=10, runtime=LONG, started=NOW - 4)
+    c.run(105, "a", on={"n4": 4}, grace=10, runtime=LONG, started=NOW - 1)
+    c.run(106, "b", on={"n5": 1}, preemptible=False, runtime=LONG)
+    c.run(107, "a", on={"n5": 7}, grace=10, runtime=LONG, started=NOW - 1)
+    c.job(1, "b", workers=2, gpus=4, runtime=LONG)
+    c.job(2, "d", gpus=8, runtime=LONG)
+    sim = Sim(c)
+    first = sim.step(NOW)
+    assert {p.job_id: p.preemptor_id for p in first.preemptions} == {103: 2, 104: 1, 105: 1}
+    second = sim.step(NOW + 30)
+    assert second.preemptions == ()
+    assert placed(second, 2) == {"n3"}
+    assert placed(second, 1) == {"n4"}
+
+
 # -- a preemptor's GPUs are reserved once ---------------------------------------------
+
+
+def test_the_next_blocked_jobs_reservation_is_not_projected_onto_a_preemptors_gpus():
+    """As below, but x's job 2 needs 4 GPUs: the 4 that job 10 frees on n0 are the
+    preemptor's from then on, so job 2's reservation is on n1 when job 11 ends, as its
+    estimated start says. Before, the projection gave it n0 at the end of job 10's
+    grace period ("reserved for it from" 30 s away) while its estimated start was 10 h
+    away."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    c.team("x", nominal=16)
+    c.run(10, "b", on={"n0": 4}, grace=30, runtime=LONG)
+    c.run(11, "x", on={"n1": 8}, preemptible=False, started=NOW - 600, runtime=10 * HOUR)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    c.job(2, "x", gpus=4, runtime=HOUR)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == [10]
+    ends = NOW - 600 + 10 * HOUR
+    w = verdict(plan, 2)
+    assert w.estimated_start == ends
+    assert "reserved for it from 1970-01-12T23:36:40Z" in w.message
+    assert _at(ends) == "1970-01-12T23:36:40Z"
+
+
+def _at(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_a_preemptor_takes_no_backfill_reservation_from_the_next_blocked_job():
