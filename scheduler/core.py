@@ -112,6 +112,7 @@ class Pass:
         "charged",
         "demand",
         "sizes",
+        "smallest",
         "_by_flavor",
         "_by_team",
         "_stopping",
@@ -165,8 +166,10 @@ class Pass:
         # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
         # built when a job that would borrow first needs it (kept_for_others)
         self.demand: dict[tuple[str, str], int] | None = None
-        # (team, flavor) -> (workers, GPUs per worker) -> how many of those jobs have it
+        # (team, flavor) -> (workers, GPUs per worker) -> how many of those jobs have it,
+        # and the fewest GPUs one of them asks for
         self.sizes: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
+        self.smallest: dict[tuple[str, str], float] = {}
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
@@ -249,9 +252,12 @@ class Pass:
                 return None
             if not self.ledger.borrowed(book, f, job.gpus):
                 return None
-            kept, gpus = self.kept_for_others(book, f)
+            kept, parts = self.kept_for_others(book, f)
             if kept:
-                room = min(self.ledger.headroom(book, f, kept), self._free(f) - gpus)
+                room = self.ledger.headroom(book, f, kept)
+                free = self._free(f)
+                if free - kept < job.gpus:  # the free GPUs may bind: only those usable
+                    room = min(room, free - self._usable(parts, f))
             if job.gpus <= room:
                 return None
         used, limit = book.used(f), self.ledger.limit(book, f)
@@ -275,6 +281,7 @@ class Pass:
                 shapes = self.sizes.setdefault(key, {})
                 shape = (job.workers, job.gpus_per_worker)
                 shapes[shape] = shapes.get(shape, 0) + 1
+                self.smallest[key] = min(job.gpus, self.smallest.get(key, math.inf))
         return demand
 
     def _considered(self, job: PendingJob, book: TeamBook) -> None:
@@ -286,36 +293,47 @@ class Pass:
             left = shapes.pop(shape, 1) - 1
             if left:
                 shapes[shape] = left
+            elif job.gpus == self.smallest[key]:
+                self.smallest[key] = min((w * g for w, g in shapes), default=math.inf)
 
-    def kept_for_others(self, book: TeamBook, flavor: str) -> tuple[int, int]:
+    def kept_for_others(
+        self, book: TeamBook, flavor: str
+    ) -> tuple[int, list[tuple[int, tuple[str, str]]]]:
         """Return the cohort's idle quota that other teams within nominal wait for in this
-        pass, and how many of the free GPUs it stands for.
+        pass, and its parts: (GPUs, (team, flavor)) per team.
 
         For each other team: its idle lendable quota, at most what its pending
         jobs that fit its nominal quota and were not considered yet ask for; none
         if not even the smallest of them fits what it has left of its nominal
-        quota now (it would borrow: no claim on anyone's idle quota). The free GPUs
-        count only for a team one of whose waiting jobs fits them now: GPUs its
-        jobs cannot be placed on are not what it waits for.
+        quota now (it would borrow: no claim on anyone's idle quota).
         """
         if self.demand is None:
             self.demand = self._demand()
-        kept = gpus = 0
-        pool = self.pools.get(flavor)
+        kept = 0
+        parts = []
         for other in self.ledger.members.get(book.cohort, ()):
             key = (other.name, flavor)
             want = self.demand.get(key, 0)
             if other is book or want <= 0:
                 continue
             q = other.quota(flavor)
-            shapes = self.sizes[key]
-            if other.used(flavor) + min(w * g for w, g in shapes) > q.nominal:
+            if other.used(flavor) + self.smallest[key] > q.nominal:
                 continue
             k = min(want, max(0, contribution(q, other.used(flavor))))
-            kept += k
-            if pool is not None and any(self.fits_shape(pool, w, g) for w, g in shapes):
-                gpus += k
-        return kept, gpus
+            if k:
+                kept += k
+                parts.append((k, key))
+        return kept, parts
+
+    def _usable(self, parts: list[tuple[int, tuple[str, str]]], flavor: str) -> int:
+        """Return the kept quota of the teams one of whose waiting jobs fits the free GPUs
+        now: GPUs a team's jobs cannot be placed on are not what it waits for."""
+        pool = self.pools.get(flavor)
+        if pool is None:
+            return 0
+        return sum(
+            k for k, key in parts if any(self.fits_shape(pool, w, g) for w, g in self.sizes[key])
+        )
 
     def _free(self, flavor: str) -> int:
         """Return the free GPUs of a flavor not reserved for a preemptor (held ones included)."""
