@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
 # Reservation.nodes of a cohort hold (a quota hold has 0, a GPU reservation its nodes).
 COHORT_HOLD = -1
+# Kinds of projection events (reserve): GPUs taken, GPUs given back, GPUs counted as
+# held without being taken (out of the index already). At one time: notes, gives, takes.
+TAKE, GIVE, NOTE = 0, 1, 2
 # Give up reserving for a flavor after this many jobs could not get a reservation
 # (each costs a replay of the release events).
 MAX_TRIES = 4
@@ -231,30 +234,50 @@ class Backfill(Gate):
         return p.shortfall(job, pool, extra=sum(pool.held.values()))
 
 
-def promised_events(p: Pass, pool: Pool) -> list[tuple[float, int, int, int]]:
-    """Return (time, gives, node, GPUs) for the GPUs reserved for preemptors of the flavor.
+def promised_events(p: Pass, pool: Pool) -> list[tuple[float, int, int, int, tuple]]:
+    """Return (time, kind, node, GPUs, owner) for the GPUs reserved for preemptors.
 
-    Like an earlier reservation: from when its victims stop, a preemptor holds what it
-    reserved on each node (the stopping GPUs: the free ones beside them are out of the
-    index already), and gives all of it back after its max runtime (never, if its job is
+    Like an earlier reservation: a preemptor holds what it reserved on each node, the
+    free GPUs beside its victims at once (they are out of the index already: kind
+    NOTE) and each victim's GPUs from when that victim stops (TAKE), and gives all of it
+    back after its max runtime from its last victim's end (GIVE; never, if its job is
     not known). Without this, a projection handed the victims' GPUs to the next job.
+    Free and stopping GPUs of a node shared by several preemptors are shared out in
+    preemptor order, the soonest-stopping first.
     """
     stops = pool.stops
     if stops is None or not stops.by_job:
         return []
     runtime = {j.id: j.max_runtime for j in p.order if j.id in stops.by_job}
-    hidden = dict(stops.hidden)  # the free GPUs set aside, shared out in preemptor order
+    hidden = dict(stops.hidden)
+    stopping: dict[int, list[list[float]]] = {}
     events = []
     for pid in sorted(stops.by_job):
+        owner = ("preemptor", pid)
         wait = p.waits.get(pid)
         start = wait.info[1] if wait is not None and wait.code == WAITING_FOR_PREEMPTION else p.now
         end = start + runtime.get(pid, math.inf)
         for node, k in stops.by_job[pid].items():
             free_part = min(k, hidden.get(node, 0))
-            hidden[node] = hidden.get(node, 0) - free_part
-            if k > free_part:
-                events.append((start, 0, node, k - free_part))
-            events.append((end, 1, node, k))
+            if free_part:
+                hidden[node] -= free_part
+                events.append((p.now, NOTE, node, free_part, owner))
+            left = k - free_part
+            queue = stopping.get(node)
+            if queue is None:
+                ends = [r.end for r in stops.jobs_on.get(node, ()) for n, g in r.nodes if n == node]
+                gpus = [g for r in stops.jobs_on.get(node, ()) for n, g in r.nodes if n == node]
+                queue = stopping[node] = sorted([t, g] for t, g in zip(ends, gpus, strict=True))
+            while left > 0 and queue:
+                t, got = queue[0]
+                use = min(left, got)
+                events.append((t, TAKE, node, use, owner))
+                left -= use
+                if use == got:
+                    queue.pop(0)
+                else:
+                    queue[0][1] = got - use
+            events.append((end, GIVE, node, k, owner))
     return events
 
 
@@ -340,26 +363,32 @@ def reserve(
     at its start and gives them back after its max runtime.
     """
     real = release_events(p, pool)
-    events = [(t, 1, node, k) for t, node, k in real]
+    events = [(t, GIVE, node, k, None) for t, node, k in real]
     events += promised_events(p, pool)
-    for res in earlier:
+    for r, res in enumerate(earlier):
         end = res.start + res.job.max_runtime
         for node, k in res.place:
-            events += [(res.start, 0, node, k), (end, 1, node, k)]
-    events.sort(key=lambda e: (e[0], -e[1]))  # at one time, releases first
+            events += [(res.start, TAKE, node, k, r), (end, GIVE, node, k, r)]
+    events.sort(key=lambda e: (e[0], -e[1]))  # at one time, notes, then releases, then takes
     proj = pool.index.copy()
     if pool.holding:
         for node, k in pool.held.items():
             proj.give(node, k)
+    taken: dict[tuple, int] = {}  # (owner, node) -> GPUs it holds in the projection
     i, n = 0, len(events)
     while i < n:
         t = events[i][0]
         while i < n and events[i][0] == t:
-            _, gives, node, k = events[i]
-            if gives:
+            _, kind, node, k, owner = events[i]
+            if owner is None:
                 proj.give(node, k)
+            elif kind == GIVE:  # what it took, not what it asked for: a take may get less
+                proj.give(node, taken.pop((owner, node), 0))
             else:
-                proj.take(node, min(k, proj.free[node]))
+                got = k if kind == NOTE else min(k, proj.free[node])
+                if kind == TAKE:
+                    proj.take(node, got)
+                taken[(owner, node)] = taken.get((owner, node), 0) + got
             i += 1
         where = placement.choose(proj, job.workers, job.gpus_per_worker)
         if where is not None:

@@ -275,6 +275,8 @@ class Pass:
             if job.id in seen:
                 continue
             b = book(job.team)
+            if job.workers < 1 or job.gpus_per_worker < 1:
+                continue  # never fits (static_wait): no demand
             if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
                 key = (job.team, job.flavor)
                 demand[key] = demand.get(key, 0) + job.gpus
@@ -326,21 +328,25 @@ class Pass:
         return kept, parts
 
     def _usable(self, parts: list[tuple[int, tuple[str, str]]], flavor: str) -> int:
-        """Return the kept quota of the teams one of whose waiting jobs fits the free GPUs
-        now: GPUs a team's jobs cannot be placed on are not what it waits for."""
+        """Return how much of the kept quota the waiting teams' jobs could use on the free
+        GPUs now: per team, at most what its waiting jobs that fit them ask for (GPUs a
+        2x8 gang cannot be placed on are not what it waits for, even beside a 1-GPU job)."""
         pool = self.pools.get(flavor)
         if pool is None:
             return 0
-        return sum(
-            k for k, key in parts if any(self.fits_shape(pool, w, g) for w, g in self.sizes[key])
-        )
+        usable = 0
+        for k, key in parts:
+            fitting = sum(
+                n * w * g for (w, g), n in self.sizes[key].items() if self.fits_shape(pool, w, g)
+            )
+            usable += min(k, fitting)
+        return usable
 
     def _free(self, flavor: str) -> int:
-        """Return the free GPUs of a flavor not reserved for a preemptor (held ones included)."""
+        """Return the free GPUs of a flavor in the pool's current view: not reserved for a
+        preemptor, nor held for a backfill reservation while the pool holds them."""
         pool = self.pools.get(flavor)
-        if pool is None:
-            return 0
-        return pool.index.total + (sum(pool.held.values()) if pool.holding else 0)
+        return 0 if pool is None else pool.index.total
 
     def _unreclaimable(self, job: PendingJob, wait: Wait) -> Wait:
         """Say why reclaim cannot help a within-nominal job whose cohort lent its quota out."""

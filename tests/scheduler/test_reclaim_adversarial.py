@@ -334,9 +334,8 @@ def test_each_preemptor_is_admitted_after_one_grace_period_and_preempts_once(c):
     after its victims' grace periods (<= 30 s) and preempts in one pass only (its freed
     GPUs are its own, no second round of victims); victims are preemptible and not
     already stopping, no job is admitted and preempted by one plan, and no GPU or quota
-    is over-committed at any step. (A priority preemptor that borrows has no claim on
-    idle quota that a team within nominal then asks for: docs/scheduling.md, "Known
-    limits".)"""
+    is over-committed at any step. (A preemptor whose team no longer fits its nominal
+    quota with it has no claim: docs/scheduling.md, "Known limits".)"""
     sim = Sim(c)
     nominal = {t.name: t.quotas["h100"].nominal for t in c.teams}
     jobs = {j.id: j for j in (*c.running, *c.pending)}  # team and GPUs of every job
@@ -446,3 +445,93 @@ def test_a_preemptor_takes_no_backfill_reservation_from_the_next_blocked_job():
     w = verdict(plan, 2)
     assert "reserved for it from" in w.message
     assert w.estimated_start == NOW - 600 + 10 * HOUR
+
+
+# -- second review: projections and kept GPUs ------------------------------------------
+
+
+def test_a_projection_gives_back_only_what_a_reservation_took():
+    """Two reservations (x's job 1 on n0 when job 10 ends, then z's 3x8 gang) and a's job 2,
+    which reclaims job 10 in between, so n0 is its own from 30 s on. Job 1's reservation
+    then takes nothing of n0 in the gang's projection; giving back all it asked for put 16
+    free GPUs on an 8-GPU node, and the pass failed with a ValueError."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=8, cohort="c", decayed={"h100": 3000 * HOUR})
+    c.team("b", nominal=0, cohort="c")
+    c.team("x", nominal=64)
+    c.team("z", nominal=64, decayed={"h100": 100000 * HOUR})
+    c.run(10, "b", on={"n0": 8}, grace=30, started=NOW - 600, runtime=2 * HOUR + 600)
+    c.run(11, "x", on={"n1": 8}, preemptible=False, started=NOW - 600, runtime=10 * HOUR)
+    c.run(12, "x", on={"n2": 8}, preemptible=False, started=NOW - 600, runtime=200 * HOUR)
+    c.job(1, "x", gpus=8, runtime=HOUR)
+    c.job(2, "a", gpus=8, runtime=LONG)
+    c.job(3, "z", workers=3, gpus=8, runtime=HOUR)
+    plan = schedule(c.snapshot(backfill_reservations=2))
+    assert preempted(plan) == [10]
+    assert verdict(plan, 2).reason_code == "waiting_for_preemption"
+
+
+def test_a_preemptors_gpus_are_its_own_from_each_victims_stop():
+    """a's job 1 reclaims b's jobs 10 (30 s grace) and 11 (600 s) on n0. n0 is the
+    preemptor's as each victim stops, so x's 4-GPU job 2 is reserved n1 when x's job 12
+    ends, as its estimated start says; before, job 10's GPUs went to it at 30 s."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    c.team("x", nominal=16)
+    c.run(10, "b", on={"n0": 4}, grace=30, runtime=LONG)
+    c.run(11, "b", on={"n0": 4}, grace=600, runtime=LONG)
+    c.run(12, "x", on={"n1": 8}, preemptible=False, started=NOW - 600, runtime=10 * HOUR)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    c.job(2, "x", gpus=4, runtime=HOUR)
+    plan = schedule(c.snapshot())
+    assert sorted(preempted(plan)) == [10, 11]
+    ends = NOW - 600 + 10 * HOUR
+    w = verdict(plan, 2)
+    assert w.estimated_start == ends
+    assert f"reserved for it from {_at(ends)}" in w.message
+
+
+def test_a_small_waiting_job_keeps_only_what_it_can_use():
+    """As test_free_gpus_a_waiting_team_cannot_use_are_not_kept_from_borrowers, plus a's
+    1-GPU job 5: of the 8 free GPUs a can use 1, so b's first 4-GPU borrower starts too.
+    Before, one fitting job made all of a's kept quota count, and 7 GPUs stayed idle."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=16, cohort="c", decayed={"h100": 16 * 7 * 24 * HOUR})
+    c.team("b", nominal=0, cohort="c")
+    c.team("e", nominal=64, cohort="c")
+    c.team("x", nominal=24)
+    c.run(10, "x", on={"n0": 4}, preemptible=False, runtime=LONG)
+    c.run(11, "x", on={"n1": 4}, preemptible=False, runtime=LONG)
+    c.run(12, "x", on={"n2": 8}, preemptible=False, runtime=LONG)
+    c.job(1, "a", workers=3, gpus=8, priority=5)
+    c.job(2, "a", workers=2, gpus=8, priority=4)
+    c.job(5, "a", gpus=1, priority=0)
+    c.job(3, "b", gpus=4)
+    c.job(4, "b", gpus=4)
+    plan = schedule(c.snapshot())
+    assert sorted(admitted(plan)) == [3, 5]
+
+
+def test_gpus_held_for_a_backfill_reservation_are_not_counted_free_for_a_borrower():
+    """x's 2x8 job 1 holds n1's 8 free GPUs for its reservation; n0's 8 are the only ones
+    a long job may take, and a's within-nominal job 5 waits for them. b's long borrower
+    may not take them: before, the held GPUs counted as free, b's job 3 took n0 and job 5
+    reclaimed b's older job 13 in the same pass."""
+    c = Cluster()
+    c.node("n0", block="b0", rack="r0")
+    for n in ("n1", "n2", "n3"):
+        c.node(n, block="b1", rack="r1")
+    c.team("a", nominal=16, cohort="c", decayed={"h100": 16 * 7 * 24 * HOUR})
+    c.team("b", nominal=0, cohort="c")
+    c.team("e", nominal=64, cohort="c")
+    c.team("x", nominal=24)
+    c.run(12, "x", on={"n2": 8}, preemptible=False, started=NOW - 600, runtime=HOUR + 600)
+    c.run(13, "b", on={"n3": 8}, runtime=LONG)
+    c.job(1, "x", workers=2, gpus=8, runtime=LONG)
+    c.job(2, "a", workers=3, gpus=8, priority=5, runtime=LONG)
+    c.job(5, "a", gpus=8, priority=1, runtime=LONG)
+    c.job(3, "b", gpus=8, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert plan.preemptions == ()
+    assert admitted(plan) == [5]
