@@ -104,12 +104,10 @@ def test_a_stale_link_does_not_put_a_borrower_first():
     assert sorted(admitted(plan)) == [2, 3]
 
 
-def test_free_gpus_a_waiting_team_cannot_use_are_not_kept_from_borrowers():
+def four_and_four_free(small_job=False):
     """a's within-nominal 2x8 gang (job 2) waits behind a's head job, which would borrow,
-    so b's borrowers come first. The only free GPUs are 4 on n0 and 4 on n1 (x, outside
-    the cohort, holds the rest): the gang cannot be placed on them, so they are not kept
-    for it, and b's 4-GPU jobs start. Keeping them left them idle for as long as x's
-    jobs ran."""
+    so b's 4-GPU borrowers come first. The only free GPUs are 4 on n0 and 4 on n1 (x,
+    outside the cohort, holds the rest). `small_job`: a also waits with a 1-GPU job."""
     c = Cluster().nodes_(3)
     c.team("a", nominal=16, cohort="c", decayed={"h100": 16 * 7 * 24 * HOUR})
     c.team("b", nominal=0, cohort="c")
@@ -119,10 +117,18 @@ def test_free_gpus_a_waiting_team_cannot_use_are_not_kept_from_borrowers():
     c.run(11, "x", on={"n1": 4}, preemptible=False, runtime=LONG)
     c.run(12, "x", on={"n2": 8}, preemptible=False, runtime=LONG)
     c.job(1, "a", workers=3, gpus=8, priority=5)
-    c.job(2, "a", workers=2, gpus=8)
+    c.job(2, "a", workers=2, gpus=8, priority=4)
+    if small_job:
+        c.job(5, "a", gpus=1, priority=0)
     c.job(3, "b", gpus=4)
     c.job(4, "b", gpus=4)
-    plan = schedule(c.snapshot())
+    return c
+
+
+def test_free_gpus_a_waiting_team_cannot_use_are_not_kept_from_borrowers():
+    """The gang cannot be placed on the free GPUs, so they are not kept for it, and b's
+    4-GPU jobs start. Keeping them left them idle for as long as x's jobs ran."""
+    plan = schedule(four_and_four_free().snapshot())
     assert sorted(admitted(plan)) == [3, 4]
 
 
@@ -394,12 +400,9 @@ def test_a_whole_node_freed_for_a_1x8_job_is_not_taken_by_a_2x4_gang():
 # -- a preemptor's GPUs are reserved once ---------------------------------------------
 
 
-def test_the_next_blocked_jobs_reservation_is_not_projected_onto_a_preemptors_gpus():
-    """As below, but x's job 2 needs 4 GPUs: the 4 that job 10 frees on n0 are the
-    preemptor's from then on, so job 2's reservation is on n1 when job 11 ends, as its
-    estimated start says. Before, the projection gave it n0 at the end of job 10's
-    grace period ("reserved for it from" 30 s away) while its estimated start was 10 h
-    away."""
+def preemptor_beside_free_gpus(gpus):
+    """a's 8-GPU job 1 reclaims b's 4-GPU job 10 on n0 (30 s grace) and n0's 4 free GPUs;
+    x's job 2 of `gpus` GPUs waits for GPUs; x's job 11 holds n1 for 10 h."""
     c = Cluster().nodes_(2)
     c.team("a", nominal=8, cohort="c")
     c.team("b", nominal=0, cohort="c")
@@ -407,7 +410,17 @@ def test_the_next_blocked_jobs_reservation_is_not_projected_onto_a_preemptors_gp
     c.run(10, "b", on={"n0": 4}, grace=30, runtime=LONG)
     c.run(11, "x", on={"n1": 8}, preemptible=False, started=NOW - 600, runtime=10 * HOUR)
     c.job(1, "a", gpus=8, runtime=LONG)
-    c.job(2, "x", gpus=4, runtime=HOUR)
+    c.job(2, "x", gpus=gpus, runtime=HOUR)
+    return c
+
+
+def test_the_next_blocked_jobs_reservation_is_not_projected_onto_a_preemptors_gpus():
+    """As below, but x's job 2 needs 4 GPUs: the 4 that job 10 frees on n0 are the
+    preemptor's from then on, so job 2's reservation is on n1 when job 11 ends, as its
+    estimated start says. Before, the projection gave it n0 at the end of job 10's
+    grace period ("reserved for it from" 30 s away) while its estimated start was 10 h
+    away."""
+    c = preemptor_beside_free_gpus(4)
     plan = schedule(c.snapshot())
     assert preempted(plan) == [10]
     ends = NOW - 600 + 10 * HOUR
@@ -428,14 +441,7 @@ def test_a_preemptor_takes_no_backfill_reservation_from_the_next_blocked_job():
     backfill reservation is its (on n1, when x's job 11 ends). Before, job 1 took the
     reservation, projected without the GPUs set aside for it ("reserved for it from" 10 h
     away, its estimated start too), and job 2 had none."""
-    c = Cluster().nodes_(2)
-    c.team("a", nominal=8, cohort="c")
-    c.team("b", nominal=0, cohort="c")
-    c.team("x", nominal=16)
-    c.run(10, "b", on={"n0": 4}, grace=30, runtime=LONG)
-    c.run(11, "x", on={"n1": 8}, preemptible=False, started=NOW - 600, runtime=10 * HOUR)
-    c.job(1, "a", gpus=8, runtime=LONG)
-    c.job(2, "x", gpus=8, runtime=HOUR)
+    c = preemptor_beside_free_gpus(8)
     plan = schedule(c.snapshot())
     assert preempted(plan) == [10]
     v = verdict(plan, 1)
@@ -493,23 +499,10 @@ def test_a_preemptors_gpus_are_its_own_from_each_victims_stop():
 
 
 def test_a_small_waiting_job_keeps_only_what_it_can_use():
-    """As test_free_gpus_a_waiting_team_cannot_use_are_not_kept_from_borrowers, plus a's
-    1-GPU job 5: of the 8 free GPUs a can use 1, so b's first 4-GPU borrower starts too.
-    Before, one fitting job made all of a's kept quota count, and 7 GPUs stayed idle."""
-    c = Cluster().nodes_(3)
-    c.team("a", nominal=16, cohort="c", decayed={"h100": 16 * 7 * 24 * HOUR})
-    c.team("b", nominal=0, cohort="c")
-    c.team("e", nominal=64, cohort="c")
-    c.team("x", nominal=24)
-    c.run(10, "x", on={"n0": 4}, preemptible=False, runtime=LONG)
-    c.run(11, "x", on={"n1": 4}, preemptible=False, runtime=LONG)
-    c.run(12, "x", on={"n2": 8}, preemptible=False, runtime=LONG)
-    c.job(1, "a", workers=3, gpus=8, priority=5)
-    c.job(2, "a", workers=2, gpus=8, priority=4)
-    c.job(5, "a", gpus=1, priority=0)
-    c.job(3, "b", gpus=4)
-    c.job(4, "b", gpus=4)
-    plan = schedule(c.snapshot())
+    """With a's 1-GPU job 5 as well: of the 8 free GPUs a can use 1, so b's first 4-GPU
+    borrower starts too. Before, one fitting job made all of a's kept quota count, and 7
+    GPUs stayed idle."""
+    plan = schedule(four_and_four_free(small_job=True).snapshot())
     assert sorted(admitted(plan)) == [3, 5]
 
 
