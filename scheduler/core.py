@@ -247,6 +247,7 @@ class Pass:
         f = job.flavor
         room = self.ledger.headroom(book, f)
         kept = 0
+        extra: tuple = ()
         if job.gpus <= room:
             if not self.preempting or book.cohort is None:
                 return None
@@ -255,14 +256,17 @@ class Pass:
             kept, parts = self.kept_for_others(book, f)
             if kept:
                 room = self.ledger.headroom(book, f, kept)
+                extra = ("kept", kept)
                 free = self._free(f)
                 if free - kept < job.gpus:  # the free GPUs may bind: only those usable
-                    room = min(room, free - self._usable(parts, f))
+                    usable = self._usable(parts, f)
+                    if free - usable < room:  # they do: say so, not that quota is short
+                        room = free - usable
+                        extra = ("kept", kept, usable, free)
             if job.gpus <= room:
                 return None
         used, limit = book.used(f), self.ledger.limit(book, f)
         code = QUOTA if used + job.gpus > limit else COHORT_BUSY
-        extra = ("kept", kept) if kept else ()
         return Wait(code, (used, book.quota(f).nominal, limit, room, extra))
 
     def _demand(self) -> dict[tuple[str, str], int]:

@@ -321,6 +321,14 @@ def _cohort_busy(
         f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of {nominal} "
         f"nominal and cohort {cohort} can give it only {max(0, room):g} more now"
     )
+    if extra and extra[0] == "kept" and len(extra) > 2:  # the free GPUs bind, not quota
+        _, _, usable, free = extra
+        return (
+            f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of "
+            f"{nominal} nominal; {usable} of the {gpus(free, 'free')} are kept for teams within "
+            f"their nominal quota whose jobs wait for them in this pass, so it may take only "
+            f"{max(0, free - usable)} now"
+        )
     if extra and extra[0] == "kept":
         return (
             f"{text}: {gpus(extra[1])} of idle quota are kept for teams within their nominal "

@@ -115,7 +115,9 @@ class Wait(NamedTuple):
       fifo_blocked: (id of the blocked job ahead, its reason code)
       waiting_for_preemption: (ids waited for, their latest end, how many preempted now)
       quota, cohort_busy: (team usage, nominal, usage limit, GPUs it may still take,
-                           why: () | ("kept", idle quota kept for teams within nominal) |
+                           why: () | ("kept", idle quota kept for teams within nominal
+                                     [, of it on the free GPUs, the free GPUs: when
+                                     those bind]) |
                            ("lent", GPUs of its quota lent to non-preemptible jobs,
                             their teams, when enough of them will have ended))
       reserved: (reserved job id, reserved start, its number of nodes; 0 for a

@@ -60,7 +60,9 @@ def test_idle_quota_beyond_the_gpus_is_not_lent_onto_the_gpus_a_team_waits_for()
     assert admitted(plan) == [2]
     v = verdict(plan, 20)
     assert v.reason_code == "cohort_busy"
-    assert "kept for teams within their nominal quota" in v.message
+    # the free GPUs bind, not the cohort's quota: the sentence says which
+    assert "8 of the 8 free GPUs are kept for teams within their nominal quota" in v.message
+    assert "cohort c can give it only" not in v.message
 
 
 def test_no_quota_is_kept_for_a_team_once_its_smallest_waiting_job_would_borrow():
