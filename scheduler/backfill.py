@@ -264,10 +264,11 @@ def promised_events(p: Pass, pool: Pool) -> list[tuple[float, int, int, int, tup
                 events.append((p.now, NOTE, node, free_part, owner))
             left = k - free_part
             queue = stopping.get(node)
-            if queue is None:
-                ends = [r.end for r in stops.jobs_on.get(node, ()) for n, g in r.nodes if n == node]
-                gpus = [g for r in stops.jobs_on.get(node, ()) for n, g in r.nodes if n == node]
-                queue = stopping[node] = sorted([t, g] for t, g in zip(ends, gpus, strict=True))
+            if queue is None:  # [when, GPUs] of the node's stopping jobs, soonest first
+                jobs = stops.jobs_on.get(node, ())
+                queue = stopping[node] = sorted(
+                    [r.end, g] for r in jobs for n, g in r.nodes if n == node
+                )
             while left > 0 and queue:
                 t, got = queue[0]
                 use = min(left, got)

@@ -316,11 +316,6 @@ def _quota(
 def _cohort_busy(
     p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float, extra=()
 ) -> str:
-    cohort = p.ledger.book(job.team).cohort
-    text = (
-        f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of {nominal} "
-        f"nominal and cohort {cohort} can give it only {max(0, room):g} more now"
-    )
     if extra and extra[0] == "kept" and len(extra) > 2:  # the free GPUs bind, not quota
         _, _, usable, free = extra
         return (
@@ -329,6 +324,11 @@ def _cohort_busy(
             f"their nominal quota whose jobs wait for them in this pass, so it may take only "
             f"{max(0, free - usable)} now"
         )
+    cohort = p.ledger.book(job.team).cohort
+    text = (
+        f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of {nominal} "
+        f"nominal and cohort {cohort} can give it only {max(0, room):g} more now"
+    )
     if extra and extra[0] == "kept":
         return (
             f"{text}: {gpus(extra[1])} of idle quota are kept for teams within their nominal "

@@ -162,17 +162,24 @@ def test_fewest_jobs_when_work_lost_is_equal():
 # -- 2. no lending and reclaiming in one pass ---------------------------------------
 
 
+def a_waits_behind_its_borrowing_head(c, lender_nominal):
+    """Teams a (nominal 8, high share), b (nominal 0) and d (a lender) of one cohort;
+    b's 8-GPU job 20, a's 2x8 job 1 (it would borrow, so b comes first) and a's 8-GPU
+    job 2 (within a's nominal quota)."""
+    c.team("a", nominal=8, cohort="c", decayed={"h100": 8 * 7 * 24 * HOUR})
+    c.team("b", nominal=0, cohort="c")
+    c.team("d", nominal=lender_nominal, cohort="c")
+    c.job(20, "b", gpus=8)
+    c.job(1, "a", workers=2, gpus=8, priority=5)
+    c.job(2, "a", gpus=8)
+    return c
+
+
 def test_idle_quota_a_team_waits_for_is_not_lent_in_the_same_pass():
     """b (low share) is considered before a's within-nominal job, because a's first job
     would borrow. Lent to b, a's quota would be reclaimed from b's older job at once."""
-    c = Cluster().nodes_(2)
-    c.team("a", nominal=8, cohort="c", decayed={"h100": 8 * 7 * 24 * HOUR})
-    c.team("b", nominal=0, cohort="c")
-    c.team("d", nominal=8, cohort="c")
+    c = a_waits_behind_its_borrowing_head(Cluster().nodes_(2), lender_nominal=8)
     c.run(10, "b", on={"n0": 8})
-    c.job(20, "b", gpus=8)
-    c.job(1, "a", workers=2, gpus=8, priority=5)  # would borrow
-    c.job(2, "a", gpus=8)  # within a's nominal quota
     plan = schedule(c.snapshot())
     assert plan.preemptions == ()
     assert admitted(plan) == [2]

@@ -27,7 +27,11 @@ from tests.scheduler.helpers import (
     preempted,
     verdict,
 )
-from tests.scheduler.test_reclaim import check_not_over_committed, slack
+from tests.scheduler.test_reclaim import (
+    a_waits_behind_its_borrowing_head,
+    check_not_over_committed,
+    slack,
+)
 
 LONG = 100 * HOUR
 
@@ -45,16 +49,10 @@ def test_idle_quota_beyond_the_gpus_is_not_lent_onto_the_gpus_a_team_waits_for()
     cohort. b borrows d's idle quota; its new 8-GPU job would take n0, the only free
     node, which a's within-nominal job waits for in this pass: lent to b, a would
     reclaim b's older job 10 at once (one job admitted, another preempted, for nothing)."""
-    c = Cluster().nodes_(3)
-    c.team("a", nominal=8, cohort="c", decayed={"h100": 8 * 7 * 24 * HOUR})
-    c.team("b", nominal=0, cohort="c")
-    c.team("d", nominal=16, cohort="c")
+    c = a_waits_behind_its_borrowing_head(Cluster().nodes_(3), lender_nominal=16)
     c.team("x", nominal=8)
     c.run(10, "b", on={"n2": 8}, runtime=LONG)
     c.run(11, "x", on={"n1": 8}, runtime=LONG)
-    c.job(20, "b", gpus=8)
-    c.job(1, "a", workers=2, gpus=8, priority=5)  # a's first job would borrow: b goes first
-    c.job(2, "a", gpus=8)  # within a's nominal quota
     plan = schedule(c.snapshot())
     assert plan.preemptions == ()
     assert admitted(plan) == [2]
