@@ -150,7 +150,9 @@ def _submit_command(command) -> None:
     p.add_argument("--image", "-i")
     p.add_argument("--workers", "-N", type=int, help="gang size")
     p.add_argument("--gpus-per-worker", "-G", type=int)
-    p.add_argument("--flavor", "-F", help="GPU flavor, e.g. h100-80gb")
+    p.add_argument(
+        "--flavor", "-F", help="GPU flavor, e.g. h100-80gb; default: the cluster's only flavor"
+    )
     p.add_argument("--priority", type=int)
     p.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--time", "-t", help="max run time: 90m, 2h, 1d, 1:30:00")

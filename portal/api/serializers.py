@@ -156,7 +156,11 @@ class JobSpecSerializer(StrictSerializer):
     gpus_per_worker = IntegerField(
         min_value=1, max_value=INT32_MAX, required=False, help_text="Default 1."
     )
-    flavor = SlugField(max_length=64, help_text="GPU flavor, e.g. `h100-80gb`.")
+    flavor = SlugField(
+        max_length=64,
+        required=False,
+        help_text="GPU flavor, e.g. `h100-80gb`; may be left out where the cluster has one flavor.",
+    )
     priority = IntegerField(
         min_value=PRIORITY_RANGE[0],
         max_value=PRIORITY_RANGE[1],

@@ -261,13 +261,17 @@ def _lookup_queue(lookups: SpecLookups, name: str, errors) -> Queue | None:
 
 
 def _lookup_flavor(lookups: SpecLookups, name, errors) -> GpuFlavor | None:
-    if not name:
-        _add(errors, "flavor", "This field is required.")
-        return None
+    """The named flavor; none named, the cluster's only flavor (as Slurm's default
+    partition). Where there are several, the error names them."""
     flavors = lookups.flavors()
+    known = ", ".join(sorted(flavors)) or "none"
+    if not name:
+        if len(flavors) == 1:
+            return next(iter(flavors.values()))
+        _add(errors, "flavor", f"This field is required (flavors: {known}).")
+        return None
     flavor = flavors.get(name)
     if flavor is None:
-        known = ", ".join(sorted(flavors)) or "none"
         _add(errors, "flavor", f"Unknown GPU flavor {name!r} (flavors: {known}).")
     return flavor
 

@@ -49,7 +49,7 @@ def test_anything_unusual_goes_the_slow_way_and_keeps_drfs_messages():
         job_body(name="a\x00b"),
         job_body(name="a\ud800b"),
         job_body(gpu_per_worker=1),  # unknown field
-        {k: v for k, v in job_body().items() if k != "flavor"},  # required field missing
+        {k: v for k, v in job_body().items() if k != "image"},  # required field missing
         job_body(command=[]),
         job_body(env={"A": 1}),
         job_body(flavor="h100 80gb"),

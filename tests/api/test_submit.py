@@ -11,9 +11,9 @@ from django.core.cache import caches
 from django.db import connection
 
 from portal.cache import RedisCache
-from portal.core import counters
+from portal.core import counters, lookups
 from portal.core.counters import hit as _hit
-from portal.core.models import Job, JobEvent, Membership
+from portal.core.models import Job, JobEvent, Membership, Node, Quota
 from tests.api.conftest import bearer, error_of, job_body, submit
 from tests.factories import other_connection
 
@@ -344,3 +344,20 @@ def test_a_submission_costs_a_fixed_number_of_queries(
     # job and its event inside a savepoint (9 statements).
     with django_assert_max_num_queries(1 if connection.vendor == "postgresql" else 9):
         assert as_member_a.post(JOBS, job_body()).status_code == 201
+
+
+def test_the_flavor_may_be_left_out_only_where_the_cluster_has_one(as_lead_a, cluster):
+    body = job_body()
+    del body["flavor"]
+
+    error = error_of(as_lead_a.post(JOBS, body), 400, "invalid")
+    assert error["fields"]["flavor"] == ["This field is required (flavors: a100-40gb, h100-80gb)."]
+    assert not Job.objects.exists()
+
+    Quota.objects.filter(flavor=cluster.a100).delete()
+    Node.objects.filter(flavor=cluster.a100).delete()
+    cluster.a100.delete()  # now h100-80gb is the cluster's only flavor
+    lookups.forget()  # as FACT_TTL_S later
+    response = as_lead_a.post(JOBS, body)
+    assert response.status_code == 201, response.content
+    assert response.json()["flavor"] == "h100-80gb"
