@@ -8,8 +8,10 @@ because it ignores placement and quota: it replays the end estimates of the
 running jobs and of the jobs admitted in this pass, counting GPUs only, and
 starts the waiting jobs in pass order, each once enough GPUs of its flavor are
 free and never before the job before it (so a small job that backfill might
-start early gets a pessimistic estimate). A reserved job starts no earlier
-than its reservation; a job waiting for preemption no earlier than its victims'
+start early gets a pessimistic estimate). A gang starts no earlier than its
+workers fit whole on nodes by the backfill projection (_whole_workers). A job
+with a reservation starts no earlier than it; a job waiting for preemption no
+earlier than its victims'
 grace periods end; a job over its GPU-hour budget when the budget resets
 (_budget_start); a job in its requeue backoff, last in pass order, no
 earlier than it becomes eligible; a job waiting for its previous attempt to
@@ -24,7 +26,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from .arrays import Slots
-from .backfill import COHORT_HOLD
+from .backfill import COHORT_HOLD, Backfill, reserve
 from .model import PendingJob, Verdict
 from .reasons import (
     ARRAY_LIMIT,
@@ -120,11 +122,18 @@ class Shadow:
 def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | None]:
     """Return the estimated start of each waiting job (see the module doc)."""
     shadows: dict[str, Shadow] = {}
-    reserved = {res.job.id: res.start for res in p.gate.reservations.values()}
+    gate = p.gate
+    held = (
+        [r for f in gate.reservations for r in gate.held_for(f)]
+        if isinstance(gate, Backfill)
+        else []
+    )
+    reserved = {res.job.id: res.start for res in held}
     for res in (*p.gate.quota_holds.values(), *p.gate.cohort_holds.values()):
         reserved[res.job.id] = max(res.start, reserved.get(res.job.id, p.now))
     out: dict[int, float | None] = {}
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
+    wholes: dict = {}  # gang shape -> when its workers fit whole (_whole_workers)
     for job in waiting:
         wait = p.waits[job.id]
         if wait.code in (NEVER_FITS, NO_NODES) or job.flavor not in p.pools:
@@ -144,8 +153,34 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
-        out[job.id] = shadow.start(job.gpus, job.max_runtime, floor)
+        start = shadow.start(job.gpus, job.max_runtime, floor)
+        gang = job.workers > 1 or job.gpus_per_worker > 1
+        # Not for a job with a reservation or a preemptor: their GPUs are placed already.
+        if (
+            gang
+            and start is not None
+            and job.id not in reserved
+            and wait.code != WAITING_FOR_PREEMPTION
+        ):
+            start = max(start, _whole_workers(p, job, wholes))
+        out[job.id] = start
     return out
+
+
+def _whole_workers(p: Pass, job: PendingJob, known: dict) -> float:
+    """Return when the job's workers fit whole on nodes (in one domain, for a gang), by
+    the backfill projection (scheduler.backfill.reserve) after the flavor's reservations;
+    now if that never happens (the shadow's count stands). One per gang shape and pass.
+
+    The shadow counts GPUs; a gang also needs them in whole workers: without this, a job
+    waiting `fragmented` was told it starts when enough GPUs are free in pieces.
+    """
+    key = (job.flavor, job.workers, job.gpus_per_worker)
+    if key not in known:
+        held = p.gate.held_for(job.flavor) if isinstance(p.gate, Backfill) else []
+        res = reserve(p, job, p.pools[job.flavor], held)
+        known[key] = p.now if res is None else res.start
+    return known[key]
 
 
 def _budget_start(job: PendingJob, budget, committed: float, need: float) -> float | None:

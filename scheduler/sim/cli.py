@@ -42,7 +42,7 @@ from .cluster import (
     read_openb_nodes,
 )
 from .engine import ESTIMATES, QUEUE_MAX_S, SimConfig
-from .results import SimResult, table, team_table
+from .results import SimResult, estimate_line, table, team_table
 from .trace import FORMATS, Trace, load, parse_time
 
 
@@ -140,6 +140,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plots", help="write PNG plots into this folder")
     p.add_argument("--teams", action="store_true", help="also print the per-team table")
     p.add_argument("--check", action="store_true", help="verify every plan (slow; for debugging)")
+    p.add_argument(
+        "--estimates",
+        action="store_true",
+        help="explain every pass, as the portal does, and report how far each job's first "
+        "estimated start was from its start (slower)",
+    )
 
 
 def backoff_arg(text: str) -> tuple[float, float]:
@@ -237,6 +243,7 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
             requeue_backoff_max_s=args.requeue_backoff[1],
             check=args.check,
             budgets=tuple(getattr(args, "budget", ())),
+            estimates=getattr(args, "estimates", False),
         )
         result = simulate(jobs, nodes, teams, config, progress=Progress(name, jobs))
         result.summary["peak_rss_mib"] = round(peak_rss_mib(), 1)
@@ -354,6 +361,10 @@ def report(results: dict[str, SimResult], args: argparse.Namespace, started: flo
     if args.teams:
         for name, r in results.items():
             print(f"\n{name}:\n{team_table(r.summary)}")
+    if getattr(args, "estimates", False):
+        print()
+        for name, r in results.items():
+            print(f"{name}: {estimate_line(r.summary)}")
     if args.json_out:
         write_json(args.json_out, results)
     if args.plots:

@@ -22,6 +22,10 @@ For speed, frozen objects are reused between passes: a node's Node only
 changes when its free GPUs do, a job's PendingJob and RunningJob are built
 once per attempt, teams are rebuilt only for the fair-share policy (whose
 order reads decayed usage). PolicyConfig(explain=False) skips estimates.
+
+With SimConfig(estimates=True) every pass explains, as the portal's does, and each
+job keeps the estimated start of the first verdict it gets (the one its submitter
+first reads); results.estimate_figures compares it with the job's first start.
 """
 
 from __future__ import annotations
@@ -79,6 +83,8 @@ class SimConfig:
     check: bool = False  # verify every plan against the simulated cluster (slow)
     # GPU-hour budgets per calendar month (scheduler.sim.budgets); none by default.
     budgets: tuple[BudgetSpec, ...] = ()
+    # Explain every pass and keep each job's first estimated start (slower).
+    estimates: bool = False
 
 
 def max_runtime(job: TraceJob, how: str, queue_max: float) -> float:
@@ -133,6 +139,8 @@ class JobRec:
         "stopping_at",
         "reclaim_since",
         "reclaim_s",
+        "told",
+        "estimate",
     )
 
     def __init__(self, job: TraceJob, pending: PendingJob) -> None:
@@ -152,6 +160,9 @@ class JobRec:
         # for how long it could before (None: never), while it waited for its first start.
         self.reclaim_since: float | None = None
         self.reclaim_s: float | None = None
+        # The first verdict's estimated start (SimConfig.estimates; None: none given).
+        self.told = False
+        self.estimate: float | None = None
 
 
 class Simulator:
@@ -166,8 +177,8 @@ class Simulator:
     ) -> None:
         self.config = config or SimConfig()
         self.policy = self.config.policy
-        if self.policy.explain:
-            self.policy = replace(self.policy, explain=False)
+        if self.policy.explain != self.config.estimates:
+            self.policy = replace(self.policy, explain=self.config.estimates)
         self._nodes_init(nodes)
         self.teams = tuple(teams)
         self.recs: dict[int, JobRec] = {}
@@ -576,8 +587,18 @@ class Simulator:
         for a in plan.admissions:
             self._start(self.recs[a.job_id], a)
         self._fragmentation(plan)
+        if self.config.estimates:
+            self._note_estimates(plan)
         if self.config.check:
             self._check_plan(plan, snap)
+
+    def _note_estimates(self, plan: Plan) -> None:
+        """Keep the estimated start of each job's first verdict (before any preemption)."""
+        for v in plan.verdicts:
+            r = self.recs[v.job_id]
+            if not r.told and r.first_start is None:
+                r.told = True
+                r.estimate = v.estimated_start
 
     def _budget_wake(self, plan: Plan) -> None:
         """Note the jobs over budget, and make sure a pass runs when the month resets

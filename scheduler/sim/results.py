@@ -97,10 +97,56 @@ def summarize(sim: Simulator, wall_s: float) -> SimResult:
         "per_team": per_team(sim, ratios),
         "wait_by_gpus": wait_by_gpus(done),
     }
+    if sim.config.estimates:
+        summary.update(estimate_figures(done))
     if sim.budgets is not None:  # --budget: how many jobs waited for a budget at least once
         summary["budget_blocked_jobs"] = len(sim.budgets.blocked)
     last = sim.arrivals[-1].job.submitted_at - t0 if sim.arrivals else 0.0
     return SimResult(summary, waits, rec.utilization_series(), rec.bin_s, t0, last)
+
+
+# A start this much later than the first estimate counts as late, earlier as early.
+ESTIMATE_SLACK_S = 600.0
+
+
+def estimate_figures(done) -> dict:
+    """How well the first estimated start a waiting job was told matched its first start.
+
+    Over the completed jobs that got a verdict before their first start (jobs
+    admitted in their first pass were told nothing): how many got no estimate,
+    the median and p90 of |first start - estimate|, and the shares that started
+    more than ESTIMATE_SLACK_S after (late) or before (early) the estimate.
+    """
+    told = [r for r in done if r.told and r.first_start is not None]
+    errors = sorted(r.first_start - r.estimate for r in told if r.estimate is not None)
+    n = len(errors)
+    off = sorted(abs(e) for e in errors)
+    return {
+        "estimate_jobs": len(told),
+        "estimate_none": len(told) - n,
+        "estimate_abs_error_p50_s": _round(percentile(off, 50)),
+        "estimate_abs_error_p90_s": _round(percentile(off, 90)),
+        "estimate_late_share": round(sum(e > ESTIMATE_SLACK_S for e in errors) / n, 4)
+        if n
+        else 0.0,
+        "estimate_early_share": round(sum(e < -ESTIMATE_SLACK_S for e in errors) / n, 4)
+        if n
+        else 0.0,
+        "estimate_late_p90_s": _round(percentile([max(0.0, e) for e in errors], 90)),
+    }
+
+
+def estimate_line(summary: dict) -> str:
+    """Return 'first estimates of 1,234 waiting jobs: median 4m off, p90 2.1h; 12% late ...'."""
+    s = summary
+    return (
+        f"first estimates of {s['estimate_jobs']:,} waiting jobs ({s['estimate_none']:,} none): "
+        f"off by {duration(s['estimate_abs_error_p50_s'])} (median), "
+        f"{duration(s['estimate_abs_error_p90_s'])} (p90); "
+        f"{s['estimate_late_share']:.0%} started over {duration(ESTIMATE_SLACK_S)} late "
+        f"(p90 lateness {duration(s['estimate_late_p90_s'])}), "
+        f"{s['estimate_early_share']:.0%} that much early"
+    )
 
 
 def _arrivals_utilization(sim: Simulator) -> float:

@@ -3,7 +3,7 @@
 import pytest
 
 from scheduler import REASONS, schedule
-from tests.scheduler.helpers import NOW, Cluster, admitted, reasons, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, reasons, verdict
 
 
 def test_the_example_sentence():
@@ -52,6 +52,22 @@ def test_estimates_follow_the_shadow_projection():
     plan = schedule(c.snapshot())
     starts = {v.job_id: v.estimated_start for v in plan.verdicts}
     assert starts == {1: NOW + 100, 2: NOW + 150, 3: NOW + 150, 4: None}
+
+
+def test_a_gang_is_not_told_it_starts_while_its_gpus_are_free_only_in_pieces():
+    # 4 GPUs free on each of three nodes. Job 1 takes the flavor's reservation: n0, whole
+    # when job 10 ends at +1 h. By count job 2 (8 GPUs too) could start then as well, but
+    # no node is whole for it before job 11 ends at +2 h.
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=64)
+    for i, hours in enumerate((1, 2, 3)):
+        c.run(10 + i, on={f"n{i}": 4}, started=NOW, runtime=hours * HOUR)
+    c.job(1, gpus=8, runtime=4 * HOUR)
+    c.job(2, gpus=8, runtime=4 * HOUR)
+    plan = schedule(c.snapshot(preemption=False))
+    starts = {v.job_id: v.estimated_start for v in plan.verdicts}
+    assert reasons(plan) == {1: "fragmented", 2: "fragmented"}
+    assert starts == {1: NOW + HOUR, 2: NOW + 2 * HOUR}
 
 
 def test_unhealthy_gpus_make_a_job_unestimable():

@@ -133,3 +133,31 @@ def test_reclaim_latency_stops_while_the_teams_own_jobs_ahead_hold_its_quota():
     assert sim.recs[4].first_start == T0 + 1130
     assert s["reclaim_jobs"] == 1
     assert s["reclaim_latency_p99_s"] == 30.0
+
+
+def test_first_estimates_are_compared_with_first_starts():
+    # One 8-GPU node. Job 2 waits for job 1 (not preemptible) and is told it starts when
+    # job 1 ends (t=1000); job 3, of higher priority in the same queue, arrives later and
+    # goes first, so job 2 starts at t=2000, 1000 s late.
+    jobs = [job(1, "a", duration=1000, gpus=8, preemptible=False)]
+    jobs += [job(2, "a", at=10, duration=1000, gpus=8)]
+    jobs += [job(3, "a", at=20, duration=1000, gpus=8, priority=5)]
+    sim, s = run(jobs, nodes=1, teams=[team("a", 8)], estimates=True)
+    assert sim.recs[2].estimate == T0 + 1000 and sim.recs[2].first_start == T0 + 2000
+    assert sim.recs[3].estimate == T0 + 1000 and sim.recs[3].first_start == T0 + 1000
+    assert not sim.recs[1].told  # admitted at once: told nothing, not counted
+    assert s["estimate_jobs"] == 2 and s["estimate_none"] == 0
+    assert s["estimate_late_share"] == 0.5 and s["estimate_early_share"] == 0.0
+    assert s["estimate_abs_error_p50_s"] == 500.0 and s["estimate_late_p90_s"] == 900.0
+
+
+def test_estimates_that_count_declared_run_times_come_out_early():
+    jobs = [job(1, "a", duration=1000, gpus=8), job(2, "a", at=10, duration=100, gpus=8)]
+    sim, s = run(jobs, nodes=1, teams=[team("a", 8)], estimates=True, runtime_estimate="double")
+    assert sim.recs[2].estimate == T0 + 2000 and sim.recs[2].first_start == T0 + 1000
+    assert s["estimate_early_share"] == 1.0 and s["estimate_abs_error_p90_s"] == 1000.0
+
+
+def test_estimates_are_left_out_unless_asked_for():
+    _, s = run([job(1, "a", gpus=8), job(2, "a", gpus=8)], nodes=1, teams=[team("a", 8)])
+    assert "estimate_jobs" not in s
