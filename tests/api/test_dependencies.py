@@ -5,7 +5,11 @@ sweep, and the scheduling snapshot leaving held jobs out."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from portal.core.actions import dependencies
@@ -13,7 +17,7 @@ from portal.core.actions.jobs import transition
 from portal.core.models import Job, JobDependency
 from portal.core.scheduling.snapshot import build_snapshot
 from scheduler import model as m
-from tests.api.conftest import error_of, job_body, submit
+from tests.api.conftest import bearer, error_of, job_body, submit
 
 JOBS = "/api/v1/jobs/"
 ENDS = {"succeeded": {"exit_code": 0}, "failed": {"exit_code": 1}, "cancelled": {}}
@@ -344,3 +348,44 @@ def test_an_array_may_depend_on_a_job_and_its_tasks_are_released_together(cluste
     end(train["id"], "succeeded")
     assert not Job.objects.filter(pk__in=ids, awaiting_dependency=True).exists()
     assert set(Job.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"pending"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_singletons_submitted_at_once_release_only_one(cluster, personas, monkeypatch):
+    """Each submission judges its singleton before the other commits (forced here: both
+    read their namesakes, then wait for each other): only one may be released."""
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrent writers need PostgreSQL (SQLite serializes the two)")
+    both_read = threading.Barrier(2, timeout=3)
+    real = dependencies._namesakes
+
+    def namesakes(held, *, lock):
+        found = real(held, lock=lock)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both_read.wait()  # broken: the other waits for this one to commit, no race
+        return found
+
+    monkeypatch.setattr(dependencies, "_namesakes", namesakes)
+    apis = [bearer(personas.member_a) for _ in range(2)]
+    codes = []
+
+    def one(api):
+        try:
+            codes.append(
+                api.post(JOBS, job_body(name="nightly", dependency="singleton")).status_code
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(api,)) for api in apis]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert codes == [201, 201]
+    held = (
+        Job.objects.filter(name="nightly")
+        .order_by("pk")
+        .values_list("awaiting_dependency", flat=True)
+    )
+    assert list(held) == [False, True]  # the first released, the second waits for it

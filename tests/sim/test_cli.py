@@ -200,3 +200,14 @@ def test_the_simulator_imports_no_django():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_estimates_are_measured_when_asked_for(philly, tmp_path, capsys):
+    out = tmp_path / "est.json"
+    args = ["--trace", str(philly), "--nodes", "1", "--gpus-per-node", "8", "--policy", "fifo"]
+    assert main([*args, "--estimates", "--json", str(out)]) == 0
+    assert "fifo: first estimates of " in capsys.readouterr().out
+    summary = json.loads(out.read_text())
+    assert summary["estimate_jobs"] > 0  # one node for 80 jobs: most wait
+    assert 0 <= summary["estimate_late_share"] + summary["estimate_early_share"] <= 1
+    assert summary["estimate_abs_error_p90_s"] >= summary["estimate_abs_error_p50_s"] >= 0

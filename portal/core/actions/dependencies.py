@@ -50,6 +50,8 @@ SETTLE_TASK = "portal.core.tasks.dependency_settle"
 # A parent's change that can settle a dependent: it started (after), or it ended.
 _TRIGGERS = frozenset({State.RUNNING, *Job.TERMINAL_STATES})
 _cascade = threading.local()
+# The first key of the advisory locks that serialize singleton submissions (_serialize).
+SINGLETON_LOCK_CLASS = 0x42E7
 
 
 def row_fields(spec) -> dict:
@@ -71,6 +73,7 @@ def submit_dependent_job(*, team, spec, user, idempotency_key=None, only_if=None
     from portal.core.actions.jobs import submit_job  # jobs imports this module
 
     with transaction.atomic():
+        lock_singletons(team, user, [spec])
         return submit_job(
             team=team, spec=spec, user=user, idempotency_key=idempotency_key, only_if=only_if
         )
@@ -263,6 +266,22 @@ def _namesakes(held: dict[int, dict], *, lock: bool) -> dict[tuple, list]:
     for row in rows.values("pk", "team_id", "submitted_by_id", "name", "state"):
         out[_key(row)].append(rule.Parent(row["pk"], row["name"], row["state"]))
     return out
+
+
+def lock_singletons(team, user, specs) -> None:
+    """Make the submissions of singletons of one team, user and name wait for each other
+    until commit: a transaction-scoped advisory lock per name, taken in one order before
+    the jobs are stored (so ids follow the lock's order too). Otherwise two submitted at
+    once each judge before the other commits, see no namesake and are both released.
+    SQLite runs one writer at a time already."""
+    if connection.vendor != "postgresql" or user is None:
+        return
+    names = sorted({f"{team.pk}:{user.pk}:{spec.name}" for spec in specs if spec.singleton})
+    with connection.cursor() as cursor:
+        for name in names:  # the two-key space: apart from the pass's one-key lock
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [SINGLETON_LOCK_CLASS, name]
+            )
 
 
 def _release(held: dict[int, dict], ids: set[int]) -> list[int]:

@@ -221,6 +221,7 @@ def submit_jobs(
 
 def _bulk_insert(team, specs, user, key, fingerprint) -> list[int]:
     with transaction.atomic():
+        dependencies.lock_singletons(team, user, specs)
         for queue, count in jobs_per_queue(specs):
             _check_room(queue, extra=count)
         now = timezone.now()
