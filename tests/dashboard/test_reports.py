@@ -17,8 +17,11 @@ from tests.dashboard.story import make_job
 def test_wait_by_week_sql_matches_the_python_definition(cluster, monkeypatch):
     now = timezone.now()
     waits = [60, 120, 180, 240, 300, 600, 900, 1200, 1800, 3600, 7200]
+    # Noon two days ago: all in one week whatever the time now (near a Monday midnight
+    # "now - 2 days - i minutes" fell in two weeks).
+    noon = (now - timedelta(days=2)).replace(hour=12, minute=0, second=0, microsecond=0)
     for i, wait in enumerate(waits):
-        admitted = now - timedelta(days=2, minutes=i)
+        admitted = noon - timedelta(minutes=i)
         make_job(
             cluster,
             cluster.team_a,
