@@ -344,7 +344,8 @@ def _quota(
     over = used + job.gpus - limit
     return (
         f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of {nominal} "
-        f"nominal and may hold at most {limit_text}; would start when {over:g} of its GPUs are freed"
+        f"nominal and may hold at most {limit_text}; would start when {over:g} of its GPUs "
+        f"{'is' if over == 1 else 'are'} freed"
     )
 
 
@@ -378,7 +379,8 @@ def _cohort_busy(
             f"of team {names}, so reclaim cannot free them; they free up when those end, at the "
             f"latest {_at(p, at)}"
         )
-    return f"{text}; would start when {gpus(job.gpus - max(0, room))} of the cohort are freed"
+    short = job.gpus - max(0, room)
+    return f"{text}; would start when {gpus(short)} of the cohort {'is' if short == 1 else 'are'} freed"
 
 
 def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -> str:

@@ -215,3 +215,14 @@ def test_every_reason_code_is_reachable_with_a_message(scenario):
     assert code in reasons(plan).values(), plan.verdicts
     v = next(v for v in plan.verdicts if v.reason_code == code)
     assert v.message.startswith("needs ") and v.message != REASONS[code]
+
+
+def test_one_gpu_short_of_quota_reads_in_the_singular():
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="k").team("b", nominal=8, cohort="k")
+    c.run(10, "a", on={"n0": 8}, preemptible=False)
+    c.run(11, "b", on={"n1": 7}, preemptible=False)
+    c.job(1, "b", gpus=2)  # b may borrow a's idle quota: none is idle, 1 GPU short
+    v = verdict(schedule(c.snapshot()), 1)
+    assert v.reason_code == "cohort_busy"
+    assert v.message.endswith("would start when 1 GPU of the cohort is freed"), v.message
