@@ -984,3 +984,11 @@ def name_preemptors_orm(pks: Sequence[int], preemptors: Sequence[int]) -> None:
     Job.objects.filter(pk__in=list(pks)).update(
         preempted_by=Case(*whens, output_field=BigIntegerField())
     )
+
+
+def lock_names(space: int, names: Sequence[str]) -> None:
+    """Hold a transaction-scoped advisory lock on each name (PostgreSQL; its two-key
+    space, apart from the pass's one-key lock), in the order given: callers sort."""
+    with connection.cursor() as cursor:
+        for name in names:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [space, name])

@@ -277,11 +277,7 @@ def lock_singletons(team, user, specs) -> None:
     if connection.vendor != "postgresql" or user is None:
         return
     names = sorted({f"{team.pk}:{user.pk}:{spec.name}" for spec in specs if spec.singleton})
-    with connection.cursor() as cursor:
-        for name in names:  # the two-key space: apart from the pass's one-key lock
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [SINGLETON_LOCK_CLASS, name]
-            )
+    statements.lock_names(SINGLETON_LOCK_CLASS, names)
 
 
 def _release(held: dict[int, dict], ids: set[int]) -> list[int]:
