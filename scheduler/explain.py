@@ -26,7 +26,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from .arrays import Slots
-from .backfill import COHORT_HOLD, Backfill, reserve
+from .backfill import COHORT_HOLD, reserve
 from .model import PendingJob, Verdict
 from .reasons import (
     ARRAY_LIMIT,
@@ -123,13 +123,8 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     """Return the estimated start of each waiting job (see the module doc)."""
     shadows: dict[str, Shadow] = {}
     gate = p.gate
-    held = (
-        [r for f in gate.reservations for r in gate.held_for(f)]
-        if isinstance(gate, Backfill)
-        else []
-    )
-    reserved = {res.job.id: res.start for res in held}
-    for res in (*p.gate.quota_holds.values(), *p.gate.cohort_holds.values()):
+    reserved = {res.job.id: res.start for f in gate.reservations for res in gate.held_for(f)}
+    for res in (*gate.quota_holds.values(), *gate.cohort_holds.values()):
         reserved[res.job.id] = max(res.start, reserved.get(res.job.id, p.now))
     out: dict[int, float | None] = {}
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
@@ -177,8 +172,7 @@ def _whole_workers(p: Pass, job: PendingJob, known: dict) -> float:
     """
     key = (job.flavor, job.workers, job.gpus_per_worker)
     if key not in known:
-        held = p.gate.held_for(job.flavor) if isinstance(p.gate, Backfill) else []
-        res = reserve(p, job, p.pools[job.flavor], held)
+        res = reserve(p, job, p.pools[job.flavor], p.gate.held_for(job.flavor))
         known[key] = p.now if res is None else res.start
     return known[key]
 

@@ -41,6 +41,10 @@ class Gate:
         self.quota_holds: dict = {}
         self.cohort_holds: dict = {}
 
+    def held_for(self, flavor: str) -> list:
+        """The flavor's GPU reservations, first first (Backfill; none here)."""
+        return []
+
     def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
         return None
 

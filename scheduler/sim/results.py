@@ -121,17 +121,17 @@ def estimate_figures(done) -> dict:
     errors = sorted(r.first_start - r.estimate for r in told if r.estimate is not None)
     n = len(errors)
     off = sorted(abs(e) for e in errors)
+
+    def share(count: int) -> float:
+        return round(count / n, 4) if n else 0.0
+
     return {
         "estimate_jobs": len(told),
         "estimate_none": len(told) - n,
         "estimate_abs_error_p50_s": _round(percentile(off, 50)),
         "estimate_abs_error_p90_s": _round(percentile(off, 90)),
-        "estimate_late_share": round(sum(e > ESTIMATE_SLACK_S for e in errors) / n, 4)
-        if n
-        else 0.0,
-        "estimate_early_share": round(sum(e < -ESTIMATE_SLACK_S for e in errors) / n, 4)
-        if n
-        else 0.0,
+        "estimate_late_share": share(sum(e > ESTIMATE_SLACK_S for e in errors)),
+        "estimate_early_share": share(sum(e < -ESTIMATE_SLACK_S for e in errors)),
         "estimate_late_p90_s": _round(percentile([max(0.0, e) for e in errors], 90)),
     }
 

@@ -50,7 +50,7 @@ SETTLE_TASK = "portal.core.tasks.dependency_settle"
 # A parent's change that can settle a dependent: it started (after), or it ended.
 _TRIGGERS = frozenset({State.RUNNING, *Job.TERMINAL_STATES})
 _cascade = threading.local()
-# The first key of the advisory locks that serialize singleton submissions (_serialize).
+# The first key of the advisory locks that serialize singleton submissions (lock_singletons).
 SINGLETON_LOCK_CLASS = 0x42E7
 
 
