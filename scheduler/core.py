@@ -204,7 +204,7 @@ class Pass:
             wait = self.gate.try_admit(self, job, pool)
             if wait is None:
                 return
-        if self.preempting and may_preempt(wait):
+        if self.preempting and may_preempt(self, job, wait):
             wait = try_preempt(self, job, pool) or self._unreclaimable(job, wait)
         if not (wait.code == COHORT_BUSY and wait.info[4] and wait.info[4][0] == "kept"):
             # held back only for this pass (kept_for_others): no cohort hold for it

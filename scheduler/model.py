@@ -77,9 +77,12 @@ class PendingJob:
 
     `eligible_at`: a requeued job may not be admitted before this time (its
     requeue backoff, scheduler.requeue); 0 for a job never requeued.
-    `preempted_by`: the job whose preemption requeued it, until it is admitted
-    again; it keeps that job's reservation alive after the victims stopped
-    (scheduler.preemption, "reservations").
+    `preempted_by`: the job whose preemption requeued it, until either of the two
+    is admitted; it keeps that job's reservation alive after the victims stopped
+    (scheduler.preemption, "reservations"). Once the preemptor is admitted the
+    link is spent and the writer clears it: left in place, it would make the
+    preemptor, were it requeued later, look like one whose victims have stopped,
+    honoured first (it took the GPUs freed for the job that preempted it).
     `previous_attempt_stopping`: a requeued job whose previous attempt still has
     workers that have not stopped; the pass sets it aside (reason
     `previous_attempt`) until they have. The portal sets it from its workers'
@@ -120,7 +123,8 @@ class RunningJob:
     are never chosen as victims again. `started_at` is when it was admitted;
     `checkpointed_at` (if known) bounds the work a preemption would lose.
     `preempted_by`: for a stopping job, the pending job that preempted it; the
-    GPUs it frees are reserved for that job across passes.
+    GPUs it frees are reserved for that job across passes, until it is admitted
+    (then the writer clears the link, as for a requeued victim's).
     `array_id`: the job array it is a task of (counted against the array's limit).
     """
 

@@ -51,6 +51,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
+from .backfill import COHORT_HOLD
 from .model import PendingJob, Preemption
 from .ordering import claim_key, last_progress, stopping_key, victim_key
 from .quota import contribution
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 PREEMPT_ON = CAPACITY | {QUOTA, COHORT_BUSY}
 
 
-def may_preempt(wait: Wait) -> bool:
+def may_preempt(p: Pass, job: PendingJob, wait: Wait) -> bool:
     """Return whether a blocked job may try preemption.
 
     A quota or capacity reason, or `reserved` because the GPUs it fits on are
@@ -77,10 +78,28 @@ def may_preempt(wait: Wait) -> bool:
     reclaim borrowed GPUs elsewhere. Without this, a within-nominal job that
     fits only on held GPUs waited for the reservation's job to start instead
     of reclaiming (replays: hours of reclaim latency, docs/simulation.md).
+
+    Also `reserved` by a cohort hold (info[2] == COHORT_HOLD) for a job with
+    lower-priority jobs of its own queue to preempt: the hold stops jobs that would
+    borrow, but a preemptor is within its nominal quota once its victims stop (rule
+    1), so its team borrows no more than before and the hold's job is not delayed.
+    Without this, a high-priority job whose team used its nominal quota with its own
+    low-priority jobs waited for them to end whenever another team's borrower held
+    the cohort's idle quota (10,000 s in a replay, tests/sim/test_preemptors.py).
+    Only then: a job without such victims that a cohort hold stops is within its
+    nominal quota, and so free of the hold, at the next pass if its team's stopping
+    jobs free that quota (letting it claim during their grace period too changed
+    five of the fourteen Philly replays, lost work +7%, docs/simulation.md). A quota
+    hold (info[2] == 0) is the team's own earlier job's: it stands.
     """
     if wait.code in PREEMPT_ON:
         return True
-    return wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] > 0
+    if wait.code != RESERVED or len(wait.info) < 3:
+        return False
+    nodes = wait.info[2]
+    if nodes == COHORT_HOLD:
+        return bool(_lower_priority(p, job, p.ledger.book(job.team)))
+    return nodes > 0
 
 
 class Choice(NamedTuple):

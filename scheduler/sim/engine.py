@@ -212,6 +212,8 @@ class Simulator:
         self.reset_wake = -1.0  # the month end a wake is queued for (budgets)
         # (team, flavor) -> its pending jobs' (queue_key, id), sorted: who is ahead of whom.
         self.queues: dict[tuple[str, str], list[tuple]] = {}
+        # preemptor id -> its victims, whose `preempted_by` names it until it is admitted.
+        self.links: dict[int, list[int]] = {}
 
     # -- the cluster ----------------------------------------------------------
 
@@ -326,6 +328,7 @@ class Simulator:
             self._check_admission(r, admission, gpus)
         r.waited += now - r.pending_since
         r.started = now
+        self._unlink(job.id)
         if r.first_start is None:
             r.first_start = now
             self.watch.pop(job.id, None)
@@ -372,8 +375,19 @@ class Simulator:
         r.preempted += 1
         r.running = replace(r.running, stopping=True, preempted_by=by)
         self.running[r.job.id] = r.running
+        self.links.setdefault(by, []).append(r.job.id)
         r.stopping_at = self.now + self.config.grace_period_s
         heapq.heappush(self.events, (r.stopping_at, STOP, r.job.id, r.attempt))
+
+    def _unlink(self, preemptor: int) -> None:
+        """The preemptor is admitted: its victims' links to it end, stopping or requeued
+        (scheduler.model.PendingJob.preempted_by), as the portal's admission clears them."""
+        for v in self.links.pop(preemptor, ()):
+            victim = self.recs[v]
+            if victim.running is not None and victim.running.preempted_by == preemptor:
+                victim.running = self.running[v] = replace(victim.running, preempted_by=None)
+            if v in self.pending and victim.pending.preempted_by == preemptor:
+                victim.pending = self.pending[v] = replace(victim.pending, preempted_by=None)
 
     def _release(self, r: JobRec) -> None:
         run = r.running

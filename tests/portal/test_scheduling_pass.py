@@ -226,3 +226,8 @@ def test_victims_name_their_preemptor_so_its_reservation_outlives_the_pass(clust
     assert result.admitted == [gang.pk]
     gang.refresh_from_db()
     assert gang.state == State.ADMITTED and gang.preempted_by is None
+    # The reservation is spent: the victims, still pending, no longer name the gang (else,
+    # requeued itself one day, it would be honoured first as if it had preempted anew).
+    assert set(Job.objects.filter(pk__in=victims).values_list("state", "preempted_by")) == {
+        (State.PENDING, None)
+    }

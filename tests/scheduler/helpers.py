@@ -288,6 +288,13 @@ class Sim:
                 )
 
     def _start(self, job: PendingJob, adm, now: float) -> None:
+        # Its victims' links to it end, stopping or requeued (PendingJob.preempted_by).
+        for other in self.running.values():
+            if other.preempted_by == job.id:
+                self.running[other.id] = replace(other, preempted_by=None)
+        for other in self.pending.values():
+            if other.preempted_by == job.id:
+                self.pending[other.id] = replace(other, preempted_by=None)
         for w in adm.placement:
             free = self.nodes[w.node]["free"]
             for g in w.gpus:

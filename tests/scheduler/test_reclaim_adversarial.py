@@ -528,3 +528,42 @@ def test_gpus_held_for_a_backfill_reservation_are_not_counted_free_for_a_borrowe
     plan = schedule(c.snapshot())
     assert plan.preemptions == ()
     assert admitted(plan) == [5]
+
+
+# -- priority preemption behind a cohort hold -----------------------------------------
+
+
+def test_a_priority_preemptor_is_not_held_back_by_a_borrowers_cohort_hold():
+    """a uses its nominal 8 with job 10 (priority 0); b's borrower job 8 is first in line
+    and holds the cohort's idle quota from when job 10 ends. a's priority-1 job 12 would
+    borrow now, but it preempts job 10 and then stays within a's nominal quota, which
+    lends the cohort 7 more GPUs, not fewer. Before, the hold made it `reserved` and it
+    waited the whole of job 10's run (2.8 h in a replay, tests/sim/test_links.py)."""
+    c = Cluster().node("n0")
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "a", on={"n0": 8}, runtime=LONG)
+    c.job(8, "b", gpus=1, runtime=LONG)
+    c.job(12, "a", gpus=1, priority=1, runtime=LONG)
+    plan = schedule(c.snapshot(explain=True))
+    assert [(p.job_id, p.preemptor_id, p.reason_code) for p in plan.preemptions] == [
+        (10, 12, "priority")
+    ]
+    assert verdict(plan, 12).reason_code == "waiting_for_preemption"
+    sim = Sim(c)
+    sim.step(NOW)
+    sim.step(NOW + 30)
+    assert sim.started == {12: NOW + 30, 8: NOW + 30}  # 8 borrows what a no longer uses
+
+
+def test_a_job_that_would_still_borrow_after_its_priority_victims_keeps_the_hold():
+    """The same with a's job 12 asking for 12 GPUs of 2 nodes: even with job 10 gone a
+    would borrow 4, so the cohort hold of b's job 8 stands and nothing is preempted."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "a", on={"n0": 8}, runtime=LONG)
+    c.run(11, "b", on={"n1": 4}, runtime=LONG)
+    c.job(8, "b", gpus=8, runtime=LONG)
+    c.job(12, "a", workers=2, gpus=6, priority=1, runtime=LONG)
+    plan = schedule(c.snapshot(explain=True))
+    assert plan.preemptions == ()
+    assert verdict(plan, 12).reason_code in ("reserved", "cohort_busy", "quota")

@@ -126,7 +126,7 @@ class Job(models.Model):
     preempted_by = models.BigIntegerField(
         null=True,
         blank=True,
-        help_text="Id of the job whose preemption stopped this one, until it is admitted again: "
+        help_text="Id of the job whose preemption stopped this one, until either is admitted: "
         "the GPUs it frees stay reserved for that job (docs/scheduling.md).",
     )
 

@@ -63,6 +63,7 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
     )
     if not moved:
         return []
+    _end_links(moved, ctx)
     attempts = ctx.attempts  # the snapshot's: a job pending then and now kept its attempt
     if any(pk not in attempts for pk in moved):  # a plan not from this snapshot
         attempts = dict(Job.objects.filter(pk__in=moved).values_list("pk", "attempt"))
@@ -89,6 +90,16 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
         ],
     )
     return moved
+
+
+def _end_links(admitted: list[int], ctx: PassContext) -> None:
+    """The admitted preemptors' reservations are spent: the links of their victims,
+    stopping or requeued, end (scheduler.model.PendingJob.preempted_by). The snapshot
+    names the victims, so the update goes by primary key: `preempted_by` stays out of
+    every index, and the verdict updates of every pass stay heap-only."""
+    victims = [v for pk in admitted for v in ctx.links.get(pk, ())]
+    if victims:
+        Job.objects.filter(pk__in=victims, preempted_by__in=admitted).update(preempted_by=None)
 
 
 def _insert(model, rows: list[dict]) -> list[int]:

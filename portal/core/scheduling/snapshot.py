@@ -45,6 +45,8 @@ class PassContext:
     pending_rows: dict[int, Shown] = field(default_factory=dict)  # Job.pk → its verdict now
     attempts: dict[int, int] = field(default_factory=dict)  # Job.pk → attempt, of pending jobs
     budgets: list[BudgetStatus] = field(default_factory=list)  # behind Snapshot.budgets
+    # preemptor pk → the jobs whose `preempted_by` names it (stopping or requeued)
+    links: dict[int, list[int]] = field(default_factory=dict)
 
 
 def build_snapshot(now: datetime, config: m.PolicyConfig) -> tuple[m.Snapshot, PassContext]:
@@ -97,6 +99,8 @@ def _running(ctx: PassContext) -> list[m.RunningJob]:
         flavor_ids[row.flavor] = row.flavor_id
         placement = tuple(Place(rank, host, gpus) for rank, host, gpus in row.placement)
         stopping = row.state not in active
+        if row.preempted_by is not None:
+            ctx.links.setdefault(row.preempted_by, []).append(row.pk)
         running.append(
             Running(
                 id=row.pk,
@@ -145,6 +149,8 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
         shown[row.pk] = Shown(row.reason_code, row.reason, row.queue_position, row.estimated_start)
         attempts[row.pk] = row.attempt
         flavor_ids[row.flavor] = row.flavor_id
+        if row.preempted_by is not None:
+            ctx.links.setdefault(row.preempted_by, []).append(row.pk)
         pending.append(
             Pending(
                 id=row.pk,

@@ -1,0 +1,179 @@
+"""Random runs over many passes: jobs arrive, run, end and are reclaimed (issue 13).
+
+The single-pass properties (test_properties.py) and the two-pass reclaim properties
+(test_reclaim*.py) start from one snapshot. Here a random cluster of two flavors,
+with borrowing and lending limits and a team outside the cohort, is driven for a
+dozen passes 30 s apart while jobs arrive, end and are requeued, every plan applied
+(tests.scheduler.helpers.Sim), and at every pass:
+
+- no GPU and no quota is over-committed (per team: nominal + borrowing limit; per
+  cohort and flavor: nothing borrowed that nobody lends, lending limits included);
+- victims are preemptible, not already stopping, and not admitted by the same plan;
+- a preemptor that is still within its team's nominal quota when its victims have
+  stopped is admitted then, and no such preemptor preempts in two passes (one reclaim
+  costs one round of victims, whatever arrived meanwhile).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from scheduler import Quota, Team
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, examples, make_job, preempted
+
+FLAVORS = ("h100", "a100")
+STEP = 30.0  # the grace period (RunningJob's default): victims have stopped by the next pass
+PASSES = 12
+
+
+@st.composite
+def runs(draw):
+    c = Cluster()
+    per_block = draw(st.integers(1, 3))
+    for i in range(draw(st.integers(2, 6))):
+        b = i // per_block
+        c.node(
+            f"n{i}",
+            gpus=draw(st.sampled_from([4, 8, 8])),
+            flavor=draw(st.sampled_from(["h100", "h100", "a100"])),
+            block=f"b{b}",
+            rack=f"r{b}",
+        )
+    total = Counter()
+    for n in c.nodes.values():
+        total[n["flavor"]] += n["gpus"]
+    names = ["a", "b", "d", "e"]  # e: outside the cohort
+    teams, left = [], dict(total)
+    for name in names:
+        quotas = {}
+        for f in FLAVORS:
+            nominal = draw(st.integers(0, left.get(f, 0)))
+            left[f] = left.get(f, 0) - nominal  # nominal quotas add up to no more than the GPUs
+            limit = st.none() | st.integers(0, 8)
+            quotas[f] = Quota(nominal, draw(limit), draw(limit))
+        teams.append(Team(name, 1.0, None if name == "e" else "c", quotas, {}))
+    c.teams = teams
+    arrivals = []
+    ids = iter(range(1, 10_000))
+    for step in range(PASSES):
+        for _ in range(draw(st.integers(0, 3) if step else st.integers(1, 6))):
+            workers = draw(st.integers(1, 2))
+            arrivals.append(
+                (
+                    step,
+                    make_job(
+                        next(ids),
+                        draw(st.sampled_from(names)),
+                        workers=workers,
+                        gpus=draw(st.sampled_from([1, 2, 4, 8] if workers == 1 else [2, 4, 8])),
+                        priority=draw(st.sampled_from([0, 0, 1, 2])),
+                        queue=draw(st.sampled_from(["q", "q", "r"])),
+                        submitted=NOW + step * STEP,
+                        runtime=draw(st.sampled_from([45.0, 200.0, 100 * HOUR])),
+                        flavor=draw(st.sampled_from(FLAVORS)),
+                        preemptible=draw(st.sampled_from([True, True, True, False])),
+                    ),
+                )
+            )
+    config = {
+        "backfill": draw(st.booleans()),
+        "backfill_reservations": draw(st.sampled_from([1, 1, 3])),
+        "reclaim_backoff": draw(st.booleans()),
+        "max_wait": draw(st.sampled_from([0.0, 0.0, 120.0])),
+        "explain": draw(st.booleans()),
+    }
+    backoff = draw(st.sampled_from([(0.0, 0.0), (0.0, 0.0), (60.0, 3600.0)]))
+    return c, arrivals, config, backoff
+
+
+def usage_of(running) -> Counter:
+    used = Counter()
+    for r in running:
+        used[(r.team, r.flavor)] += r.gpus
+    return used
+
+
+def check_quotas(teams, used):
+    for t in teams:
+        for f, q in t.quotas.items():
+            u = used[(t.name, f)]
+            if t.cohort is None:
+                assert u <= q.nominal, (t.name, f, u)
+            elif q.borrowing_limit is not None:
+                assert u <= q.nominal + q.borrowing_limit, (t.name, f, u)
+    for f in FLAVORS:
+        borrowed = lent = 0
+        for t in teams:
+            if t.cohort is None:
+                continue
+            q, u = t.quotas[f], used[(t.name, f)]
+            lend = q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
+            borrowed += max(0, u - q.nominal)
+            lent += min(max(0, q.nominal - u), lend)
+        assert borrowed <= lent, (f, borrowed, lent, used)
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
+@given(runs())
+def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
+    c, arrivals, config, backoff = run
+    note(describe(c, arrivals, config, backoff))
+    sim = Sim(c, backoff=backoff, preemption=True, **config)
+    nominal = {(t.name, f): q.nominal for t in c.teams for f, q in t.quotas.items()}
+    claims: dict[int, int] = {}  # preemptor -> the pass by which it must be admitted
+    for step in range(PASSES):
+        now = NOW + step * STEP
+        for when, job in arrivals:
+            if when == step:
+                sim.submit(job)
+        sim._finish(now)  # who runs when the pass looks (step() finds nothing more to end)
+        used = usage_of(sim.running.values())
+        pending = dict(sim.pending)
+        before = dict(sim.running)
+        plan = sim.step(now)
+        note(
+            f"pass {step}: admit {admitted(plan)} preempt {[(p.job_id, p.preemptor_id) for p in plan.preemptions]}"
+        )
+        assert not set(preempted(plan)) & set(admitted(plan)), "admitted and preempted at once"
+        check_quotas(c.teams, usage_of(sim.running.values()))
+        for p in plan.preemptions:
+            victim = before[p.job_id]
+            assert victim.preemptible and not victim.stopping
+        # A claim falls due at the pass after the one that preempted for it: its victims
+        # have stopped (grace 30 s), and if its team is still within its nominal quota
+        # with it, it is admitted, without preempting again.
+        for job_id, due in list(claims.items()):
+            if due != step:
+                continue
+            del claims[job_id]
+            job = pending.get(job_id)
+            if job is None:
+                continue  # admitted meanwhile
+            key = (job.team, job.flavor)
+            if used[key] + job.gpus <= nominal[key]:
+                again = [p.job_id for p in plan.preemptions if p.preemptor_id == job_id]
+                assert again == [], f"preemptor {job_id} preempted again at pass {step}"
+                assert job_id in admitted(plan), (
+                    f"preemptor {job_id} not admitted once its victims stopped (pass {step})"
+                )
+        for p in plan.preemptions:
+            claims.setdefault(p.preemptor_id, step + 1)
+
+
+def describe(c, arrivals, config, backoff) -> str:
+    """The scenario, readable: hypothesis prints it with a failing case."""
+    lines = [f"config={config} requeue backoff={backoff}"]
+    for name, n in c.nodes.items():
+        lines.append(f"node {name} {n['flavor']} {n['gpus']} {n['block']}")
+    for t in c.teams:
+        lines.append(f"team {t.name} cohort={t.cohort} {dict(t.quotas)}")
+    for step, j in arrivals:
+        lines.append(
+            f"pass {step}: job {j.id} {j.team} {j.workers}x{j.gpus_per_worker} {j.flavor}"
+            f" queue={j.queue} prio={j.priority} runtime={j.max_runtime:g}"
+            f" preemptible={j.preemptible}"
+        )
+    return "\n".join(lines)
