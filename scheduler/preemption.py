@@ -454,8 +454,10 @@ def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running) -> Preempt
     """Return the preemption record, with a message naming the preemptor and why.
 
     Usage figures are what the teams hold now, without the GPUs charged to
-    preemptors waiting for victims, and for the victim's team without its
-    jobs that are already stopping: each GPU counted once.
+    preemptors waiting for victims, and without their jobs that are already
+    stopping (each GPU counted once): a preemptor whose own team is being
+    reclaimed in the same pass reads "uses 0 of 4 nominal", not the 8 GPUs of
+    its stopping job, which read as a team far above its quota reclaiming.
     """
     f, victim = job.flavor, r.job
     if r.book is book:
@@ -465,12 +467,13 @@ def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running) -> Preempt
         )
         return Preemption(victim.id, "priority", message, job.id)
     q, vq = book.quota(f), r.book.quota(f)
-    stopping = p.stops(r.pool).quota.get(r.book, 0) if r.pool is not None else 0
+    stopping = p.stops(r.pool).quota if r.pool is not None else {}
+    held = p.held(book, f) - stopping.get(book, 0)
     message = (
         f"preempted by job {job.id} of team {job.team}, which reclaims its nominal quota: "
-        f"it needs {count_gpus(job.gpus, f)} and uses {p.held(book, f)} of {q.nominal} nominal, "
-        f"while team {r.book.name} borrows ({r.book.used(f) - stopping} used of {vq.nominal} "
-        f"nominal)"
+        f"it needs {count_gpus(job.gpus, f)} and uses {held} of {q.nominal} nominal, "
+        f"while team {r.book.name} borrows ({r.book.used(f) - stopping.get(r.book, 0)} used "
+        f"of {vq.nominal} nominal)"
     )
     return Preemption(victim.id, "reclaim", message, job.id)
 

@@ -303,6 +303,27 @@ def test_second_preemptor_of_a_team_reports_usage_counted_once():
         assert "of 8 nominal" in p.message and "uses 12" not in p.message
 
 
+def test_a_preemptor_whose_own_team_is_being_reclaimed_counts_without_its_stopping_jobs():
+    """d reclaims b's 8-GPU job 3 (b borrows 4 of it); b's 4-GPU job 7 then reclaims a's
+    borrowed GPUs in the same pass, within b's nominal 4 once job 3 has stopped. Its
+    victims were told "b uses 8 of 4 nominal" (job 3 counted while it stops), which
+    reads as a team far above its quota reclaiming (found by tests/scheduler/test_runs.py)."""
+    c = Cluster().nodes_(2, gpus=4).node("n5")
+    c.team("a", nominal=0, cohort="c").team("b", nominal=4, cohort="c")
+    c.team("d", nominal=8, cohort="c")
+    c.run(3, "b", on={"n5": 8}, started=NOW - 60)
+    c.run(5, "a", on={"n0": 1}, started=NOW - 30)
+    c.run(6, "a", on={"n1": 1}, started=NOW - 30)
+    c.job(8, "d", workers=2, gpus=4)
+    c.job(7, "b", workers=2, gpus=2)
+    plan = schedule(c.snapshot())
+    by = {p.job_id: p.preemptor_id for p in plan.preemptions}
+    assert by == {3: 8, 5: 7, 6: 7}
+    for p in plan.preemptions:
+        if p.preemptor_id == 7:
+            assert "uses 0 of 4 nominal" in p.message, p.message
+
+
 # -- 5. why reclaim cannot help -----------------------------------------------------------
 
 

@@ -9,6 +9,7 @@ dozen passes 30 s apart while jobs arrive, end and are requeued, every plan appl
 - no GPU and no quota is over-committed (per team: nominal + borrowing limit; per
   cohort and flavor: nothing borrowed that nobody lends, lending limits included);
 - victims are preemptible, not already stopping, and not admitted by the same plan;
+  no plan admits a job of a team and reclaims from that team (same flavor);
 - a preemptor that is still within its team's nominal quota when its victims have
   stopped is admitted then, and no such preemptor preempts in two passes (one reclaim
   costs one round of victims, whatever arrived meanwhile).
@@ -16,6 +17,7 @@ dozen passes 30 s apart while jobs arrive, end and are requeued, every plan appl
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from hypothesis import HealthCheck, given, note, settings
@@ -139,9 +141,17 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
         )
         assert not set(preempted(plan)) & set(admitted(plan)), "admitted and preempted at once"
         check_quotas(c.teams, usage_of(sim.running.values()))
+        reclaimed = set()
         for p in plan.preemptions:
             victim = before[p.job_id]
             assert victim.preemptible and not victim.stopping
+            if p.reason_code == "reclaim":
+                reclaimed.add((victim.team, victim.flavor))
+        lent = {(pending[j].team, pending[j].flavor) for j in admitted(plan)}
+        assert not lent & reclaimed, "one pass lent a team quota and reclaimed it from it"
+        check_messages(plan, pending, before, nominal)
+        if config["explain"]:  # else every verdict has its reason's fixed text
+            check_waits_name_stopping_jobs(plan, sim.running)
         # A claim falls due at the pass after the one that preempted for it: its victims
         # have stopped (grace 30 s), and if its team is still within its nominal quota
         # with it, it is admitted, without preempting again.
@@ -161,6 +171,73 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
                 )
         for p in plan.preemptions:
             claims.setdefault(p.preemptor_id, step + 1)
+
+
+RECLAIM = re.compile(
+    r"uses (\d+) of (\d+) nominal, while team (\w+) borrows \((\d+) used of (\d+) nominal\)"
+)
+TEAM_USES = re.compile(r"team (\w+) uses (\d+) of (\d+) nominal")
+
+
+def check_messages(plan, pending, before, nominal):
+    """What the messages say of usage is true, each GPU counted once.
+
+    A reclaim's message: the preemptor's team, with the job and without its own jobs
+    the preemptor also preempts (by priority), within its nominal quota; the victim's
+    team above its own. A verdict's "team t uses U of N nominal": N is the
+    quota, and U no more than the team holds after the plan plus the GPUs charged to
+    its preemptors waiting for victims (never "12 of 8" for 8 held)."""
+    own = Counter()  # preemptor -> GPUs of its own team's jobs it preempts
+    for p in plan.preemptions:
+        if before[p.job_id].team == pending[p.preemptor_id].team:
+            own[p.preemptor_id] += before[p.job_id].gpus
+    for p in plan.preemptions:
+        if p.reason_code != "reclaim":
+            continue
+        m = RECLAIM.search(p.message)
+        assert m, p.message
+        used, quota, victim_team, v_used, v_quota = m.groups()
+        job = pending[p.preemptor_id]
+        after = int(used) - own[job.id] + job.gpus
+        assert after <= int(quota) == nominal[(job.team, job.flavor)], p.message
+        assert int(v_used) > int(v_quota) == nominal[(victim_team, job.flavor)], p.message
+        assert victim_team == before[p.job_id].team
+    held = Counter()
+    for r in before.values():
+        held[(r.team, r.flavor)] += r.gpus
+    for a in plan.admissions:
+        job = pending[a.job_id]
+        held[(job.team, job.flavor)] += job.gpus
+    for v in plan.verdicts:
+        if v.reason_code == "waiting_for_preemption":
+            job = pending[v.job_id]
+            held[(job.team, job.flavor)] += job.gpus
+    for v in plan.verdicts:
+        job = pending[v.job_id]
+        for team, used, quota in TEAM_USES.findall(v.message):
+            if team != job.team:
+                continue
+            key = (team, job.flavor)
+            assert int(quota) == nominal[key], v.message
+            assert 0 <= int(used) <= held[key], (v.message, held[key])
+
+
+WAITS = re.compile(r"waits for (?:(\d+) job\(s\) it preempted|stopping jobs) \(([\d, .]+)\)")
+
+
+def check_waits_name_stopping_jobs(plan, running):
+    """A job told it waits for jobs to stop names jobs that are stopping, and "N job(s)
+    it preempted" are the N this plan preempted for it."""
+    by = Counter(p.preemptor_id for p in plan.preemptions)
+    for v in plan.verdicts:
+        if v.reason_code != "waiting_for_preemption":
+            continue
+        m = WAITS.search(v.message)
+        assert m, v.message
+        new, ids = m.groups()
+        assert int(new or 0) == by[v.job_id], v.message
+        for i in ids.replace(", ...", "").split(", "):
+            assert running[int(i)].stopping, v.message
 
 
 def describe(c, arrivals, config, backoff) -> str:
