@@ -12,13 +12,16 @@ dozen passes 30 s apart while jobs arrive, end and are requeued, every plan appl
   no plan admits a job of a team and reclaims from that team (same flavor);
 - a preemptor that is still within its team's nominal quota when its victims have
   stopped is admitted then, and no such preemptor preempts in two passes (one reclaim
-  costs one round of victims, whatever arrived meanwhile).
+  costs one round of victims, whatever arrived meanwhile);
+- a lone within-nominal job that reclaim could place (`reclaim_could_place`) starts
+  by the pass after next: one grace period.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -60,6 +63,16 @@ def runs(draw):
     c.teams = teams
     arrivals = []
     ids = iter(range(1, 10_000))
+    if draw(st.booleans()):  # a flood: one team fills a flavor with small long jobs
+        f = draw(st.sampled_from([f for f in FLAVORS if total[f]]))
+        team = draw(st.sampled_from(["a", "b", "d"]))
+        left = total[f] - draw(st.integers(0, 2))
+        while left > 0:
+            k = min(left, draw(st.sampled_from([1, 1, 2, 4])))
+            left -= k
+            arrivals.append(
+                (0, make_job(next(ids), team, gpus=k, submitted=NOW, runtime=100 * HOUR, flavor=f))
+            )
     for step in range(PASSES):
         for _ in range(draw(st.integers(0, 3) if step else st.integers(1, 6))):
             workers = draw(st.integers(1, 2))
@@ -98,6 +111,14 @@ def usage_of(running) -> Counter:
     return used
 
 
+def quotas_hold(teams, used) -> bool:
+    try:
+        check_quotas(teams, used)
+    except AssertionError:
+        return False
+    return True
+
+
 def check_quotas(teams, used):
     for t in teams:
         for f, q in t.quotas.items():
@@ -111,14 +132,14 @@ def check_quotas(teams, used):
         for t in teams:
             if t.cohort is None:
                 continue
-            q, u = t.quotas[f], used[(t.name, f)]
+            q, u = t.quotas.get(f, Quota(0)), used[(t.name, f)]
             lend = q.nominal if q.lending_limit is None else min(q.nominal, q.lending_limit)
             borrowed += max(0, u - q.nominal)
             lent += min(max(0, q.nominal - u), lend)
         assert borrowed <= lent, (f, borrowed, lent, used)
 
 
-@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(runs())
 def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
     c, arrivals, config, backoff = run
@@ -126,6 +147,7 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
     sim = Sim(c, backoff=backoff, preemption=True, **config)
     nominal = {(t.name, f): q.nominal for t in c.teams for f, q in t.quotas.items()}
     claims: dict[int, int] = {}  # preemptor -> the pass by which it must be admitted
+    lone: dict[int, int] = {}  # a lone within-nominal job -> the pass by which it starts
     for step in range(PASSES):
         now = NOW + step * STEP
         for when, job in arrivals:
@@ -135,6 +157,8 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
         used = usage_of(sim.running.values())
         pending = dict(sim.pending)
         before = dict(sim.running)
+        for job in reclaim_could_place(sim, c.teams, used, nominal, now):
+            lone.setdefault(job.id, step + 1)
         plan = sim.step(now)
         note(
             f"pass {step}: admit {admitted(plan)} preempt {[(p.job_id, p.preemptor_id) for p in plan.preemptions]}"
@@ -171,6 +195,106 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
                 )
         for p in plan.preemptions:
             claims.setdefault(p.preemptor_id, step + 1)
+        late = [j for j, due in lone.items() if due == step and j not in sim.started]
+        assert late == [], f"reclaim could place {late}, not started by pass {step}"
+
+
+def reclaim_could_place(sim, teams, used, nominal, now) -> list:
+    """Return the pending jobs that reclaim alone must start within two passes.
+
+    Such a job is the only eligible pending job of its flavor (nothing competes for
+    the GPUs, no other job's reservation holds any), within its team's nominal quota,
+    of a team in the cohort, no job of the flavor is stopping, and its gang fits on
+    the free GPUs plus those of the preemptible jobs of teams whose preemptible GPUs
+    of the flavor are all borrowed (every one of them may be a victim: its team still
+    borrows before each), whole workers per node inside one block; and with all those
+    jobs gone it fits the cohort's quota (the borrowers' non-preemptible jobs may hold
+    quota it lent: then reclaim cannot give it all back, and its reason says so)."""
+    cohort = {t.name for t in teams if t.cohort is not None}
+    eligible = [j for j in sim.pending.values() if j.eligible_at <= now]
+    out = []
+    for job in eligible:
+        f = job.flavor
+        if sum(j.flavor == f for j in eligible) != 1 or job.team not in cohort:
+            continue
+        if used[(job.team, f)] + job.gpus > nominal[(job.team, f)]:
+            continue
+        runs = [r for r in sim.running.values() if r.flavor == f]
+        if any(r.stopping for r in runs):
+            continue
+        freeable, after = Counter(), Counter(used)
+        for t in cohort - {job.team}:
+            mine = [r for r in runs if r.team == t and r.preemptible]
+            if mine and sum(r.gpus for r in mine) <= used[(t, f)] - nominal[(t, f)]:
+                for r in mine:
+                    after[(t, f)] -= r.gpus
+                    for w in r.placement:
+                        freeable[w.node] += len(w.gpus)
+        after[(job.team, f)] += job.gpus
+        if not quotas_hold(teams, after):
+            continue  # even with all of them reclaimed, the cohort cannot lend it the rest
+        blocks = Counter()
+        for name, n in sim.nodes.items():
+            if n["flavor"] == f:
+                blocks[n["block"]] += (len(n["free"]) + freeable[name]) // job.gpus_per_worker
+        if freeable and max(blocks.values(), default=0) >= job.workers:
+            out.append(job)
+    return out
+
+
+@st.composite
+def floods(draw):
+    """Team b, with no quota, fills the cluster with long 1- to 4-GPU jobs and 2-worker
+    gangs (some not preemptible) at pass 0; then a and d, within their nominal quota,
+    submit one job or gang at a time, some passes apart."""
+    c = Cluster()
+    per_block = draw(st.integers(1, 3))
+    for i in range(draw(st.integers(2, 6))):
+        b = i // per_block
+        c.node(f"n{i}", gpus=draw(st.sampled_from([4, 8, 8])), block=f"b{b}", rack=f"r{b}")
+    total = sum(n["gpus"] for n in c.nodes.values())
+    nominal_a = draw(st.integers(1, total))
+    nominal_d = draw(st.integers(0, total - nominal_a))
+    c.team("a", nominal=nominal_a, cohort="c").team("d", nominal=nominal_d, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    ids = iter(range(1, 10_000))
+    arrivals, left = [], total - draw(st.integers(0, 2))
+    while left > 0:
+        workers, k = draw(st.sampled_from([(1, 1), (1, 1), (1, 2), (1, 4), (2, 1), (2, 2)]))
+        workers, k = (workers, k) if workers * k <= left else (1, 1)
+        left -= workers * k
+        job = make_job(next(ids), "b", workers=workers, gpus=k, submitted=NOW, runtime=100 * HOUR)
+        arrivals.append((0, replace(job, preemptible=draw(st.sampled_from([True] * 5 + [False])))))
+    step = 1
+    while step < PASSES - 2:
+        team = draw(st.sampled_from(["a", "a", "d"]))
+        workers = draw(st.integers(1, 3))
+        per_worker = draw(st.sampled_from([1, 2, 4, 8]))
+        arrivals.append(
+            (
+                step,
+                make_job(
+                    next(ids),
+                    team,
+                    workers=workers,
+                    gpus=per_worker,
+                    submitted=NOW + step * STEP,
+                    runtime=draw(st.sampled_from([45.0, 100 * HOUR])),
+                ),
+            )
+        )
+        step += draw(st.integers(1, 4))
+    config = {"backfill": draw(st.booleans()), "explain": draw(st.booleans())}
+    config |= {"backfill_reservations": 1, "reclaim_backoff": False, "max_wait": 0.0}
+    return c, arrivals, config, (0.0, 0.0)
+
+
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
+@given(floods())
+def test_a_flood_of_small_borrowers_is_reclaimed_in_one_grace_period(run):
+    """The same checks on runs built for reclaim under fragmentation: one team's small
+    jobs everywhere, then within-nominal jobs and gangs of the others, one at a time."""
+    test_random_runs_keep_quotas_and_reclaim_in_one_round.hypothesis.inner_test(run)
 
 
 RECLAIM = re.compile(
