@@ -200,37 +200,51 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
 
 
 def reclaim_could_place(sim, teams, used, nominal, now) -> list:
-    """Return the pending jobs that reclaim alone must start within two passes.
+    """Return the pending jobs that preemption alone must start within two passes.
 
     Such a job is the only eligible pending job of its flavor (nothing competes for
-    the GPUs, no other job's reservation holds any), within its team's nominal quota,
-    of a team in the cohort, no job of the flavor is stopping, and its gang fits on
-    the free GPUs plus those of the preemptible jobs of teams whose preemptible GPUs
-    of the flavor are all borrowed (every one of them may be a victim: its team still
-    borrows before each), whole workers per node inside one block; and with all those
-    jobs gone it fits the cohort's quota (the borrowers' non-preemptible jobs may hold
-    quota it lent: then reclaim cannot give it all back, and its reason says so)."""
+    the GPUs, no other job's reservation holds any), of a team in the cohort, no job
+    of the flavor is stopping, and it is within its team's nominal quota once its
+    team's preemptible jobs of its queue with a lower priority are gone (priority
+    victims). Its gang fits on the free GPUs plus those victims' plus, if its team is
+    below its nominal quota, those of the preemptible jobs of teams whose preemptible
+    GPUs of the flavor are all borrowed (every one of them may be a victim: its team
+    still borrows before each), whole workers per node inside one block; and with all
+    those jobs gone it fits the cohort's quota (the borrowers' non-preemptible jobs
+    may hold quota it lent: then reclaim cannot give it all back, and its reason says
+    so)."""
     cohort = {t.name for t in teams if t.cohort is not None}
     eligible = [j for j in sim.pending.values() if j.eligible_at <= now]
     out = []
     for job in eligible:
-        f = job.flavor
+        f, key = job.flavor, (job.team, job.flavor)
         if sum(j.flavor == f for j in eligible) != 1 or job.team not in cohort:
-            continue
-        if used[(job.team, f)] + job.gpus > nominal[(job.team, f)]:
             continue
         runs = [r for r in sim.running.values() if r.flavor == f]
         if any(r.stopping for r in runs):
             continue
+        lower = [
+            r
+            for r in runs
+            if r.team == job.team
+            and r.queue == job.queue
+            and r.priority < job.priority
+            and r.preemptible
+        ]
+        if used[key] - sum(r.gpus for r in lower) + job.gpus > nominal[key]:
+            continue
+        victims = list(lower)
+        if used[key] < nominal[key]:
+            for t in cohort - {job.team}:
+                mine = [r for r in runs if r.team == t and r.preemptible]
+                if mine and sum(r.gpus for r in mine) <= used[(t, f)] - nominal[(t, f)]:
+                    victims += mine
         freeable, after = Counter(), Counter(used)
-        for t in cohort - {job.team}:
-            mine = [r for r in runs if r.team == t and r.preemptible]
-            if mine and sum(r.gpus for r in mine) <= used[(t, f)] - nominal[(t, f)]:
-                for r in mine:
-                    after[(t, f)] -= r.gpus
-                    for w in r.placement:
-                        freeable[w.node] += len(w.gpus)
-        after[(job.team, f)] += job.gpus
+        for r in victims:
+            after[(r.team, f)] -= r.gpus
+            for w in r.placement:
+                freeable[w.node] += len(w.gpus)
+        after[key] += job.gpus
         if not quotas_hold(teams, after):
             continue  # even with all of them reclaimed, the cohort cannot lend it the rest
         blocks = Counter()
@@ -244,9 +258,9 @@ def reclaim_could_place(sim, teams, used, nominal, now) -> list:
 
 @st.composite
 def floods(draw):
-    """Team b, with no quota, fills the cluster with long 1- to 4-GPU jobs and 2-worker
-    gangs (some not preemptible) at pass 0; then a and d, within their nominal quota,
-    submit one job or gang at a time, some passes apart."""
+    """Team b, with no quota, or a, fills the cluster with long 1- to 4-GPU jobs and
+    2-worker gangs (some not preemptible) at pass 0; then a and d submit one job or gang
+    at a time, some passes apart, some of a's with a higher priority."""
     c = Cluster()
     per_block = draw(st.integers(1, 3))
     for i in range(draw(st.integers(2, 6))):
@@ -258,12 +272,13 @@ def floods(draw):
     c.team("a", nominal=nominal_a, cohort="c").team("d", nominal=nominal_d, cohort="c")
     c.team("b", nominal=0, cohort="c")
     ids = iter(range(1, 10_000))
+    flood = draw(st.sampled_from(["b", "b", "a"]))
     arrivals, left = [], total - draw(st.integers(0, 2))
     while left > 0:
         workers, k = draw(st.sampled_from([(1, 1), (1, 1), (1, 2), (1, 4), (2, 1), (2, 2)]))
         workers, k = (workers, k) if workers * k <= left else (1, 1)
         left -= workers * k
-        job = make_job(next(ids), "b", workers=workers, gpus=k, submitted=NOW, runtime=100 * HOUR)
+        job = make_job(next(ids), flood, workers=workers, gpus=k, submitted=NOW, runtime=100 * HOUR)
         arrivals.append((0, replace(job, preemptible=draw(st.sampled_from([True] * 5 + [False])))))
     step = 1
     while step < PASSES - 2:
@@ -280,6 +295,7 @@ def floods(draw):
                     gpus=per_worker,
                     submitted=NOW + step * STEP,
                     runtime=draw(st.sampled_from([45.0, 100 * HOUR])),
+                    priority=draw(st.sampled_from([0, 0, 1])),
                 ),
             )
         )
