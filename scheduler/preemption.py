@@ -254,20 +254,60 @@ class _Search:
         return b.used(self.job.flavor) - removed.get(b, 0) > b.quota(self.job.flavor).nominal
 
     def walk(self, node: int, free: int, goal: int, taken: set) -> list[Running] | None:
-        """Return the victims on a node, in victim order, until `goal` GPUs are free there."""
+        """Return the victims on a node, in victim order, until `goal` GPUs are free there.
+
+        A job of another team is a victim only while that team still borrows, so in
+        victim order a borrower's larger job taken early can end its borrowing short
+        of the goal: a 2-GPU job first, and three 1-GPU jobs stayed on a node a gang
+        needed whole, which waited as long as they ran. If a job was passed over so,
+        the walk is tried once more in the order that frees most while each team still
+        borrows (`_budget_order`: each team's smaller jobs first, its largest last).
+        """
         if free >= goal:
             return []
+        items = self.by_node.get(node, ())
+        picked, passed = self._walk(items, free, goal, taken)
+        if picked is None and passed:
+            picked, _ = self._walk(self._budget_order(items), free, goal, taken)
+        return picked
+
+    def _walk(self, items, free: int, goal: int, taken: set) -> tuple[list | None, bool]:
         removed = dict(self.removed)
-        picked = []
-        for r, k in self.by_node.get(node, ()):
-            if id(r) in taken or not self.allowed(r, removed):
+        picked: list[Running] = []
+        passed = False
+        for r, k in items:
+            if id(r) in taken:
+                continue
+            if not self.allowed(r, removed):
+                passed = True
                 continue
             picked.append(r)
             removed[r.book] = removed.get(r.book, 0) + r.job.gpus
             free += k
             if free >= goal:
-                return picked
-        return None
+                return picked, passed
+        return None, passed
+
+    def _budget_order(self, items) -> list[tuple[Running, int]]:
+        """Return a node's candidates so that each team borrows before each of its victims
+        as long as it can: other teams' jobs smallest first (victim order among equals),
+        each team's largest held back to the end, then the preemptor's own team's."""
+        order = self.order
+        teams: dict[TeamBook, list[tuple[Running, int]]] = {}
+        own = []
+        for rk in items:
+            if rk[0].book is self.book:
+                own.append(rk)
+            else:
+                teams.setdefault(rk[0].book, []).append(rk)
+        small, large = [], []
+        for rks in teams.values():
+            rks.sort(key=lambda rk: (rk[1], order[id(rk[0])]))
+            small.extend(rks[:-1])
+            large.append(rks[-1])
+        small.sort(key=lambda rk: (rk[1], order[id(rk[0])]))
+        large.sort(key=lambda rk: (-rk[1], order[id(rk[0])]))
+        return small + large + own
 
     def cost(self, victims) -> tuple:
         """Return the cost of a set of victims (rule 3), smaller is better."""
@@ -435,8 +475,9 @@ def _reacquire(p: Pass, r: Running, pool: Pool, tx: Transaction) -> None:
 def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice) -> Wait:
     """Stop the new victims, reserve the target's GPUs and charge the preemptor (rule 4)."""
     stops = p.stops(pool)
+    stopping = dict(stops.quota)  # before this preemptor's victims: one figure for all
     for r in choice.victims:
-        p.preemptions.append(_preemption(p, job, book, r))
+        p.preemptions.append(_preemption(p, job, book, r, stopping))
         r.stop(p.now)
         stops.add(r)
     stops.reserve(job.id, choice.gpus_on)
@@ -450,14 +491,19 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
     return Wait(WAITING_FOR_PREEMPTION, (ids, end, len(choice.victims)))
 
 
-def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running) -> Preemption:
+def _preemption(
+    p: Pass, job: PendingJob, book: TeamBook, r: Running, stopping: dict
+) -> Preemption:
     """Return the preemption record, with a message naming the preemptor and why.
 
     Usage figures are what the teams hold now, without the GPUs charged to
-    preemptors waiting for victims, and without their jobs that are already
-    stopping (each GPU counted once): a preemptor whose own team is being
-    reclaimed in the same pass reads "uses 0 of 4 nominal", not the 8 GPUs of
-    its stopping job, which read as a team far above its quota reclaiming.
+    preemptors waiting for victims, and without their jobs that were already
+    stopping before this preemptor's victims (`stopping`; each GPU counted once):
+    a preemptor whose own team is being reclaimed in the same pass reads "uses 0
+    of 4 nominal", not the 8 GPUs of its stopping job, which read as a team far
+    above its quota reclaiming; and every victim of one preemptor reads what its
+    team borrowed before them (counted after each, the third victim of a team
+    that borrowed 4 was told "19 used of 19 nominal", as if it did not borrow).
     """
     f, victim = job.flavor, r.job
     if r.book is book:
@@ -467,7 +513,6 @@ def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running) -> Preempt
         )
         return Preemption(victim.id, "priority", message, job.id)
     q, vq = book.quota(f), r.book.quota(f)
-    stopping = p.stops(r.pool).quota if r.pool is not None else {}
     held = p.held(book, f) - stopping.get(book, 0)
     message = (
         f"preempted by job {job.id} of team {job.team}, which reclaims its nominal quota: "

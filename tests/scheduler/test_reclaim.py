@@ -298,7 +298,9 @@ def test_second_preemptor_of_a_team_reports_usage_counted_once():
     assert by == {1: 4, 2: 4}
     last = [p for p in plan.preemptions if p.preemptor_id == 2][-1]
     assert "uses 0 of 8 nominal" in last.message
-    assert "(9 used of 8 nominal)" in last.message  # 16 minus the 7 already stopping
+    # 16 minus the 4 that job 1's victims free: each of job 2's victims reads what b
+    # borrowed before them (not "9 used", counted after each of its own victims)
+    assert "(12 used of 8 nominal)" in last.message
     for p in plan.preemptions:
         assert "of 8 nominal" in p.message and "uses 12" not in p.message
 

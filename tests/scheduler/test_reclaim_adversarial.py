@@ -567,3 +567,31 @@ def test_a_job_that_would_still_borrow_after_its_priority_victims_keeps_the_hold
     plan = schedule(c.snapshot(explain=True))
     assert plan.preemptions == ()
     assert verdict(plan, 12).reason_code in ("reserved", "cohort_busy", "quota")
+
+
+# -- the victims a borrower's quota allows, in the order that frees the most ------------
+
+
+def test_a_whole_node_is_reclaimed_when_only_the_borrowers_largest_job_last_frees_it():
+    """a needs all 8 GPUs of n0, where b (borrowing 4) runs a 2-GPU job and three 1-GPU
+    jobs beside 3 free GPUs; n1 is b's non-preemptible job. A victim of another team is
+    taken only while that team still borrows: in victim order (the 2-GPU job is the
+    newest) b stops borrowing after three victims and n0 has 7 free, so the gang
+    waited `cohort_busy` for as long as b's jobs ran. Taken 1, 1, 1 and the 2-GPU job
+    last, b borrows before each and n0 is whole (b ends 1 GPU under its nominal 9,
+    the overshoot Kueue allows: a job is not divisible)."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=9, cohort="c")
+    c.run(10, "b", on={"n1": 8}, preemptible=False, started=NOW - 9000, runtime=LONG)
+    for i, k in enumerate((1, 1, 1, 2)):
+        c.run(20 + i, "b", on={"n0": k}, started=NOW - 4000 + 100 * i, runtime=LONG)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert sorted(preempted(plan)) == [20, 21, 22, 23]
+    assert verdict(plan, 1).reason_code == "waiting_for_preemption"
+    for p in plan.preemptions:  # each victim is told what b used before this reclaim
+        assert "team b borrows (13 used of 9 nominal)" in p.message, p.message
+    sim = Sim(c)
+    sim.step(NOW)
+    sim.step(NOW + 30)
+    assert sim.started == {1: NOW + 30}
