@@ -18,7 +18,14 @@ from .model import Admission, PendingJob, Plan, Snapshot
 from .ordering import queue_key, stopping_key
 from .placement import Where
 from .policies import get_policy
-from .preemption import honour_reservations, may_preempt, try_preempt, unreclaimable
+from .preemption import (
+    held_from_borrowing,
+    honour_reservations,
+    may_preempt,
+    try_preempt,
+    try_priority_preempt,
+    unreclaimable,
+)
 from .quota import Ledger, TeamBook, contribution
 from .reasons import (
     ARRAY_LIMIT,
@@ -113,6 +120,8 @@ class Pass:
         "demand",
         "sizes",
         "smallest",
+        "tops",
+        "_lower_gpus",
         "_by_flavor",
         "_by_team",
         "_stopping",
@@ -170,6 +179,10 @@ class Pass:
         # and the fewest GPUs one of them asks for
         self.sizes: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
         self.smallest: dict[tuple[str, str], float] = {}
+        # (team, flavor) -> queue -> the highest priority of those jobs, and the GPUs of
+        # the team's running jobs that one of them could preempt by priority (cached)
+        self.tops: dict[tuple[str, str], dict[str, int]] = {}
+        self._lower_gpus: dict[tuple[str, str], int] = {}
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
@@ -204,8 +217,10 @@ class Pass:
             wait = self.gate.try_admit(self, job, pool)
             if wait is None:
                 return
-        if self.preempting and may_preempt(self, job, wait):
+        if self.preempting and may_preempt(wait):
             wait = try_preempt(self, job, pool) or self._unreclaimable(job, wait)
+        elif self.preempting and held_from_borrowing(wait):
+            wait = try_priority_preempt(self, job, pool) or wait
         if not (wait.code == COHORT_BUSY and wait.info[4] and wait.info[4][0] == "kept"):
             # held back only for this pass (kept_for_others): no cohort hold for it
             self.gate.after_block(self, job, pool, wait)
@@ -288,6 +303,8 @@ class Pass:
                 shape = (job.workers, job.gpus_per_worker)
                 shapes[shape] = shapes.get(shape, 0) + 1
                 self.smallest[key] = min(job.gpus, self.smallest.get(key, math.inf))
+                tops = self.tops.setdefault(key, {})
+                tops[job.queue] = max(job.priority, tops.get(job.queue, job.priority))
         return demand
 
     def _considered(self, job: PendingJob, book: TeamBook) -> None:
@@ -311,7 +328,11 @@ class Pass:
         For each other team: its idle lendable quota, at most what its pending
         jobs that fit its nominal quota and were not considered yet ask for; none
         if not even the smallest of them fits what it has left of its nominal
-        quota now (it would borrow: no claim on anyone's idle quota).
+        quota now (it would borrow: no claim on anyone's idle quota), even with
+        the GPUs its own lower-priority jobs hold, which one of them may preempt
+        (a priority-1 8-GPU job of a team using 2 of its nominal 9 with priority-0
+        jobs: lent out, the idle 7 went to a borrower, and the job then reclaimed
+        that borrower's older job in the same pass).
         """
         if self.demand is None:
             self.demand = self._demand()
@@ -323,13 +344,32 @@ class Pass:
             if other is book or want <= 0:
                 continue
             q = other.quota(flavor)
-            if other.used(flavor) + self.smallest[key] > q.nominal:
+            used, least = other.used(flavor), self.smallest[key]
+            if used + least > q.nominal and used - self._lower(key) + least > q.nominal:
                 continue
             k = min(want, max(0, contribution(q, other.used(flavor))))
             if k:
                 kept += k
                 parts.append((k, key))
         return kept, parts
+
+    def _lower(self, key: tuple[str, str]) -> int:
+        """Return the most GPUs one of a team's waiting jobs could free by preempting its
+        own queue's lower-priority jobs (as the pass began: cached for the pass)."""
+        if key not in self._lower_gpus:
+            most = 0
+            for queue, top in self.tops.get(key, {}).items():
+                gpus = sum(
+                    r.job.gpus
+                    for r in self.running_of(*key)
+                    if r.job.queue == queue
+                    and r.job.priority < top
+                    and r.job.preemptible
+                    and not r.stopping
+                )
+                most = max(most, gpus)
+            self._lower_gpus[key] = most
+        return self._lower_gpus[key]
 
     def _usable(self, parts: list[tuple[int, tuple[str, str]]], flavor: str) -> int:
         """Return how much of the kept quota the waiting teams' jobs could use on the free

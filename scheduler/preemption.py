@@ -35,7 +35,7 @@ Rules:
    the quota and GPUs its victims free are counted once, by it.
 
 Reservations survive the pass: a stopping victim carries `preempted_by`, and
-so does the victim once requeued, until it is admitted again. At the start of
+so does the victim once requeued, until it or its preemptor is admitted. At the start of
 the next pass (`honour_reservations`) its preemptor is admitted first if it
 fits, or else reserves again what its stopping victims will free, before any
 other job is considered.
@@ -55,7 +55,15 @@ from .backfill import COHORT_HOLD
 from .model import PendingJob, Preemption
 from .ordering import claim_key, last_progress, stopping_key, victim_key
 from .quota import contribution
-from .reasons import CAPACITY, COHORT_BUSY, QUOTA, RESERVED, WAITING_FOR_PREEMPTION, Wait
+from .reasons import (
+    BACKOFF,
+    CAPACITY,
+    COHORT_BUSY,
+    QUOTA,
+    RESERVED,
+    WAITING_FOR_PREEMPTION,
+    Wait,
+)
 from .state import Running, Stops, Transaction
 from .words import gpus as count_gpus
 
@@ -68,7 +76,7 @@ if TYPE_CHECKING:
 PREEMPT_ON = CAPACITY | {QUOTA, COHORT_BUSY}
 
 
-def may_preempt(p: Pass, job: PendingJob, wait: Wait) -> bool:
+def may_preempt(wait: Wait) -> bool:
     """Return whether a blocked job may try preemption.
 
     A quota or capacity reason, or `reserved` because the GPUs it fits on are
@@ -78,28 +86,52 @@ def may_preempt(p: Pass, job: PendingJob, wait: Wait) -> bool:
     reclaim borrowed GPUs elsewhere. Without this, a within-nominal job that
     fits only on held GPUs waited for the reservation's job to start instead
     of reclaiming (replays: hours of reclaim latency, docs/simulation.md).
-
-    Also `reserved` by a cohort hold (info[2] == COHORT_HOLD) for a job with
-    lower-priority jobs of its own queue to preempt: the hold stops jobs that would
-    borrow, but a preemptor is within its nominal quota once its victims stop (rule
-    1), so its team borrows no more than before and the hold's job is not delayed.
-    Without this, a high-priority job whose team used its nominal quota with its own
-    low-priority jobs waited for them to end whenever another team's borrower held
-    the cohort's idle quota (10,000 s in a replay, tests/sim/test_preemptors.py).
-    Only then: a job without such victims that a cohort hold stops is within its
-    nominal quota, and so free of the hold, at the next pass if its team's stopping
-    jobs free that quota (letting it claim during their grace period too changed
-    five of the fourteen Philly replays, lost work +7%, docs/simulation.md). A quota
-    hold (info[2] == 0) is the team's own earlier job's: it stands.
     """
     if wait.code in PREEMPT_ON:
         return True
-    if wait.code != RESERVED or len(wait.info) < 3:
-        return False
-    nodes = wait.info[2]
-    if nodes == COHORT_HOLD:
-        return bool(_lower_priority(p, job, p.ledger.book(job.team)))
-    return nodes > 0
+    return wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] > 0
+
+
+def held_from_borrowing(wait: Wait) -> bool:
+    """Return whether the job waits only because it may not borrow now: `reserved` by
+    a cohort hold (info[2] == COHORT_HOLD) or the reclaim backoff (`backoff` from
+    the gate; a job in its own requeue backoff is not considered at all)."""
+    if wait.code == BACKOFF:
+        return True
+    return wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] == COHORT_HOLD
+
+
+def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
+    """Preempt lower-priority jobs of the job's own queue for it, if that does not make
+    its team use more (held_from_borrowing); None if it cannot.
+
+    A cohort hold or the reclaim backoff stops jobs that would borrow. A job that
+    takes the place of as many or more GPUs of its own queue's lower-priority jobs,
+    and is within its nominal quota once they stop (rule 1), borrows nothing more:
+    its team's usage does not grow, so the hold's job (another team's, or a
+    higher-priority one of its own) is not delayed. Without this, a high-priority
+    job whose team filled its nominal quota with its own low-priority jobs waited for
+    them to end whenever a borrower held the cohort's idle quota (10,000 s in a
+    replay, tests/sim/test_preemptors.py). Only victims of its own queue, and never
+    a claim on stopping jobs alone: letting every job a cohort hold stops claim or
+    reclaim as usual made 4x the priority preemptions in bench/bench_core.py and
+    changed five of the fourteen Philly replays (lost work +7%).
+    """
+    if pool is None:
+        return None
+    fails, n = p.preempt_fails, job.workers  # remembered as in try_preempt
+    key = ("own", job.team, job.queue, job.flavor, job.priority, job.gpus_per_worker)
+    if fails.get(key, math.inf) <= n:
+        return None
+    book = p.ledger.book(job.team)
+    lower = _lower_priority(p, job, book)
+    choice = None
+    if sum(r.job.gpus for r in lower) >= job.gpus:
+        choice = choose(p, job, pool, book, lower, reclaim=False)
+    if choice is None or sum(r.job.gpus for r in choice.victims) < job.gpus:
+        fails[key] = min(n, fails.get(key, math.inf))
+        return None
+    return commit(p, job, book, pool, choice)
 
 
 class Choice(NamedTuple):
@@ -141,9 +173,16 @@ def try_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
 
 
 def choose(
-    p: Pass, job: PendingJob, pool: Pool, book: TeamBook, lower: list[Running]
+    p: Pass,
+    job: PendingJob,
+    pool: Pool,
+    book: TeamBook,
+    lower: list[Running],
+    reclaim: bool = True,
 ) -> Choice | None:
-    """Return the victims and target of a preemptor, or None; nothing is changed."""
+    """Return the victims and target of a preemptor, or None; nothing is changed.
+
+    `reclaim` False: its own lower-priority jobs are the only candidates."""
     stops = p.stops(pool)
     tx = Transaction()
     try:
@@ -154,7 +193,7 @@ def choose(
             return None  # rule 1: it would have to borrow
         if fits(p, job, pool, book):
             return Choice([], _target_gpus(job, pool, tx))
-        cands = victim_order(p, f, lower + _borrowed(p, job, book))
+        cands = victim_order(p, f, lower + _borrowed(p, job, book) if reclaim else lower)
         if not cands:
             return None
         freeable = sum(k for r in cands for _, k in r.nodes)
@@ -491,9 +530,7 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
     return Wait(WAITING_FOR_PREEMPTION, (ids, end, len(choice.victims)))
 
 
-def _preemption(
-    p: Pass, job: PendingJob, book: TeamBook, r: Running, stopping: dict
-) -> Preemption:
+def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running, stopping: dict) -> Preemption:
     """Return the preemption record, with a message naming the preemptor and why.
 
     Usage figures are what the teams hold now, without the GPUs charged to

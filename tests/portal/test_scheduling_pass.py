@@ -231,3 +231,29 @@ def test_victims_name_their_preemptor_so_its_reservation_outlives_the_pass(clust
     assert set(Job.objects.filter(pk__in=victims).values_list("state", "preempted_by")) == {
         (State.PENDING, None)
     }
+
+
+def test_a_plan_not_from_the_snapshot_still_ends_its_preemptors_links(cluster, personas):
+    """apply_plan with the context of an earlier snapshot (which does not know the jobs
+    the plan admits) finds the links to end in the table."""
+    from portal.core.actions.jobs import requeue_or_fail
+    from portal.core.scheduling.apply import apply_plan
+    from portal.core.scheduling.snapshot import build_snapshot
+    from scheduler import PolicyConfig, schedule
+
+    for _ in range(4):
+        submit(cluster, personas.lead_b, team=cluster.team_b, workers=1, gpus_per_worker=8)
+    run_pass()
+    _, early = build_snapshot(timezone.now(), PolicyConfig())  # before the gang exists
+    gang = submit(cluster, personas.lead_a, workers=2, gpus_per_worker=8)
+    run_pass()
+    victims = list(Job.objects.filter(state=State.PREEMPTING).values_list("pk", flat=True))
+    Allocation.objects.filter(job_id__in=victims).update(active=False)
+    Worker.objects.filter(job_id__in=victims).update(state=Worker.State.EXITED)
+    requeue_or_fail(victims, kind="requeued", message="Stopped.", from_states=[State.PREEMPTING])
+    snap, _ = build_snapshot(timezone.now(), PolicyConfig())
+    plan = schedule(snap)
+    assert [a.job_id for a in plan.admissions] == [gang.pk]
+    early.now = timezone.now()
+    assert apply_plan(plan, early).admitted == [gang.pk]
+    assert set(Job.objects.filter(pk__in=victims).values_list("preempted_by", flat=True)) == {None}

@@ -538,7 +538,7 @@ def test_a_priority_preemptor_is_not_held_back_by_a_borrowers_cohort_hold():
     and holds the cohort's idle quota from when job 10 ends. a's priority-1 job 12 would
     borrow now, but it preempts job 10 and then stays within a's nominal quota, which
     lends the cohort 7 more GPUs, not fewer. Before, the hold made it `reserved` and it
-    waited the whole of job 10's run (2.8 h in a replay, tests/sim/test_links.py)."""
+    waited the whole of job 10's run (2.8 h in a replay, tests/sim/test_preemptors.py)."""
     c = Cluster().node("n0")
     c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
     c.run(10, "a", on={"n0": 8}, runtime=LONG)
@@ -595,3 +595,25 @@ def test_a_whole_node_is_reclaimed_when_only_the_borrowers_largest_job_last_free
     sim.step(NOW)
     sim.step(NOW + 30)
     assert sim.started == {1: NOW + 30}
+
+
+def test_idle_quota_a_priority_preemptor_needs_is_not_lent_first():
+    """a uses 2 of its nominal 9 with two priority-0 jobs; its priority-1 8-GPU job 7
+    fits a's quota only once it preempts them. Its idle 7 were not kept for it (it
+    would borrow now), so b's borrower job 8 took 1 of them and job 7 then reclaimed b's
+    older job 3 as well: lent and reclaimed in one pass (tests/scheduler/test_runs.py)."""
+    c = Cluster().node("n0", gpus=4, block="b0").node("n1", gpus=8, block="b1")
+    c.team("a", nominal=9, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(3, "b", on={"n0": 1}, started=NOW - 60, runtime=LONG)
+    c.run(5, "a", on={"n0": 1}, started=NOW - 30, runtime=LONG)
+    c.run(6, "a", on={"n0": 1}, started=NOW - 30, runtime=LONG)
+    c.job(7, "a", gpus=8, priority=1, runtime=LONG)
+    c.job(8, "b", gpus=1, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == []  # a's idle quota is kept for job 7
+    assert verdict(plan, 8).reason_code == "cohort_busy"
+    assert {p.preemptor_id for p in plan.preemptions} == {7}
+    sim = Sim(c)
+    sim.step(NOW)
+    sim.step(NOW + 30)
+    assert sim.started == {7: NOW + 30}

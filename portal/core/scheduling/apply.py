@@ -38,7 +38,7 @@ class Applied:
 
 def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
     admitted = _admit(plan.admissions, ctx)
-    preempted = _preempt(plan.preemptions, ctx)
+    preempted = _preempt(plan.preemptions, ctx, admitted)
     written = _write_verdicts(plan.verdicts, ctx)
     _unfittable(plan.verdicts, ctx)
     _wake_changed_nodes(plan, admitted, preempted, ctx)
@@ -63,7 +63,6 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
     )
     if not moved:
         return []
-    _end_links(moved, ctx)
     attempts = ctx.attempts  # the snapshot's: a job pending then and now kept its attempt
     if any(pk not in attempts for pk in moved):  # a plan not from this snapshot
         attempts = dict(Job.objects.filter(pk__in=moved).values_list("pk", "attempt"))
@@ -92,14 +91,22 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
     return moved
 
 
-def _end_links(admitted: list[int], ctx: PassContext) -> None:
-    """The admitted preemptors' reservations are spent: the links of their victims,
-    stopping or requeued, end (scheduler.model.PendingJob.preempted_by). The snapshot
-    names the victims, so the update goes by primary key: `preempted_by` stays out of
-    every index, and the verdict updates of every pass stay heap-only."""
-    victims = [v for pk in admitted for v in ctx.links.get(pk, ())]
-    if victims:
-        Job.objects.filter(pk__in=victims, preempted_by__in=admitted).update(preempted_by=None)
+def _linked(admitted: list[int], ctx: PassContext) -> list[int]:
+    """Return the jobs, stopping or requeued, whose `preempted_by` names an admitted job.
+
+    The snapshot names them (`ctx.links`), so no scan: `preempted_by` stays out of every
+    index and the verdict updates of every pass stay heap-only. A plan not built from
+    this snapshot (its jobs are not the snapshot's pending ones) asks the table."""
+    if any(pk not in ctx.attempts for pk in admitted):
+        return list(Job.objects.filter(preempted_by__in=admitted).values_list("pk", flat=True))
+    return [v for pk in admitted for v in ctx.links.get(pk, ())]
+
+
+def _end_links(linked: list[int], admitted: list[int]) -> None:
+    """The admitted preemptors' reservations are spent: their victims' links end
+    (scheduler.model.PendingJob.preempted_by). The caller holds the rows' locks."""
+    if linked:
+        Job.objects.filter(pk__in=linked, preempted_by__in=admitted).update(preempted_by=None)
 
 
 def _insert(model, rows: list[dict]) -> list[int]:
@@ -134,11 +141,22 @@ def _placement_data(a: m.Admission) -> dict:
     }
 
 
-def _preempt(preemptions: tuple[m.Preemption, ...], ctx: PassContext) -> list[int]:
+def _preempt(
+    preemptions: tuple[m.Preemption, ...], ctx: PassContext, admitted: list[int]
+) -> list[int]:
+    """Stop the victims and name their preemptor; end the links that name the jobs just
+    admitted. The rows of both are locked in one call, in id order, as every writer
+    of job rows locks them: a stopping victim's row is also its node's heartbeat's,
+    and two lock calls in turn could each wait for a row the other one's caller holds."""
     events = {
         p.job_id: (p.message, {"reason": p.reason_code, "preemptor": p.preemptor_id})
         for p in preemptions
     }
+    linked = _linked(admitted, ctx)
+    if linked:
+        pg = connection.vendor == "postgresql"
+        (statements.lock_jobs if pg else statements.lock_jobs_orm)(sorted({*linked, *events}))
+        _end_links(linked, admitted)
     moved = transition(
         list(events),
         from_states=Job.RUNNING_STATES,
