@@ -668,7 +668,10 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
 
     ("lent", GPUs of its team's idle quota that borrowers run non-preemptible
     jobs on, those teams, when enough of them will have ended), or None if the
-    job would borrow or no such jobs hold its quota.
+    job would borrow or no such jobs hold its quota. A borrower's nominal quota
+    covers its non-preemptible jobs first: only those beyond it hold lent quota
+    (a team with 8 non-preemptible GPUs of nominal 8 that borrows 4 with a
+    preemptible job was said to run the lent 4 on non-preemptible jobs).
     """
     book, f = p.ledger.book(job.team), job.flavor
     q = book.quota(f)
@@ -680,7 +683,7 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
         if other is book or over <= 0:
             continue
         fixed = [r for r in p.running_of(other.name, f) if not r.job.preemptible and not r.stopping]
-        k = min(over, sum(r.job.gpus for r in fixed))
+        k = min(over, sum(r.job.gpus for r in fixed) - other.quota(f).nominal)
         if k > 0:
             lent += k
             teams.append(other.name)

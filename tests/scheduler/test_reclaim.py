@@ -365,6 +365,24 @@ def test_reason_only_when_reclaim_cannot_help(preemptible):
     assert ("non-preemptible" in verdict(plan, 1).message) == (not preemptible)
 
 
+def test_non_preemptible_jobs_within_the_borrowers_nominal_are_not_blamed():
+    """b runs 8 non-preemptible GPUs, its nominal quota, 4 on each node, and borrows 4
+    with a preemptible job on n0. a's 8-GPU job cannot get a whole node by reclaim
+    (that job's 4 GPUs leave n0 half full), but a's lent quota is held by that
+    preemptible job, not by the non-preemptible ones: the reason said "the 4 GPUs lent
+    from team a's quota run non-preemptible jobs of team b", counting every
+    non-preemptible GPU of b as borrowed."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "b", on={"n0": 4}, preemptible=False, runtime=100 * HOUR)
+    c.run(11, "b", on={"n1": 4}, preemptible=False, runtime=100 * HOUR)
+    c.run(12, "b", on={"n0": 4}, runtime=100 * HOUR)
+    c.job(1, "a", gpus=8)
+    plan = schedule(c.snapshot())
+    assert plan.preemptions == ()
+    assert "non-preemptible" not in verdict(plan, 1).message, verdict(plan, 1).message
+
+
 # -- property: reclaim completes within two passes -------------------------------------
 
 
