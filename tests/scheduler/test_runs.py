@@ -314,6 +314,7 @@ RECLAIM = re.compile(
     r"uses (\d+) of (\d+) nominal, while team (\w+) borrows \((\d+) used of (\d+) nominal\)"
 )
 TEAM_USES = re.compile(r"team (\w+) uses (\d+) of (\d+) nominal")
+LENT = re.compile(r"the (\d+) \w+ GPUs? lent from team \w+'s quota run non-preemptible jobs of team ([\w, ]+), so")
 
 
 def check_messages(plan, pending, before, nominal):
@@ -351,6 +352,16 @@ def check_messages(plan, pending, before, nominal):
             held[(job.team, job.flavor)] += job.gpus
     for v in plan.verdicts:
         job = pending[v.job_id]
+        m = LENT.search(v.message)
+        if m:  # "reclaim cannot help": the named teams' non-preemptible GPUs beyond nominal
+            fixed = Counter()
+            for r in before.values():
+                if r.flavor == job.flavor and not r.preemptible and not r.stopping:
+                    fixed[r.team] += r.gpus
+            beyond = sum(
+                max(0, fixed[t] - nominal[(t, job.flavor)]) for t in m.group(2).split(", ")
+            )
+            assert 0 < int(m.group(1)) <= beyond, (v.message, fixed)
         for team, used, quota in TEAM_USES.findall(v.message):
             if team != job.team:
                 continue
