@@ -314,7 +314,9 @@ RECLAIM = re.compile(
     r"uses (\d+) of (\d+) nominal, while team (\w+) borrows \((\d+) used of (\d+) nominal\)"
 )
 TEAM_USES = re.compile(r"team (\w+) uses (\d+) of (\d+) nominal")
-LENT = re.compile(r"the (\d+) \w+ GPUs? lent from team \w+'s quota run non-preemptible jobs of team ([\w, ]+), so")
+LENT = re.compile(
+    r"the (\d+) \w+ GPUs? lent from team \w+'s quota run non-preemptible jobs of team ([\w, ]+), so"
+)
 
 
 def check_messages(plan, pending, before, nominal):
