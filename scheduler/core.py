@@ -116,6 +116,7 @@ class Pass:
         "order",
         "took",
         "preempt_fails",
+        "own_cap",
         "charged",
         "demand",
         "sizes",
@@ -170,6 +171,8 @@ class Pass:
             tuple[str, str, str], list[int]
         ] = {}  # (team, queue, flavor) -> [jobs, GPUs]
         self.preempt_fails: dict[tuple, int] = {}
+        # (team's book, most GPUs it may use) while try_priority_preempt searches
+        self.own_cap: tuple | None = None
         # (team, flavor) -> GPUs charged for its preemptors waiting for victims
         self.charged: dict[tuple[str, str], int] = {}
         # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
@@ -179,10 +182,11 @@ class Pass:
         # and the fewest GPUs one of them asks for
         self.sizes: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
         self.smallest: dict[tuple[str, str], float] = {}
-        # (team, flavor) -> queue -> the highest priority of those jobs, and the GPUs of
-        # the team's running jobs that one of them could preempt by priority (cached)
-        self.tops: dict[tuple[str, str], dict[str, int]] = {}
-        self._lower_gpus: dict[tuple[str, str], int] = {}
+        # (team, flavor) -> (queue, priority) -> the GPUs of each of those jobs not
+        # considered yet; and (team, flavor, queue, priority) -> the GPUs of the team's
+        # running jobs one of them could preempt by priority (as the pass began)
+        self.tops: dict[tuple[str, str], dict[tuple[str, int], list[int]]] = {}
+        self._lower_gpus: dict[tuple[str, str, str, int], int] = {}
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
@@ -303,8 +307,9 @@ class Pass:
                 shape = (job.workers, job.gpus_per_worker)
                 shapes[shape] = shapes.get(shape, 0) + 1
                 self.smallest[key] = min(job.gpus, self.smallest.get(key, math.inf))
-                tops = self.tops.setdefault(key, {})
-                tops[job.queue] = max(job.priority, tops.get(job.queue, job.priority))
+                self.tops.setdefault(key, {}).setdefault((job.queue, job.priority), []).append(
+                    job.gpus
+                )
         return demand
 
     def _considered(self, job: PendingJob, book: TeamBook) -> None:
@@ -318,6 +323,9 @@ class Pass:
                 shapes[shape] = left
             elif job.gpus == self.smallest[key]:
                 self.smallest[key] = min((w * g for w, g in shapes), default=math.inf)
+            sizes = self.tops.get(key, {}).get((job.queue, job.priority))
+            if sizes and job.gpus in sizes:
+                sizes.remove(job.gpus)
 
     def kept_for_others(
         self, book: TeamBook, flavor: str
@@ -344,8 +352,8 @@ class Pass:
             if other is book or want <= 0:
                 continue
             q = other.quota(flavor)
-            used, least = other.used(flavor), self.smallest[key]
-            if used + least > q.nominal and used - self._lower(key) + least > q.nominal:
+            used = other.used(flavor)
+            if used + self.smallest[key] > q.nominal and used + self._lower(key) > q.nominal:
                 continue
             k = min(want, max(0, contribution(q, other.used(flavor))))
             if k:
@@ -353,23 +361,29 @@ class Pass:
                 parts.append((k, key))
         return kept, parts
 
-    def _lower(self, key: tuple[str, str]) -> int:
-        """Return the most GPUs one of a team's waiting jobs could free by preempting its
-        own queue's lower-priority jobs (as the pass began: cached for the pass)."""
-        if key not in self._lower_gpus:
-            most = 0
-            for queue, top in self.tops.get(key, {}).items():
-                gpus = sum(
-                    r.job.gpus
-                    for r in self.running_of(*key)
-                    if r.job.queue == queue
-                    and r.job.priority < top
-                    and r.job.preemptible
-                    and not r.stopping
-                )
-                most = max(most, gpus)
-            self._lower_gpus[key] = most
-        return self._lower_gpus[key]
+    def _lower(self, key: tuple[str, str]) -> float:
+        """Return the fewest GPUs one of a team's waiting jobs not considered yet adds to
+        its team's usage once it preempted its own queue's lower-priority jobs."""
+        least = math.inf
+        for (queue, priority), sizes in self.tops.get(key, {}).items():
+            if sizes:
+                least = min(least, min(sizes) - self._preemptible_below(key, queue, priority))
+        return least
+
+    def _preemptible_below(self, key: tuple[str, str], queue: str, priority: int) -> int:
+        """Return the GPUs of a team's preemptible running jobs of a queue below a priority
+        (those running as the pass began, not stopping; cached for the pass)."""
+        level = (*key, queue, priority)
+        if level not in self._lower_gpus:
+            self._lower_gpus[level] = sum(
+                r.job.gpus
+                for r in self.running_of(*key)
+                if r.job.queue == queue
+                and r.job.priority < priority
+                and r.job.preemptible
+                and not r.stopping
+            )
+        return self._lower_gpus[level]
 
     def _usable(self, parts: list[tuple[int, tuple[str, str]]], flavor: str) -> int:
         """Return how much of the kept quota the waiting teams' jobs could use on the free

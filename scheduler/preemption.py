@@ -127,8 +127,14 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | 
     lower = _lower_priority(p, job, book)
     choice = None
     if sum(r.job.gpus for r in lower) >= job.gpus:
-        choice = choose(p, job, pool, book, lower, reclaim=False)
-    if choice is None or sum(r.job.gpus for r in choice.victims) < job.gpus:
+        # The search's quota is at most what the team uses now (once its stopping jobs
+        # stop, as choose sees it): the victims free as many GPUs as the job takes.
+        p.own_cap = (book, book.used(job.flavor) - p.stops(pool).quota.get(book, 0))
+        try:
+            choice = choose(p, job, pool, book, lower, reclaim=False)
+        finally:
+            p.own_cap = None
+    if choice is None or not choice.victims:  # none of its queue's jobs make room
         fails[key] = min(n, fails.get(key, math.inf))
         return None
     return commit(p, job, book, pool, choice)
@@ -482,9 +488,14 @@ def _complete(p, job, pool, book, search, victims, cands, tx) -> list[Running] |
 
 
 def quota_fits(p: Pass, job: PendingJob, book: TeamBook) -> bool:
-    """Return whether the job fits its team's nominal quota and the cohort right now."""
+    """Return whether the job fits its team's nominal quota and the cohort right now
+    (and the cap of try_priority_preempt, while it searches)."""
     f = job.flavor
-    if book.used(f) + job.gpus > book.quota(f).nominal:
+    limit = book.quota(f).nominal
+    cap = p.own_cap
+    if cap is not None and cap[0] is book:
+        limit = min(limit, cap[1])
+    if book.used(f) + job.gpus > limit:
         return False
     return p.ledger.headroom(book, f) >= job.gpus
 
@@ -596,9 +607,11 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
 def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
     """Return the pool and book of a preemptor that still has a claim, else None.
 
-    It must still fit its nominal quota (rule 1): a claim is what its team is
-    guaranteed, and a stale link (a victim still pending that names it) must not put
-    a borrower first in the pass.
+    It must still fit its nominal quota (rule 1) once the stopping jobs have stopped
+    (rule 2's view): a claim is what its team is guaranteed. Counted with its team's
+    own stopping jobs, a priority preemptor whose victims were still stopping (passes
+    more often than the grace period) looked over its nominal quota, lost its claim,
+    and preempted a second job of its team.
     """
     pool = p.pools.get(job.flavor)
     book = p.ledger.book(job.team)
@@ -606,7 +619,8 @@ def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
         return None
     if p.budget_wait(job) is not None:
         return None  # its team's GPU-hour budget cannot take it (now): no claim either
-    if book.used(job.flavor) + job.gpus > book.quota(job.flavor).nominal:
+    stopping = p.stops(pool).quota.get(book, 0)
+    if book.used(job.flavor) - stopping + job.gpus > book.quota(job.flavor).nominal:
         return None  # no longer within its nominal quota: no claim
     return pool, book
 

@@ -24,6 +24,7 @@ from tests.scheduler.helpers import (
     Sim,
     admitted,
     examples,
+    make_job,
     preempted,
     verdict,
 )
@@ -617,3 +618,62 @@ def test_idle_quota_a_priority_preemptor_needs_is_not_lent_first():
     sim.step(NOW)
     sim.step(NOW + 30)
     assert sim.started == {7: NOW + 30}
+
+
+def test_a_priority_preemptor_keeps_its_claim_while_its_own_victim_stops():
+    """a's priority-1 job 40 preempts a's job 13 (a is at its nominal 8). Passes run
+    every 30 s, the grace period is 120 s. At the next pass a still counts job 13's
+    GPUs, so job 40 looked over its nominal quota: it lost its claim, d's new job took
+    job 13's stopping GPUs, and job 40 preempted job 12 too."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=8, cohort="c").team("b", nominal=4, cohort="c")
+    c.team("d", nominal=4, cohort="c")
+    for i in range(4):
+        c.run(10 + i, "a", on={"n0": 2}, runtime=LONG, grace=120.0, started=NOW - 600 + i)
+    c.run(20, "b", on={"n1": 8}, runtime=LONG, grace=120.0, preemptible=False)
+    c.job(40, "a", gpus=2, priority=1, runtime=LONG)
+    sim = Sim(c)
+    plans = []
+    for step in range(6):
+        if step == 1:
+            sim.submit(make_job(30, "d", gpus=2, submitted=NOW + 30, runtime=LONG))
+        plans.append(sim.step(NOW + 30 * step))
+    assert sim.preempted == [13]
+    assert sim.started[40] == NOW + 120
+
+
+def test_a_priority_preemptor_held_back_from_borrowing_picks_victims_that_free_enough():
+    """a uses 7 of its nominal 8; its requeued job 50 backs off, so with the reclaim
+    backoff on a may not borrow, and a's priority-1 2-GPU job 40 may preempt only if a
+    then uses no more. Job 10 (1 GPU) alone makes room and fits the quota but would
+    let a use one GPU more: the search stops at what a uses now, so it takes job 11
+    (4 GPUs) instead. Before, the fewest victims were chosen, found too few, and job
+    40 was told `backoff` (and the failure was remembered for a's 2x2 job 41 too)."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "a", on={"n0": 1}, started=NOW - 100, runtime=LONG)
+    c.run(11, "a", on={"n0": 4}, started=NOW - 1000, runtime=LONG)
+    c.run(12, "a", on={"n1": 2}, preemptible=False, runtime=LONG)
+    c.job(40, "a", gpus=2, priority=1, runtime=LONG)
+    c.job(50, "a", gpus=1, restarts=1, eligible_at=NOW + 100, runtime=LONG)
+    plan = schedule(c.snapshot(reclaim_backoff=True))
+    assert [(p.job_id, p.preemptor_id) for p in plan.preemptions] == [(11, 40)]
+
+
+def test_no_quota_is_kept_for_a_priority_job_that_cannot_fit_even_after_preempting():
+    """a uses 3 of its nominal 9 (2 GPUs in priority-0 preemptible jobs). Its waiting
+    job 30 (7 GPUs, priority 0) cannot preempt, and job 31 (3x3, priority 1) would need
+    10 even after preempting both: neither fits a's quota, so nothing is kept for a and
+    b's borrower job 40 starts. A first version paired the smallest job's size with the
+    top-priority job's victims and kept 6 GPUs idle for as long as a's jobs waited."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=9, cohort="c").team("b", nominal=7, cohort="c", weight=10.0)
+    c.run(10, "a", on={"n0": 1}, runtime=LONG)
+    c.run(11, "a", on={"n0": 1}, runtime=LONG)
+    c.run(12, "a", on={"n0": 1}, preemptible=False, runtime=LONG)
+    c.run(20, "b", on={"n1": 7}, runtime=LONG)
+    c.job(30, "a", gpus=7, runtime=LONG)
+    c.job(31, "a", workers=3, gpus=3, priority=1, runtime=LONG)
+    c.job(40, "b", gpus=1, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [40]

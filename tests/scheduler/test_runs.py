@@ -21,10 +21,12 @@ dozen passes 30 s apart while jobs arrive, end and are requeued, every plan appl
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -32,12 +34,14 @@ from scheduler import Quota, Team
 from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, examples, make_job, preempted
 
 FLAVORS = ("h100", "a100")
-STEP = 30.0  # the grace period (RunningJob's default): victims have stopped by the next pass
+STEP = 30.0  # the grace period (RunningJob's default); passes run every STEP or more often
+GRACE = 30.0
 PASSES = 12
 
 
 @st.composite
 def runs(draw):
+    every = draw(st.sampled_from([STEP, STEP, 15.0, 10.0]))  # seconds between passes
     c = Cluster()
     per_block = draw(st.integers(1, 3))
     for i in range(draw(st.integers(2, 6))):
@@ -88,7 +92,7 @@ def runs(draw):
                         gpus=draw(st.sampled_from([1, 2, 4, 8] if workers == 1 else [2, 4, 8])),
                         priority=draw(st.sampled_from([0, 0, 1, 2])),
                         queue=draw(st.sampled_from(["q", "q", "r"])),
-                        submitted=NOW + step * STEP,
+                        submitted=NOW + step * every,
                         runtime=draw(st.sampled_from([45.0, 200.0, 100 * HOUR])),
                         flavor=draw(st.sampled_from(FLAVORS)),
                         preemptible=draw(st.sampled_from([True, True, True, False])),
@@ -103,7 +107,7 @@ def runs(draw):
         "explain": draw(st.booleans()),
     }
     backoff = draw(st.sampled_from([(0.0, 0.0), (0.0, 0.0), (60.0, 3600.0)]))
-    return c, arrivals, config, backoff
+    return c, arrivals, config, backoff, every
 
 
 def usage_of(running) -> Counter:
@@ -144,23 +148,30 @@ def check_quotas(teams, used):
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(runs())
 def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
-    c, arrivals, config, backoff = run
-    note(describe(c, arrivals, config, backoff))
+    c, arrivals, config, backoff, every = run
+    note(describe(c, arrivals, config, backoff) + f"\npasses every {every:g} s")
+    waits = math.ceil(GRACE / every)  # passes from a preemption to its victims' stop
+    # With passes more often than the grace period a preemptor's target is chosen again
+    # at each pass and can move onto GPUs freed for another one (docs/scheduling.md,
+    # "Known limits"; test_a_reserved_target_moves_known_limit): the claim and lone
+    # checks hold only for passes one grace period apart; the rest hold always.
+    strict = every >= GRACE
     sim = Sim(c, backoff=backoff, preemption=True, **config)
     nominal = {(t.name, f): q.nominal for t in c.teams for f, q in t.quotas.items()}
     claims: dict[int, int] = {}  # preemptor -> the pass by which it must be admitted
     lone: dict[int, int] = {}  # a lone within-nominal job -> the pass by which it starts
     for step in range(PASSES):
-        now = NOW + step * STEP
+        now = NOW + step * every
         for when, job in arrivals:
             if when == step:
                 sim.submit(job)
         sim._finish(now)  # who runs when the pass looks (step() finds nothing more to end)
         used = usage_of(sim.running.values())
+        settled = usage_of(r for r in sim.running.values() if not r.stopping)
         pending = dict(sim.pending)
         before = dict(sim.running)
         for job in reclaim_could_place(sim, c.teams, used, nominal, now):
-            lone.setdefault(job.id, step + 1)
+            lone.setdefault(job.id, step + waits)
         plan = sim.step(now)
         note(
             f"pass {step}: admit {admitted(plan)} preempt {[(p.job_id, p.preemptor_id) for p in plan.preemptions]}"
@@ -173,27 +184,28 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
         check_messages(plan, pending, before, nominal)
         if config["explain"]:  # else every verdict has its reason's fixed text
             check_waits_name_stopping_jobs(plan, sim.running)
-        # A claim falls due at the pass after the one that preempted for it: its victims
-        # have stopped (grace 30 s), and if its team is still within its nominal quota
-        # with it, it is admitted, without preempting again.
+        # A claim falls due at the first pass after its victims' grace period: if its
+        # team is still within its nominal quota with it (its stopping jobs left out),
+        # it is admitted then, and until then it preempts nothing more.
         for job_id, due in list(claims.items()):
-            if due != step:
-                continue
-            del claims[job_id]
             job = pending.get(job_id)
             if job is None:
-                continue  # admitted meanwhile
+                del claims[job_id]  # admitted meanwhile
+                continue
             key = (job.team, job.flavor)
-            if used[key] + job.gpus <= nominal[key]:
-                again = [p.job_id for p in plan.preemptions if p.preemptor_id == job_id]
-                assert again == [], f"preemptor {job_id} preempted again at pass {step}"
-                assert job_id in admitted(plan), (
+            if settled[key] + job.gpus > nominal[key]:
+                continue  # no claim at this pass (docs/scheduling.md, "Known limits")
+            again = [p.job_id for p in plan.preemptions if p.preemptor_id == job_id]
+            assert again == [] or not strict, f"preemptor {job_id} preempted again at pass {step}"
+            if due <= step:
+                del claims[job_id]
+                assert job_id in admitted(plan) or not strict, (
                     f"preemptor {job_id} not admitted once its victims stopped (pass {step})"
                 )
         for p in plan.preemptions:
-            claims.setdefault(p.preemptor_id, step + 1)
+            claims.setdefault(p.preemptor_id, step + waits)
         late = [j for j, due in lone.items() if due == step and j not in sim.started]
-        assert late == [], f"reclaim could place {late}, not started by pass {step}"
+        assert late == [] or not strict, f"reclaim could place {late}, not started by pass {step}"
 
 
 def reclaim_could_place(sim, teams, used, nominal, now) -> list:
@@ -258,6 +270,7 @@ def floods(draw):
     """Team b, with no quota, or a, fills the cluster with long 1- to 4-GPU jobs and
     2-worker gangs (some not preemptible) at pass 0; then a and d submit one job or gang
     at a time, some passes apart, some of a's with a higher priority."""
+    every = draw(st.sampled_from([STEP, STEP, 15.0]))
     c = Cluster()
     per_block = draw(st.integers(1, 3))
     for i in range(draw(st.integers(2, 6))):
@@ -290,7 +303,7 @@ def floods(draw):
                     team,
                     workers=workers,
                     gpus=per_worker,
-                    submitted=NOW + step * STEP,
+                    submitted=NOW + step * every,
                     runtime=draw(st.sampled_from([45.0, 100 * HOUR])),
                     priority=draw(st.sampled_from([0, 0, 1])),
                 ),
@@ -299,7 +312,7 @@ def floods(draw):
         step += draw(st.integers(1, 4))
     config = {"backfill": draw(st.booleans()), "explain": draw(st.booleans())}
     config |= {"backfill_reservations": 1, "reclaim_backoff": False, "max_wait": 0.0}
-    return c, arrivals, config, (0.0, 0.0)
+    return c, arrivals, config, (0.0, 0.0), every
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
@@ -404,3 +417,74 @@ def describe(c, arrivals, config, backoff) -> str:
             f" preemptible={j.preemptible}"
         )
     return "\n".join(lines)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="known limit: a preemptor's target is not kept across passes"
+)
+def test_a_reserved_target_moves_known_limit():
+    """Passes every 15 s, grace 30 s. a's 2x4 gang job 27 preempts b's job 4 and a's jobs
+    24 and 25 to free n2 and n3; b's job 7 then reclaims d's job 19 for quota and
+    reserves free GPUs of n5. When job 27's victims have stopped, job 7 (its victim
+    still stopping) reserves again first, by best fit, and now picks n3 beside its
+    victim: job 27 no longer fits in its block and preempts a's job 23 as well. A
+    preemptor's target is chosen anew at each pass; keeping it would need the
+    reservation itself in the snapshot (docs/scheduling.md, "Known limits")."""
+    c = Cluster()
+    for name, flavor, gpus, block in [
+        ("n0", "h100", 4, "b0"),
+        ("n1", "a100", 4, "b0"),
+        ("n2", "h100", 4, "b1"),
+        ("n3", "h100", 8, "b1"),
+        ("n4", "h100", 8, "b2"),
+        ("n5", "h100", 8, "b2"),
+    ]:
+        c.node(name, gpus=gpus, flavor=flavor, block=block, rack=block.replace("b", "r"))
+    zero = Quota(0)
+    c.teams = [
+        Team("a", 1.0, "c", {"h100": Quota(13), "a100": zero}, {}),
+        Team("b", 1.0, "c", {"h100": Quota(7, 2, None), "a100": zero}, {}),
+        Team("d", 1.0, "c", {"h100": zero, "a100": zero}, {}),
+        Team("e", 1.0, None, {"h100": Quota(8), "a100": zero}, {}),
+    ]
+    every, arrivals = 15.0, []
+
+    def job(i, team, step, workers, gpus, runtime, flavor="h100", priority=0):
+        submitted = NOW + step * every
+        arrivals.append(
+            (
+                step,
+                make_job(
+                    i,
+                    team,
+                    workers=workers,
+                    gpus=gpus,
+                    priority=priority,
+                    submitted=submitted,
+                    runtime=runtime,
+                    flavor=flavor,
+                ),
+            )
+        )
+
+    for i, gpus in zip(range(1, 16), [1, 1, 1, 4, 1, 1, 2, 1, 1, 1, 2, 4, 4, 4, 4], strict=True):
+        job(i, "b", 0, 1, gpus, 100 * HOUR)
+    job(16, "a", 0, 1, 1, 45, flavor="a100")
+    job(17, "a", 0, 1, 1, 45)
+    job(18, "a", 0, 1, 1, 200)
+    job(19, "d", 0, 1, 1, 200)
+    job(20, "a", 2, 1, 1, 45)
+    job(21, "e", 3, 1, 8, 200)
+    job(22, "a", 3, 1, 1, 45)
+    job(23, "a", 4, 2, 2, 200)
+    job(24, "a", 5, 1, 1, 45)
+    job(25, "a", 5, 1, 1, 45)
+    job(26, "a", 6, 1, 1, 45)
+    job(27, "a", 6, 2, 4, 45, priority=1)
+    sim = Sim(c, preemption=True, backfill=False)
+    for step in range(10):
+        for when, j in arrivals:
+            if when == step:
+                sim.submit(j)
+        sim.step(NOW + step * every)
+    assert 23 not in sim.preempted  # fails today: job 27 preempts it in a second round

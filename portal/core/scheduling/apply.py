@@ -37,8 +37,9 @@ class Applied:
 
 
 def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
+    linked = _lock(plan, ctx)
     admitted = _admit(plan.admissions, ctx)
-    preempted = _preempt(plan.preemptions, ctx, admitted)
+    preempted = _preempt(plan.preemptions, ctx, admitted, linked)
     written = _write_verdicts(plan.verdicts, ctx)
     _unfittable(plan.verdicts, ctx)
     _wake_changed_nodes(plan, admitted, preempted, ctx)
@@ -141,22 +142,30 @@ def _placement_data(a: m.Admission) -> dict:
     }
 
 
+def _lock(plan: m.Plan, ctx: PassContext) -> list[int]:
+    """Lock every job row the plan writes, in one call, in id order, as every writer of
+    job rows locks them: those it admits, those it stops, and the victims whose links to
+    the admitted ones end (a stopping victim's row is also its node's heartbeat's; locks
+    taken in turn could each wait for a row another writer holds). Return the latter."""
+    planned = [a.job_id for a in plan.admissions]
+    linked = _linked(planned, ctx) if planned else []
+    rows = {*planned, *linked, *(p.job_id for p in plan.preemptions)}
+    if len(rows) > len(planned) and planned:  # admissions alone: their transition locks them
+        pg = connection.vendor == "postgresql"
+        (statements.lock_jobs if pg else statements.lock_jobs_orm)(sorted(rows))
+    return linked
+
+
 def _preempt(
-    preemptions: tuple[m.Preemption, ...], ctx: PassContext, admitted: list[int]
+    preemptions: tuple[m.Preemption, ...], ctx: PassContext, admitted: list[int], linked
 ) -> list[int]:
     """Stop the victims and name their preemptor; end the links that name the jobs just
-    admitted. The rows of both are locked in one call, in id order, as every writer
-    of job rows locks them: a stopping victim's row is also its node's heartbeat's,
-    and two lock calls in turn could each wait for a row the other one's caller holds."""
+    admitted (the rows are locked already: _lock)."""
     events = {
         p.job_id: (p.message, {"reason": p.reason_code, "preemptor": p.preemptor_id})
         for p in preemptions
     }
-    linked = _linked(admitted, ctx)
-    if linked:
-        pg = connection.vendor == "postgresql"
-        (statements.lock_jobs if pg else statements.lock_jobs_orm)(sorted({*linked, *events}))
-        _end_links(linked, admitted)
+    _end_links(linked, admitted)
     moved = transition(
         list(events),
         from_states=Job.RUNNING_STATES,
