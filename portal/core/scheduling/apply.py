@@ -157,7 +157,10 @@ def _lock(plan: m.Plan, ctx: PassContext) -> list[int]:
 
 
 def _preempt(
-    preemptions: tuple[m.Preemption, ...], ctx: PassContext, admitted: list[int], linked
+    preemptions: tuple[m.Preemption, ...],
+    ctx: PassContext,
+    admitted: list[int],
+    linked: list[int],
 ) -> list[int]:
     """Stop the victims and name their preemptor; end the links that name the jobs just
     admitted (the rows are locked already: _lock)."""
