@@ -335,9 +335,10 @@ class _Search:
 
     def _budget_order(self, items) -> list[tuple[Running, int]]:
         """Return a node's candidates so that each team borrows before each of its victims
-        as long as it can: other teams' jobs smallest first (victim order among equals),
-        each team's largest held back to the end, then the preemptor's own team's."""
-        order = self.order
+        and frees the most GPUs of this node it can: per team, the set whose GPUs but its
+        last one's stay below what it borrows (`_most_freed`), that set first and its last
+        job after the others, then the team's other jobs; the preemptor's own team's last."""
+        f, order = self.job.flavor, self.order
         teams: dict[TeamBook, list[tuple[Running, int]]] = {}
         own = []
         for rk in items:
@@ -345,14 +346,17 @@ class _Search:
                 own.append(rk)
             else:
                 teams.setdefault(rk[0].book, []).append(rk)
-        small, large = [], []
-        for rks in teams.values():
-            rks.sort(key=lambda rk: (rk[1], order[id(rk[0])]))
-            small.extend(rks[:-1])
-            large.append(rks[-1])
-        small.sort(key=lambda rk: (rk[1], order[id(rk[0])]))
-        large.sort(key=lambda rk: (-rk[1], order[id(rk[0])]))
-        return small + large + own
+        first, last, rest = [], [], []
+        for book, rks in teams.items():
+            budget = book.used(f) - self.removed.get(book, 0) - book.quota(f).nominal
+            others, final = _most_freed(rks, budget, order)
+            first.extend(others)
+            if final is not None:
+                last.append(final)
+            picked = {id(rk[0]) for rk in others} | ({id(final[0])} if final else set())
+            rest.extend(rk for rk in rks if id(rk[0]) not in picked)
+        last.sort(key=lambda rk: (-rk[1], order[id(rk[0])]))
+        return first + last + rest + own
 
     def cost(self, victims) -> tuple:
         """Return the cost of a set of victims (rule 3), smaller is better."""
@@ -426,6 +430,40 @@ class _Search:
             if best is None or key < best[0]:
                 best = (key, victims)
         return None if best is None else best[1]
+
+
+def _most_freed(rks, budget: int, order: dict) -> tuple[list, tuple | None]:
+    """Return (others, last): the victims of one team on one node that free the most of
+    its GPUs there while the team borrows before each (their GPUs but the last one's
+    add up to less than `budget`, what it borrows), the last to be taken last.
+
+    Exact over a node's few jobs: each job as the last, a knapsack of the others by
+    their GPUs (a job's GPUs count against the budget, its GPUs on this node are what
+    it frees here). Ties: fewer victims, then victim order."""
+    if budget <= 0 or not rks:
+        return [], None
+    best = None
+    for i, final in enumerate(rks):
+        others = rks[:i] + rks[i + 1 :]
+        cap = min(budget - 1, sum(r.job.gpus for r, _ in others))  # a small table
+        # table[c] = (freed, -count, chosen) with GPUs adding up to at most c
+        table = [(0, 0, ())] * (cap + 1) if cap >= 0 else []
+        for j, (r, k) in enumerate(others):
+            g = r.job.gpus
+            if g > cap:
+                continue
+            for c in range(cap, g - 1, -1):
+                freed, count, chosen = table[c - g]
+                cand = (freed + k, count - 1, (*chosen, j))
+                if cand[:2] > table[c][:2]:
+                    table[c] = cand
+        freed, count, chosen = table[cap] if table else (0, 0, ())
+        key = (freed + final[1], count, -order[id(final[0])])
+        if best is None or key > best[0]:
+            best = (key, [others[j] for j in chosen], final)
+    _, chosen_others, final = best
+    chosen_others.sort(key=lambda rk: order[id(rk[0])])
+    return chosen_others, final
 
 
 def _victims(

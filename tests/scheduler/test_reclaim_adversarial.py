@@ -677,3 +677,20 @@ def test_no_quota_is_kept_for_a_priority_job_that_cannot_fit_even_after_preempti
     c.job(40, "b", gpus=1, runtime=LONG)
     plan = schedule(c.snapshot())
     assert admitted(plan) == [40]
+
+
+def test_the_second_walk_frees_the_most_a_borrowers_budget_allows():
+    """b borrows 3; n0 holds b's three 1-GPU jobs and a 4-GPU job beside 1 free GPU, and
+    a's 6-GPU job needs n0. Smallest first, the three 1-GPU jobs use up b's budget and
+    the 4-GPU job is no longer allowed (4 free); one 1-GPU job and then the 4-GPU job
+    free 6 (found by the second review: `_most_freed` is exact over a node's jobs)."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=6, cohort="c").team("b", nominal=7, cohort="c")
+    c.run(10, "b", on={"n1": 3}, preemptible=False, runtime=LONG)
+    for i, k in enumerate((1, 1, 1, 4)):
+        c.run(20 + i, "b", on={"n0": k}, started=NOW - 4000 + 100 * i, runtime=LONG)
+    c.job(1, "a", gpus=6, runtime=LONG)
+    plan = schedule(c.snapshot())
+    victims = preempted(plan)
+    assert 23 in victims and len(victims) == 2, victims
+    assert verdict(plan, 1).reason_code == "waiting_for_preemption"
