@@ -305,8 +305,8 @@ class _Search:
         victim order a borrower's larger job taken early can end its borrowing short
         of the goal: a 2-GPU job first, and three 1-GPU jobs stayed on a node a gang
         needed whole, which waited as long as they ran. If a job was passed over so,
-        the walk is tried once more in the order that frees most while each team still
-        borrows (`_budget_order`: each team's smaller jobs first, its largest last).
+        the walk is tried once more in the order that frees the most of this node
+        while each team still borrows (`_budget_order`, `_most_freed`).
         """
         if free >= goal:
             return []
