@@ -21,6 +21,7 @@ from .policies import get_policy
 from .preemption import (
     held_from_borrowing,
     honour_reservations,
+    lower_priority,
     may_preempt,
     try_preempt,
     try_priority_preempt,
@@ -375,14 +376,8 @@ class Pass:
         (those running as the pass began, not stopping; cached for the pass)."""
         level = (*key, queue, priority)
         if level not in self._lower_gpus:
-            self._lower_gpus[level] = sum(
-                r.job.gpus
-                for r in self.running_of(*key)
-                if r.job.queue == queue
-                and r.job.priority < priority
-                and r.job.preemptible
-                and not r.stopping
-            )
+            victims = lower_priority(self, *key, queue, priority)
+            self._lower_gpus[level] = sum(r.job.gpus for r in victims)
         return self._lower_gpus[level]
 
     def _usable(self, parts: list[tuple[int, tuple[str, str]]], flavor: str) -> int:

@@ -251,10 +251,16 @@ def victim_order(p: Pass, flavor: str, victims: list[Running]) -> list[Running]:
 
 def _lower_priority(p: Pass, job: PendingJob, book: TeamBook) -> list[Running]:
     """Return the preemptible jobs of its own queue with strictly lower priority."""
+    return lower_priority(p, book.name, job.flavor, job.queue, job.priority)
+
+
+def lower_priority(p: Pass, team: str, flavor: str, queue: str, priority: int) -> list[Running]:
+    """Return a team's preemptible running jobs of a queue below a priority: the victims a
+    job of that queue and priority may preempt by priority (also Pass.kept_for_others)."""
     return [
         r
-        for r in p.running_of(book.name, job.flavor)
-        if r.job.queue == job.queue and r.job.priority < job.priority and _preemptible(r)
+        for r in p.running_of(team, flavor)
+        if r.job.queue == queue and r.job.priority < priority and _preemptible(r)
     ]
 
 
