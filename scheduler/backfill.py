@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 # Reservation.nodes of a cohort hold (a quota hold has 0, a GPU reservation its nodes).
 COHORT_HOLD = -1
+# ... and of a preemptor's hold on its team's quota while it waits (Pass.claim_wait).
+CLAIM_HOLD = -2
 # Kinds of projection events (reserve): GPUs taken, GPUs given back, GPUs counted as
 # held without being taken (out of the index already). At one time: notes, gives, takes.
 TAKE, GIVE, NOTE = 0, 1, 2

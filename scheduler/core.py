@@ -12,9 +12,10 @@ from itertools import islice
 
 from . import placement
 from .arrays import beyond_limit
+from .backfill import CLAIM_HOLD
 from .budgets import Budgets
 from .explain import verdicts
-from .model import Admission, PendingJob, Plan, Snapshot
+from .model import Admission, JobId, PendingJob, Plan, Reservation, Snapshot
 from .ordering import queue_key, stopping_key
 from .placement import Where
 from .policies import get_policy
@@ -38,6 +39,7 @@ from .reasons import (
     PREVIOUS_ATTEMPT,
     PRIORITY,
     QUOTA,
+    RESERVED,
     Wait,
 )
 from .state import (
@@ -119,6 +121,7 @@ class Pass:
         "preempt_fails",
         "own_cap",
         "charged",
+        "claimed",
         "demand",
         "sizes",
         "smallest",
@@ -176,6 +179,8 @@ class Pass:
         self.own_cap: tuple | None = None
         # (team, flavor) -> GPUs charged for its preemptors waiting for victims
         self.charged: dict[tuple[str, str], int] = {}
+        # (team, flavor) -> (preemptor, when its victims will have stopped): claim_wait
+        self.claimed: dict[tuple[str, str], tuple[JobId, float]] = {}
         # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
         # built when a job that would borrow first needs it (kept_for_others)
         self.demand: dict[tuple[str, str], int] | None = None
@@ -217,7 +222,8 @@ class Pass:
         if wait is None and (over := self.budget_wait(job)) is not None:
             self.waits[job.id] = over  # no reservation, preemption or gate hold (step a)
             return
-        wait = wait or self.gate.blocked(self, job) or self.quota_wait(job, book)
+        wait = wait or self.gate.blocked(self, job) or self.claim_wait(job, book)
+        wait = wait or self.quota_wait(job, book)
         if wait is None:
             wait = self.gate.try_admit(self, job, pool)
             if wait is None:
@@ -251,6 +257,35 @@ class Pass:
     def budget_wait(self, job: PendingJob) -> Wait | None:
         """Return budget_exhausted if the job could cross its team's GPU-hour budget."""
         return None if self.budgets is None else self.budgets.wait(job)
+
+    def claim_wait(self, job: PendingJob, book: TeamBook) -> Wait | None:
+        """Return `reserved` (a quota hold) if the job would take its team past its nominal
+        quota while a preemptor of its team waits for its victims, unless it ends first.
+
+        The preemptor's claim is what its team's nominal quota leaves it once the
+        stopping jobs have stopped (scheduler.preemption._claims). A job of its team
+        admitted meanwhile beyond that (a victim requeued and readmitted at once, as a
+        borrower) took the claim away at the next pass, and the preemptor, now over
+        its nominal quota, preempted that job again (tests/scheduler/test_runs.py).
+        """
+        held = self.claimed.get((job.team, job.flavor))
+        if held is None:
+            return None
+        holder, start = held
+        if self.now + job.max_runtime <= start:
+            return None
+        f, pool = job.flavor, self.pools.get(job.flavor)
+        stopping = 0 if pool is None else self.stops(pool).quota.get(book, 0)
+        if book.used(f) - stopping + job.gpus <= book.quota(f).nominal:
+            return None
+        return Wait(RESERVED, (holder, start, CLAIM_HOLD))
+
+    def claim(self, job: PendingJob, until: float) -> None:
+        """Note a preemptor waiting for its victims until `until` (claim_wait)."""
+        key = (job.team, job.flavor)
+        held = self.claimed.get(key)
+        if held is None or until < held[1]:
+            self.claimed[key] = (job.id, until)
 
     def quota_wait(self, job: PendingJob, book: TeamBook) -> Wait | None:
         """Return quota or cohort_busy if the team may not take the job's GPUs now.
@@ -474,6 +509,18 @@ class Pass:
         nodes = placement.take(pool.index, where, job.workers, job.gpus_per_worker, tx)
         if nodes is None:
             return None
+        return self._book(job, pool, nodes, tx)
+
+    def admit_on(self, job: PendingJob, pool: Pool, nodes: list[tuple[int, int]]) -> None:
+        """Admit the gang on the given (node, workers) pairs, which the caller found free
+        (a preemptor's kept reservation, scheduler.preemption)."""
+        tx = Transaction()
+        for node, workers in nodes:
+            tx.take(pool.index, node, workers * job.gpus_per_worker)
+        self._book(job, pool, nodes, tx)
+
+    def _book(self, job: PendingJob, pool: Pool, nodes: list, tx: Transaction) -> list:
+        """Charge the team for GPUs taken in tx, commit, and record the admission."""
         book = self.ledger.book(job.team)
         borrowed = self.ledger.borrowed(book, job.flavor, job.gpus)
         tx.add(self.ledger, book, job.flavor, job.gpus)
@@ -569,7 +616,22 @@ class Pass:
             "waiting": float(len(found)),
             "reservations": float(len(self.gate.reservations)),
         }
-        return Plan(tuple(self.admissions), tuple(self.preemptions), found, stats)
+        return Plan(
+            tuple(self.admissions), tuple(self.preemptions), found, stats, self.reservations()
+        )
+
+    def reservations(self) -> tuple[Reservation, ...]:
+        """Return where each preemptor that waits for its victims holds its GPUs."""
+        out = []
+        for pool in self.pools.values():
+            if pool.stops is None:
+                continue
+            names = pool.names
+            for job_id, on in pool.stops.by_job.items():
+                nodes = tuple(sorted((names[n], k) for n, k in on.items() if k))
+                out.append(Reservation(job_id, nodes))
+        out.sort(key=lambda r: r.job_id)
+        return tuple(out)
 
     # -- indexes --------------------------------------------------------------
 

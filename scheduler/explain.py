@@ -26,7 +26,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from .arrays import Slots
-from .backfill import COHORT_HOLD, reserve
+from .backfill import CLAIM_HOLD, COHORT_HOLD, reserve
 from .model import PendingJob, Verdict
 from .reasons import (
     ARRAY_LIMIT,
@@ -382,6 +382,8 @@ def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -
         held = f"which needs the team's quota from {_at(p, start)}"
     elif nodes == COHORT_HOLD:  # a hold of the cohort's lendable quota
         held = f"which needs the cohort's idle quota from {_at(p, start)}"
+    elif nodes == CLAIM_HOLD:  # a preemptor of its team waiting for its victims
+        held = f"which preempted jobs for the team's nominal quota and starts {_at(p, start)}"
     else:
         held = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
     return (

@@ -83,6 +83,10 @@ class PendingJob:
     link is spent and the writer clears it: left in place, it would make the
     preemptor, were it requeued later, look like one whose victims have stopped,
     honoured first (it took the GPUs freed for the job that preempted it).
+    `reserved_on`: for a preemptor waiting for its victims, where the last pass put
+    its reservation, as (node, GPUs there) pairs (Plan.reservations, which the writer
+    stores); the next pass keeps it there while it still holds the gang, so a
+    target is chosen once (scheduler.preemption, "reservations"). Empty otherwise.
     `previous_attempt_stopping`: a requeued job whose previous attempt still has
     workers that have not stopped; the pass sets it aside (reason
     `previous_attempt`) until they have. The portal sets it from its workers'
@@ -106,6 +110,7 @@ class PendingJob:
     restart_count: int = 0
     eligible_at: float = 0.0
     preempted_by: JobId | None = None
+    reserved_on: tuple[tuple[str, int], ...] = ()
     previous_attempt_stopping: bool = False
     array_id: int | None = None
     array_limit: int | None = None
@@ -228,6 +233,16 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """Where a preemptor waiting for its victims holds its GPUs at the end of a pass:
+    (node, GPUs there) pairs, sorted. The writer stores them in the job
+    (PendingJob.reserved_on) and clears what a pass no longer names."""
+
+    job_id: JobId
+    nodes: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """Why a pending job still waits, where it stands, and when it should start."""
 
@@ -244,3 +259,4 @@ class Plan:
     preemptions: tuple[Preemption, ...] = ()
     verdicts: tuple[Verdict, ...] = ()
     stats: Mapping[str, float] = field(default_factory=dict)
+    reservations: tuple[Reservation, ...] = ()

@@ -51,7 +51,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
-from .backfill import COHORT_HOLD
+from .backfill import CLAIM_HOLD, COHORT_HOLD
 from .model import PendingJob, Preemption
 from .ordering import claim_key, last_progress, stopping_key, victim_key
 from .quota import contribution
@@ -94,11 +94,14 @@ def may_preempt(wait: Wait) -> bool:
 
 def held_from_borrowing(wait: Wait) -> bool:
     """Return whether the job waits only because it may not borrow now: `reserved` by
-    a cohort hold (info[2] == COHORT_HOLD) or the reclaim backoff (`backoff` from
-    the gate; a job in its own requeue backoff is not considered at all)."""
+    a cohort hold (info[2] == COHORT_HOLD) or its team's waiting preemptor (CLAIM_HOLD,
+    Pass.claim_wait), or the reclaim backoff (`backoff` from the gate; a job in its own
+    requeue backoff is not considered at all)."""
     if wait.code == BACKOFF:
         return True
-    return wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] == COHORT_HOLD
+    return (
+        wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] in (COHORT_HOLD, CLAIM_HOLD)
+    )
 
 
 def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
@@ -582,6 +585,7 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
     ordered = sorted(waited.values(), key=lambda r: stopping_key(r.end, r.job))
     ids = tuple(r.job.id for r in ordered)
     end = max((r.end for r in ordered), default=p.now)
+    p.claim(job, end)
     return Wait(WAITING_FOR_PREEMPTION, (ids, end, len(choice.victims)))
 
 
@@ -642,10 +646,16 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
         if j.preempted_by is not None:
             links.setdefault(j.preempted_by, [])
     claims = [job for job in p.pending if job.id in links]
-    reserved = {job.id for job in claims if links[job.id] and _reserve_again(p, job)}
-    rest = sorted((job for job in claims if job.id not in reserved), key=claim_key)
-    admitted = {job.id for job in rest if _admit_now(p, job)}
-    return [job for job in claims if job.id in reserved or job.id in admitted]
+    stopped = sorted((job for job in claims if not links[job.id]), key=claim_key)
+    kept = {job.id for job in claims if links[job.id] and _keep(p, job, True)}
+    kept |= {job.id for job in stopped if _keep(p, job, False)}
+    reserved = {
+        job.id for job in claims if job.id not in kept and links[job.id] and _reserve_again(p, job)
+    }
+    done = kept | reserved
+    rest = sorted((job for job in claims if job.id not in done), key=claim_key)
+    done |= {job.id for job in rest if _admit_now(p, job)}
+    return [job for job in claims if job.id in done]
 
 
 def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
@@ -667,6 +677,63 @@ def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
     if book.used(job.flavor) - stopping + job.gpus > book.quota(job.flavor).nominal:
         return None  # no longer within its nominal quota: no claim
     return pool, book
+
+
+def _keep(p: Pass, job: PendingJob, stopping: bool) -> bool:
+    """Keep a preemptor's reservation where the last pass put it, if it still holds the
+    gang: reserve it again while its victims stop, or admit the job there once they
+    have stopped (PendingJob.reserved_on).
+
+    Chosen again at each pass by best fit, a target could move onto GPUs another
+    preemptor's victims had just freed, and that one preempted a second round
+    (tests/scheduler/test_runs.py); and once all victims had stopped nothing said
+    which nodes they had freed for whom. Targets of one pass are disjoint (a
+    reservation hides its GPUs from every later job), so they stay disjoint when
+    kept, whatever the order they are kept in.
+    """
+    found = _claims(p, job)
+    if found is None or not job.reserved_on:
+        return False
+    pool, book = found
+    on = _target_of(pool, job)
+    if on is None:
+        return False
+    if stopping:
+        tx = Transaction()
+        try:
+            _future(p, pool, p.stops(pool), tx, book)
+            ok = quota_fits(p, job, book) and _holds(pool, on)
+        finally:
+            tx.rollback()
+        if ok:
+            p.waits[job.id] = commit(p, job, book, pool, Choice([], on))
+        return ok
+    if not _holds(pool, on) or not _quota_fits_now(p, job, pool, book):
+        return False
+    q = job.gpus_per_worker
+    p.admit_on(job, pool, [(n, k // q) for n, k in sorted(on.items())])
+    return True
+
+
+def _target_of(pool: Pool, job: PendingJob) -> dict[int, int] | None:
+    """Return the job's stored target as node index -> GPUs, or None if it no longer
+    describes the gang on this pool (a node gone, another shape)."""
+    on: dict[int, int] = {}
+    q = job.gpus_per_worker
+    for name, k in job.reserved_on:
+        n = pool.at.get(name)
+        if n is None or k <= 0 or k % q:
+            return None
+        on[n] = on.get(n, 0) + k
+    if sum(on.values()) != job.gpus:
+        return None
+    domains = {pool.index.dom[n] for n in on}
+    return on if len(on) == 1 or len(domains) == 1 else None
+
+
+def _holds(pool: Pool, on: dict[int, int]) -> bool:
+    free = pool.index.free
+    return all(free[n] >= k for n, k in on.items())
 
 
 def _reserve_again(p: Pass, job: PendingJob) -> bool:

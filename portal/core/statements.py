@@ -28,6 +28,7 @@ statement for any model's fields, not one query.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import NamedTuple
@@ -752,6 +753,7 @@ class PendingRow(NamedTuple):
     queue_position: int | None
     estimated_start: float | None
     attempt: int
+    reserved_on: list  # [[hostname, GPUs], ...] of a preemptor waiting for its victims
 
 
 def pending_jobs(ended: Sequence[str]) -> list[PendingRow]:
@@ -767,7 +769,7 @@ def pending_jobs(ended: Sequence[str]) -> list[PendingRow]:
         f"j.restart_count, coalesce({_epoch('j.eligible_at')}, 0), j.preempted_by, "
         f"EXISTS (SELECT 1 FROM {worker} w WHERE w.job_id = j.id AND w.state <> ALL(%s)), "
         f"j.array_id, a.task_limit, j.reason_code, j.reason, j.queue_position, "
-        f"{_epoch('j.estimated_start_at')}, j.attempt "
+        f"{_epoch('j.estimated_start_at')}, j.attempt, j.reserved_on::text "
         f"FROM {job} j JOIN {Team._meta.db_table} t ON t.id = j.team_id "
         f"JOIN {Queue._meta.db_table} q ON q.id = j.queue_id "
         f"JOIN {GpuFlavor._meta.db_table} f ON f.id = j.flavor_id "
@@ -777,7 +779,12 @@ def pending_jobs(ended: Sequence[str]) -> list[PendingRow]:
     with server_binding_cursor() as cursor:
         _binary_results(cursor)
         cursor.execute(sql, [list(ended), Job.State.PENDING])
-        return list(map(PendingRow._make, cursor.fetchall()))
+        return [PendingRow(*row[:-1], _reserved_on(row[-1])) for row in cursor.fetchall()]
+
+
+def _reserved_on(text: str) -> list:
+    """The stored reservation ('[]' for nearly every job: no parsing)."""
+    return [] if text == "[]" else json.loads(text)
 
 
 def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
@@ -808,6 +815,7 @@ def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
             "queue_position",
             "estimated_start_at",
             "attempt",
+            "reserved_on",
         )
     )
     return [
@@ -820,6 +828,7 @@ def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
             *row[13:20],
             row[20].timestamp() if row[20] else None,
             row[21],
+            row[22] or [],
         )
         for row in rows
     ]

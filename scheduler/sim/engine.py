@@ -214,6 +214,8 @@ class Simulator:
         self.queues: dict[tuple[str, str], list[tuple]] = {}
         # preemptor id -> its victims, whose `preempted_by` names it until it is admitted.
         self.links: dict[int, list[int]] = {}
+        # the pending jobs whose reserved_on names a reservation (Plan.reservations)
+        self.reserved: set[int] = set()
 
     # -- the cluster ----------------------------------------------------------
 
@@ -379,6 +381,18 @@ class Simulator:
         r.stopping_at = self.now + self.config.grace_period_s
         heapq.heappush(self.events, (r.stopping_at, STOP, r.job.id, r.attempt))
 
+    def _reserve(self, plan: Plan) -> None:
+        """Store where each waiting preemptor holds its GPUs (PendingJob.reserved_on), as
+        the portal does; a job the plan no longer names holds nothing."""
+        held = {r.job_id: r.nodes for r in plan.reservations}
+        for job_id in self.reserved | held.keys():
+            job = self.pending.get(job_id)
+            nodes = held.get(job_id, ())
+            if job is not None and job.reserved_on != nodes:
+                rec = self.recs[job_id]
+                rec.pending = self.pending[job_id] = replace(job, reserved_on=nodes)
+        self.reserved = set(held)
+
     def _unlink(self, preemptor: int) -> None:
         """The preemptor is admitted: its victims' links to it end, stopping or requeued
         (scheduler.model.PendingJob.preempted_by), as the portal's admission clears them."""
@@ -418,6 +432,7 @@ class Simulator:
             restart_count=r.attempt,
             eligible_at=self.now + delay,
             preempted_by=by,
+            reserved_on=(),
         )
         r.pending_since = self.now
         self._enqueue(r.pending)
@@ -600,6 +615,7 @@ class Simulator:
             self._preempt(self.recs[p.job_id], p.preemptor_id)
         for a in plan.admissions:
             self._start(self.recs[a.job_id], a)
+        self._reserve(plan)
         self._fragmentation(plan)
         if self.config.estimates:
             self._note_estimates(plan)

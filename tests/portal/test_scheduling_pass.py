@@ -216,6 +216,23 @@ def test_victims_name_their_preemptor_so_its_reservation_outlives_the_pass(clust
     snap, _ = build_snapshot(timezone.now(), PolicyConfig())
     assert {r.preempted_by for r in snap.running if r.stopping} == {gang.pk}
     assert {r.preempted_by for r in snap.running if not r.stopping} == {None}
+    # Its reservation's nodes are stored, read back, and kept by the next pass.
+    gang.refresh_from_db()
+    freed = sorted(
+        set(
+            Allocation.objects.filter(job_id__in=victims, active=True).values_list(
+                "node__hostname", flat=True
+            )
+        )
+    )
+    assert sorted(node for node, _ in gang.reserved_on) == freed
+    assert [k for _, k in gang.reserved_on] == [8, 8]
+    (mine,) = [j for j in snap.pending if j.id == gang.pk]
+    assert mine.reserved_on == tuple((n, k) for n, k in gang.reserved_on)
+    run_pass()
+    kept = list(gang.reserved_on)
+    gang.refresh_from_db()
+    assert gang.state == State.PENDING and gang.reserved_on == kept
 
     Allocation.objects.filter(job_id__in=victims).update(active=False)  # their workers exited
     Worker.objects.filter(job_id__in=victims).update(state=Worker.State.EXITED)
@@ -226,6 +243,9 @@ def test_victims_name_their_preemptor_so_its_reservation_outlives_the_pass(clust
     assert result.admitted == [gang.pk]
     gang.refresh_from_db()
     assert gang.state == State.ADMITTED and gang.preempted_by is None
+    assert gang.reserved_on == []
+    on = Allocation.objects.filter(job=gang, active=True).values_list("node__hostname", flat=True)
+    assert sorted(set(on)) == freed  # where its victims were, as reserved
     # The reservation is spent: the victims, still pending, no longer name the gang (else,
     # requeued itself one day, it would be honoured first as if it had preempted anew).
     assert set(Job.objects.filter(pk__in=victims).values_list("state", "preempted_by")) == {

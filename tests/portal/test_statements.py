@@ -391,7 +391,7 @@ def _pass_jobs(cluster):
     task of an array with a limit, of team B on A100s; admitted on two nodes, one
     preempting (checkpointed, naming its preemptor), one whose allocations ended."""
     now = timezone.now()
-    plain = make_job(cluster)
+    plain = make_job(cluster, reserved_on=[["h100-0", 4], ["h100-1", 4]])
     make_job(
         cluster,
         priority=5,
@@ -447,6 +447,9 @@ def test_pass_snapshot_statements_read_as_the_orm(cluster):
     assert len(pending) == 7  # not the held job, nor the three admitted
     by_name = {(row.restart_count, row.priority, row.draining, row.array_limit) for row in pending}
     assert {(2, 5, False, None), (0, 0, True, None), (0, 0, False, 1)} <= by_name
+    assert [row.reserved_on for row in pending if row.reserved_on] == [
+        [["h100-0", 4], ["h100-1", 4]]
+    ]
     running = statements.running_jobs()
     assert running == statements.running_jobs_orm()
     assert [row.pk for row in running] == [one.pk, victim.pk]

@@ -259,7 +259,17 @@ class Sim:
             self.preempted.append(p.job_id)
         for a in plan.admissions:
             self._start(self.pending.pop(a.job_id), a, now)
+        self._reserve(plan)
         return plan
+
+    def _reserve(self, plan: Plan) -> None:
+        # Where each waiting preemptor holds its GPUs, as the portal stores it
+        # (PendingJob.reserved_on); a job the plan does not name holds nothing.
+        held = {r.job_id: r.nodes for r in plan.reservations}
+        for job in list(self.pending.values()):
+            nodes = held.get(job.id, ())
+            if job.reserved_on != nodes:
+                self.pending[job.id] = replace(job, reserved_on=nodes)
 
     def _finish(self, now: float) -> None:
         for r in list(self.running.values()):

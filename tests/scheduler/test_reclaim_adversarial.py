@@ -26,6 +26,7 @@ from tests.scheduler.helpers import (
     examples,
     make_job,
     preempted,
+    reasons,
     verdict,
 )
 from tests.scheduler.test_reclaim import (
@@ -169,14 +170,14 @@ def test_an_earlier_preemptor_does_not_take_the_gpus_reserved_for_a_later_one():
     assert sim.preempted == [10, 11]
 
 
-def test_a_preemptor_whose_team_borrowed_meanwhile_is_admitted_not_made_a_priority_preemptor():
-    """b's high-priority 2x4 gang (job 2) reclaims a's 7-GPU job 102 on n2. While its
-    claim is charged, b's lower-priority jobs 1 and 3 borrow 3 GPUs. Once the victim has
-    stopped, job 2 fits b's quota only by borrowing, so it has no claim and is considered
-    as usual. a's requeued job 102 fits a's nominal quota but not what a has left of it
-    (a would borrow), so no idle quota is kept for it: job 2 borrows and starts on n2.
-    With the quota kept for job 102 (`Pass.kept_for_others` without the smallest-job
-    test), job 2 preempted jobs 1 and 3 of its own queue: one reclaim, three victims."""
+def test_a_preemptor_keeps_its_claim_while_its_team_would_borrow_meanwhile():
+    """b's high-priority 2x4 gang (job 2) reclaims a's 7-GPU job 102 on n2. While it
+    waits for its victim, b's lower-priority jobs 1 and 3 would borrow 3 GPUs: they wait
+    (`reserved`, a quota hold of job 2, Pass.claim_wait), so job 2 keeps its claim and
+    starts on n2 once 102 has stopped, and they start beside it. Admitted meanwhile (as
+    before the hold), they took job 2's claim away: it then fitted b's quota only by
+    borrowing, and with idle quota kept for a's requeued job 102 it preempted jobs 1
+    and 3 of its own queue (one reclaim, three victims)."""
     c = Cluster()
     for i, gpus in enumerate([8, 4, 8, 4, 4]):
         c.node(f"n{i}", gpus=gpus, block=f"b{i}", rack=f"r{i}")
@@ -193,11 +194,79 @@ def test_a_preemptor_whose_team_borrowed_meanwhile_is_admitted_not_made_a_priori
     c.job(3, "b", gpus=2, runtime=LONG)
     sim = Sim(c)
     first = sim.step(NOW)
-    assert preempted(first) == [102] and sorted(admitted(first)) == [1, 3]
+    assert preempted(first) == [102] and admitted(first) == []
+    assert reasons(first) == {2: "waiting_for_preemption", 1: "reserved", 3: "reserved"}
+    assert "it would delay job 2, which preempted jobs for the team's nominal quota and starts" in (
+        verdict(first, 1).message
+    )
     second = sim.step(NOW + 30)
-    assert admitted(second) == [2] and second.preemptions == ()
+    assert sorted(admitted(second)) == [1, 2, 3] and second.preemptions == ()
     assert placed(second, 2) == {"n2"}
     assert sim.preempted == [102]
+
+
+def test_a_preemptor_keeps_its_target_and_falls_back_when_it_is_gone():
+    """A preemptor's plan names its reservation (Plan.reservations), the next pass keeps
+    it there (PendingJob.reserved_on) and admits the job on it once its victims have
+    stopped; a stored target that no longer describes the gang (a node gone) is
+    ignored, and the job is placed by best fit as before."""
+    for gone in (False, True):
+        c = Cluster().nodes_(2)
+        c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+        c.run(10, "b", on={"n0": 8}, runtime=LONG)
+        c.run(11, "b", on={"n1": 8}, runtime=LONG, started=NOW - 50)
+        c.job(1, "a", gpus=8, runtime=LONG)
+        sim = Sim(c)
+        first = sim.step(NOW)
+        assert preempted(first) == [11]
+        assert [(r.job_id, r.nodes) for r in first.reservations] == [(1, (("n1", 8),))]
+        assert sim.pending[1].reserved_on == (("n1", 8),)
+        if gone:
+            sim.pending[1] = replace(sim.pending[1], reserved_on=(("n9", 8),))
+        second = sim.step(NOW + 10)  # its victim still stops: reserved again, on n1
+        assert [(r.job_id, r.nodes) for r in second.reservations] == [(1, (("n1", 8),))]
+        third = sim.step(NOW + 30)
+        assert admitted(third) == [1] and placed(third, 1) == {"n1"}
+        assert third.reservations == () and third.preemptions == ()
+
+
+def test_a_job_held_by_its_teams_preemptor_may_still_preempt_by_priority():
+    """The hold of a waiting preemptor (Pass.claim_wait) stops a job from taking its team
+    past its nominal quota, not from taking the place of lower-priority jobs of its own
+    queue: a's priority-2 job 1 reclaims b's borrowed 4 GPUs, and a's priority-1 job 2,
+    held by it, preempts a's priority-0 job 10 (try_priority_preempt); both start after
+    one grace period, and a is at its nominal quota."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "a", on={"n0": 4}, runtime=LONG)
+    c.run(11, "b", on={"n1": 8}, runtime=LONG, preemptible=False)
+    c.run(12, "b", on={"n0": 4}, runtime=LONG)
+    c.job(1, "a", gpus=4, priority=2, runtime=LONG)
+    c.job(2, "a", gpus=4, priority=1, runtime=LONG)
+    sim = Sim(c)
+    first = sim.step(NOW)
+    assert sorted((p.job_id, p.preemptor_id) for p in first.preemptions) == [(10, 2), (12, 1)]
+    assert reasons(first) == {1: "waiting_for_preemption", 2: "waiting_for_preemption"}
+    second = sim.step(NOW + 30)
+    assert sorted(admitted(second)) == [1, 2] and second.preemptions == ()
+
+
+def test_a_short_job_of_the_team_may_run_before_its_preemptor_starts():
+    """The quota hold of a waiting preemptor (Pass.claim_wait) lets through a job of its
+    team that ends before the preemptor's victims stop: it gives the quota back in time."""
+    c = Cluster().nodes_(3, gpus=4)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=4, cohort="c")
+    c.team("d", nominal=8, cohort="c")
+    c.run(10, "b", on={"n0": 4, "n1": 4}, per_worker=4, runtime=LONG, grace=120)
+    c.job(1, "a", workers=2, gpus=4, runtime=LONG)
+    c.job(2, "a", gpus=2, runtime=LONG)
+    c.job(3, "a", gpus=2, runtime=60)
+    sim = Sim(c)
+    first = sim.step(NOW)
+    assert preempted(first) == [10] and admitted(first) == [3]
+    assert reasons(first) == {1: "waiting_for_preemption", 2: "reserved"}
+    second = sim.step(NOW + 120)
+    assert sorted(admitted(second)) == [1, 2] and second.preemptions == ()
 
 
 # -- 1. guards: multi-node victims, three-team cohorts --------------------------------

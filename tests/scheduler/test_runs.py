@@ -26,7 +26,6 @@ import re
 from collections import Counter
 from dataclasses import replace
 
-import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -151,11 +150,6 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
     c, arrivals, config, backoff, every = run
     note(describe(c, arrivals, config, backoff) + f"\npasses every {every:g} s")
     waits = math.ceil(GRACE / every)  # passes from a preemption to its victims' stop
-    # With passes more often than the grace period a preemptor's target is chosen again
-    # at each pass and can move onto GPUs freed for another one (docs/scheduling.md,
-    # "Known limits"; test_a_reserved_target_moves_known_limit): the claim and lone
-    # checks hold only for passes one grace period apart; the rest hold always.
-    strict = every >= GRACE
     sim = Sim(c, backoff=backoff, preemption=True, **config)
     nominal = {(t.name, f): q.nominal for t in c.teams for f, q in t.quotas.items()}
     claims: dict[int, int] = {}  # preemptor -> the pass by which it must be admitted
@@ -196,16 +190,16 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
             if settled[key] + job.gpus > nominal[key]:
                 continue  # no claim at this pass (docs/scheduling.md, "Known limits")
             again = [p.job_id for p in plan.preemptions if p.preemptor_id == job_id]
-            assert again == [] or not strict, f"preemptor {job_id} preempted again at pass {step}"
+            assert again == [], f"preemptor {job_id} preempted again at pass {step}"
             if due <= step:
                 del claims[job_id]
-                assert job_id in admitted(plan) or not strict, (
+                assert job_id in admitted(plan), (
                     f"preemptor {job_id} not admitted once its victims stopped (pass {step})"
                 )
         for p in plan.preemptions:
             claims.setdefault(p.preemptor_id, step + waits)
         late = [j for j, due in lone.items() if due == step and j not in sim.started]
-        assert late == [] or not strict, f"reclaim could place {late}, not started by pass {step}"
+        assert late == [], f"reclaim could place {late}, not started by pass {step}"
 
 
 def reclaim_could_place(sim, teams, used, nominal, now) -> list:
@@ -419,17 +413,13 @@ def describe(c, arrivals, config, backoff) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="known limit: a preemptor's target is not kept across passes"
-)
-def test_a_reserved_target_moves_known_limit():
+def test_a_reserved_target_is_kept_across_passes():
     """Passes every 15 s, grace 30 s. a's 2x4 gang job 27 preempts b's job 4 and a's jobs
     24 and 25 to free n2 and n3; b's job 7 then reclaims d's job 19 for quota and
     reserves free GPUs of n5. When job 27's victims have stopped, job 7 (its victim
-    still stopping) reserves again first, by best fit, and now picks n3 beside its
-    victim: job 27 no longer fits in its block and preempts a's job 23 as well. A
-    preemptor's target is chosen anew at each pass; keeping it would need the
-    reservation itself in the snapshot (docs/scheduling.md, "Known limits")."""
+    still stopping) reserved again first by best fit and picked n3 beside its victim:
+    job 27 no longer fitted in its block and preempted a's job 23 as well. Each keeps
+    the target its last pass stored (PendingJob.reserved_on, Plan.reservations)."""
     c = Cluster()
     for name, flavor, gpus, block in [
         ("n0", "h100", 4, "b0"),
@@ -487,4 +477,5 @@ def test_a_reserved_target_moves_known_limit():
             if when == step:
                 sim.submit(j)
         sim.step(NOW + step * every)
-    assert 23 not in sim.preempted  # fails today: job 27 preempts it in a second round
+    assert 27 in sim.started and 7 in sim.started
+    assert 23 not in sim.preempted  # job 27 preempted it in a second round

@@ -129,6 +129,12 @@ class Job(models.Model):
         help_text="Id of the job whose preemption stopped this one, until either is admitted: "
         "the GPUs it frees stay reserved for that job (docs/scheduling.md).",
     )
+    reserved_on = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="While this job waits for the jobs it preempted: the [node, GPUs] pairs "
+        "its reservation holds, kept there by the next passes (docs/scheduling.md).",
+    )
 
     # A task of a job array (JobArray), with its index; both null for a plain job.
     array = models.ForeignKey(

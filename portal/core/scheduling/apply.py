@@ -40,6 +40,7 @@ def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
     linked = _lock(plan, ctx)
     admitted = _admit(plan.admissions, ctx)
     preempted = _preempt(plan.preemptions, ctx, admitted, linked)
+    _store_reservations(plan.reservations, ctx, admitted)
     written = _write_verdicts(plan.verdicts, ctx)
     _unfittable(plan.verdicts, ctx)
     _wake_changed_nodes(plan, admitted, preempted, ctx)
@@ -61,6 +62,7 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
         queue_position=None,
         estimated_start_at=None,
         preempted_by=None,
+        reserved_on=[],
     )
     if not moved:
         return []
@@ -108,6 +110,26 @@ def _end_links(linked: list[int], admitted: list[int]) -> None:
     (scheduler.model.PendingJob.preempted_by). The caller holds the rows' locks."""
     if linked:
         Job.objects.filter(pk__in=linked, preempted_by__in=admitted).update(preempted_by=None)
+
+
+def _store_reservations(
+    reservations: tuple[m.Reservation, ...], ctx: PassContext, admitted: list[int]
+) -> None:
+    """Store where each waiting preemptor holds its GPUs (scheduler.model.PendingJob.
+    reserved_on), so the next pass keeps it there; clear it where the plan names none.
+    Only rows that change are written: a few preemptors, not every pending job."""
+    held = {r.job_id: r.nodes for r in reservations}
+    gone = set(admitted)
+    changed = {
+        pk: nodes
+        for pk, nodes in held.items()
+        if ctx.reserved.get(pk, ()) != nodes and pk not in gone
+    }
+    changed.update((pk, ()) for pk in ctx.reserved if pk not in held and pk not in gone)
+    for pk, nodes in sorted(changed.items()):
+        Job.objects.filter(pk=pk, state=State.PENDING).update(
+            reserved_on=[[name, gpus] for name, gpus in nodes]
+        )
 
 
 def _insert(model, rows: list[dict]) -> list[int]:
