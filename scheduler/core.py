@@ -458,7 +458,7 @@ class Pass:
         if not self.preempting:
             return
         if not any(r.preempted_by is not None for r in snapshot.running) and not any(
-            j.preempted_by is not None for j in snapshot.pending
+            j.preempted_by is not None or j.reserved_on for j in snapshot.pending
         ):
             return
         done = honour_reservations(self)

@@ -645,14 +645,15 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
     for j in (*p.pending, *p.backing_off, *p.old_attempts, *p.array_held):
         if j.preempted_by is not None:
             links.setdefault(j.preempted_by, [])
-    claims = [job for job in p.pending if job.id in links]
-    stopped = sorted((job for job in claims if not links[job.id]), key=claim_key)
-    kept = {job.id for job in claims if links[job.id] and _keep(p, job, True)}
-    kept |= {job.id for job in stopped if _keep(p, job, False)}
-    reserved = {
-        job.id for job in claims if job.id not in kept and links[job.id] and _reserve_again(p, job)
+    claims = [job for job in p.pending if job.id in links or job.reserved_on]
+    kept = sorted((job for job in claims if job.reserved_on), key=claim_key)
+    done = {job.id for job in kept if links.get(job.id) and _keep(p, job, True)}
+    done |= {job.id for job in kept if job.id not in done and _keep(p, job, False)}
+    done |= {
+        job.id
+        for job in claims
+        if job.id not in done and links.get(job.id) and _reserve_again(p, job)
     }
-    done = kept | reserved
     rest = sorted((job for job in claims if job.id not in done), key=claim_key)
     done |= {job.id for job in rest if _admit_now(p, job)}
     return [job for job in claims if job.id in done]
@@ -681,38 +682,44 @@ def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
 
 def _keep(p: Pass, job: PendingJob, stopping: bool) -> bool:
     """Keep a preemptor's reservation where the last pass put it, if it still holds the
-    gang: reserve it again while its victims stop, or admit the job there once they
-    have stopped (PendingJob.reserved_on).
+    gang (PendingJob.reserved_on): reserve it again for what the stopping jobs will free
+    while its own victims stop, else admit the job there if it fits now.
+
+    A target is GPUs per node, and a node may hold two preemptors' targets: all whose
+    victims still stop reserve first, so that the GPUs free now on a shared node are
+    left to the one whose victims freed them (admitted first, another took them and
+    the first one waited for the other's victims).
 
     Chosen again at each pass by best fit, a target could move onto GPUs another
     preemptor's victims had just freed, and that one preempted a second round
     (tests/scheduler/test_runs.py); and once all victims had stopped nothing said
     which nodes they had freed for whom. Targets of one pass are disjoint (a
     reservation hides its GPUs from every later job), so they stay disjoint when
-    kept, whatever the order they are kept in.
+    kept, whatever the order they are kept in. The stored reservation is itself
+    the claim: a victim that ends by itself during its grace period leaves no link,
+    and its preemptor, considered as usual, lost the quota to a later job of its own
+    team and preempted again.
     """
     found = _claims(p, job)
-    if found is None or not job.reserved_on:
+    if found is None:
         return False
     pool, book = found
     on = _target_of(pool, job)
     if on is None:
         return False
-    if stopping:
-        tx = Transaction()
-        try:
-            _future(p, pool, p.stops(pool), tx, book)
-            ok = quota_fits(p, job, book) and _holds(pool, on)
-        finally:
-            tx.rollback()
-        if ok:
-            p.waits[job.id] = commit(p, job, book, pool, Choice([], on))
-        return ok
-    if not _holds(pool, on) or not _quota_fits_now(p, job, pool, book):
-        return False
-    q = job.gpus_per_worker
-    p.admit_on(job, pool, [(n, k // q) for n, k in sorted(on.items())])
-    return True
+    if not stopping and _holds(pool, on) and _quota_fits_now(p, job, pool, book):
+        q = job.gpus_per_worker
+        p.admit_on(job, pool, [(n, k // q) for n, k in sorted(on.items())])
+        return True
+    tx = Transaction()
+    try:
+        _future(p, pool, p.stops(pool), tx, book)
+        ok = quota_fits(p, job, book) and _holds(pool, on)
+    finally:
+        tx.rollback()
+    if ok:
+        p.waits[job.id] = commit(p, job, book, pool, Choice([], on))
+    return ok
 
 
 def _target_of(pool: Pool, job: PendingJob) -> dict[int, int] | None:

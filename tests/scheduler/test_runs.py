@@ -479,3 +479,90 @@ def test_a_reserved_target_is_kept_across_passes():
         sim.step(NOW + step * every)
     assert 27 in sim.started and 7 in sim.started
     assert 23 not in sim.preempted  # job 27 preempted it in a second round
+
+
+def test_a_claim_survives_its_victim_ending_by_itself():
+    """Passes every 10 s, grace 30 s. b's job 19 reclaims d's job 12, which ends by itself
+    (its max runtime) 5 s later, before its grace period: no stopping or requeued victim
+    names job 19 any more. Its stored reservation is its claim: it starts at the next
+    pass. Considered as usual instead, it lost b's quota to b's earlier job 18 (which
+    then borrowed), waited, and was started only three passes later."""
+    c = Cluster()
+    for i in range(5):
+        c.node(f"n{i}", gpus=4, flavor="h100", block=f"b{i}", rack=f"r{i}")
+    zero = Quota(0)
+    c.teams = [
+        Team("a", 1.0, "c", {"h100": Quota(4), "a100": zero}, {}),
+        Team("b", 1.0, "c", {"h100": Quota(5), "a100": zero}, {}),
+        Team("d", 1.0, "c", {"h100": Quota(3), "a100": zero}, {}),
+    ]
+    every = 10.0
+    arrivals = [(0, i, "a", 1, 1, 45, "h100") for i in (1, 2, 3, 5)]
+    arrivals += [(0, 4, "b", 2, 2, 200, "h100"), (0, 6, "a", 1, 1, 45, "a100")]
+    arrivals += [(1, i, "a", 1, 1, 45, "a100") for i in (7, 8, 9)]
+    arrivals += [(2, 10, "a", 1, 1, 45, "h100"), (2, 11, "a", 1, 1, 45, "h100")]
+    arrivals += [(2, 12, "d", 2, 2, 45, "h100"), (3, 13, "a", 1, 1, 45, "h100")]
+    arrivals += [(3, 14, "a", 1, 1, 45, "h100"), (4, 15, "a", 1, 2, 45, "h100")]
+    arrivals += [(4, 16, "a", 1, 1, 45, "h100"), (5, 17, "a", 1, 1, 45, "h100")]
+    arrivals += [(5, 18, "b", 1, 2, 45, "h100"), (6, 19, "b", 1, 1, 45, "h100")]
+    arrivals += [(8, 20, "d", 1, 1, 45, "h100")]
+    sim = Sim(c, preemption=True, backfill=False)
+    starts = {}
+    for step in range(10):
+        for when, i, team, workers, gpus, runtime, flavor in arrivals:
+            if when == step:
+                submitted = NOW + when * every
+                sim.submit(
+                    make_job(
+                        i,
+                        team,
+                        workers=workers,
+                        gpus=gpus,
+                        submitted=submitted,
+                        runtime=runtime,
+                        flavor=flavor,
+                    )
+                )
+        plan = sim.step(NOW + step * every)
+        starts.update((a, step) for a in admitted(plan))
+        if step == 6:
+            assert [(p.job_id, p.preemptor_id) for p in plan.preemptions] == [(12, 19)]
+    assert starts[19] == 7
+
+
+def test_two_targets_on_one_node_are_kept_apart():
+    """Passes every 15 s, grace 30 s. b's 2x2 job 18 reclaims four of a's 1-GPU jobs
+    and reserves 4 GPUs of n2 (one of a victim's, three free); a pass later d's job 19
+    reclaims four more, on n2 too, and reserves the other 4. When job 18's victims
+    have stopped, job 19's still stop: 18 starts on the 4 GPUs of n2 now free, and 19 a
+    pass later, on what its own victims free (a target is a number of GPUs per node:
+    kept in any order, 19 took 18's free GPUs and 18 waited for 19's victims)."""
+    c = Cluster()
+    for name, gpus in [("n0", 4), ("n1", 4), ("n2", 8), ("n3", 4)]:
+        c.node(name, gpus=gpus, flavor="h100", block="b" + name[1], rack="r" + name[1])
+    c.teams = [
+        Team("a", 1.0, "c", {"h100": Quota(5)}, {}),
+        Team("b", 1.0, "c", {"h100": Quota(4)}, {}),
+        Team("d", 1.0, "c", {"h100": Quota(4)}, {}),
+    ]
+    every = 15.0
+    arrivals = [(0, i, "a", 1, 1, 100 * HOUR) for i in range(1, 15)]
+    arrivals += [(0, 15, "a", 1, 2, 100 * HOUR), (0, 16, "a", 1, 4, 100 * HOUR)]
+    arrivals += [(2, 18, "b", 2, 2, 45), (3, 19, "d", 1, 4, 45)]
+    sim = Sim(c, preemption=True, backfill=False)
+    starts = {}
+    for step in range(7):
+        for when, i, team, workers, gpus, runtime in arrivals:
+            if when == step:
+                submitted = NOW + when * every
+                job = make_job(i, team, workers=workers, gpus=gpus, submitted=submitted)
+                sim.submit(replace(job, max_runtime=runtime))
+        plan = sim.step(NOW + step * every)
+        starts.update((a, step) for a in admitted(plan))
+        if step == 3:
+            assert {r.job_id: r.nodes for r in plan.reservations} == {
+                18: (("n2", 4),),
+                19: (("n2", 4),),
+            }
+    assert (starts[18], starts[19]) == (4, 5)
+    assert sorted(set(sim.preempted)) == list(range(6, 14))
