@@ -205,7 +205,8 @@ class Pass:
         a. static checks: never_fits, no_nodes; then the GPU-hour budget
            (budget_exhausted), which ends the job's turn: no reservation, no
            preemption, no gate hold (freed GPUs would not start it)
-        b. the gate: is a job ahead blocking this one (strict FIFO)?
+        b. the gate: is a job ahead blocking this one (strict FIFO)? Then a
+           preemptor of its team waiting for its victims (claim_wait)
         c. quota: nominal, borrowing and lending limits (scheduler.quota)
         d. placement, under the gate's rules (backfill reservation)
         e. preemption, if the policy allows it (scheduler.preemption)

@@ -35,10 +35,14 @@ Rules:
    the quota and GPUs its victims free are counted once, by it.
 
 Reservations survive the pass: a stopping victim carries `preempted_by`, and
-so does the victim once requeued, until it or its preemptor is admitted. At the start of
+so does the victim once requeued, until it or its preemptor is admitted; the
+plan names where each waiting preemptor's reservation is (Plan.reservations),
+which the writer stores in the job (PendingJob.reserved_on). At the start of
 the next pass (`honour_reservations`) its preemptor is admitted first if it
-fits, or else reserves again what its stopping victims will free, before any
-other job is considered.
+fits, or else reserves again what its stopping victims will free, on the same
+nodes while they still hold it, before any other job is considered; until then
+no other job of its team may take the team past its nominal quota
+(Pass.claim_wait).
 
 No cycle: a reclaim only takes from a team above its nominal quota and leaves
 the preemptor at or below its own, so the victim's team cannot reclaim back
@@ -694,8 +698,8 @@ def _keep(p: Pass, job: PendingJob, stopping: bool) -> bool:
     preemptor's victims had just freed, and that one preempted a second round
     (tests/scheduler/test_runs.py); and once all victims had stopped nothing said
     which nodes they had freed for whom. Targets of one pass are disjoint (a
-    reservation hides its GPUs from every later job), so they stay disjoint when
-    kept, whatever the order they are kept in. The stored reservation is itself
+    reservation hides its GPUs from every later job), so kept they stay disjoint,
+    counted in GPUs per node. The stored reservation is itself
     the claim: a victim that ends by itself during its grace period leaves no link,
     and its preemptor, considered as usual, lost the quota to a later job of its own
     team and preempted again.
