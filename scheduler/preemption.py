@@ -396,10 +396,17 @@ class _Search:
                 best = (key, victims)
         return None if best is None else (best[0][:2], best[1])
 
-    def domain(self, d: int, nodes: list[int]) -> tuple | None:
+    def domain(self, d: int, nodes: list[int], frugal: bool = False) -> tuple | None:
         """Return (cost, victims) to make room for the gang inside domain d, greedily.
 
-        Each step takes the node whose next worker slot costs least per slot.
+        Each step takes the node whose next worker slot costs least per slot; `frugal`:
+        the node whose slot takes the fewest GPUs of other teams' jobs per slot first
+        (then the least cost). A job of another team is a victim only while its team
+        borrows, so the cheapest steps can spend a borrower's budget on a node where
+        the gang's slot takes many of its jobs and leave too little for the others: 8
+        one-GPU jobs on one node, the borrower's last 8 borrowed GPUs, and its 4-GPU jobs
+        beside free GPUs on two others stayed (tests/scheduler/test_reclaim_adversarial.py).
+        _victims tries a domain frugally when its cheapest walk finds no room.
         """
         job, index = self.job, self.index
         q, want = job.gpus_per_worker, job.workers
@@ -411,7 +418,7 @@ class _Search:
         self.removed = dict(saved)
         try:
             while slots < want:
-                step = self._step(nodes, free, taken, q)
+                step = self._step(nodes, free, taken, q, frugal)
                 if step is None:
                     return None
                 for r in step:
@@ -426,9 +433,9 @@ class _Search:
             self.removed = saved
         return (self.cost(chosen), self.rank(chosen)), chosen
 
-    def _step(self, nodes, free, taken, q) -> list[Running] | None:
+    def _step(self, nodes, free, taken, q, frugal=False) -> list[Running] | None:
         best = None
-        cap = self.index.cap
+        cap, book = self.index.cap, self.book
         for n in nodes:
             goal = (free[n] // q + 1) * q
             if n not in self.by_node or goal > cap:
@@ -440,6 +447,9 @@ class _Search:
             slots = (free[n] + gained) // q - free[n] // q
             own, prio, lost, count = self.cost(victims)
             key = (own, prio, lost / slots, count / slots, self.rank(victims), n)
+            if frugal:
+                spent = sum(r.job.gpus for r in victims if r.book is not book)
+                key = (own, spent / slots, *key[1:])
             if best is None or key < best[0]:
                 best = (key, victims)
         return None if best is None else best[1]
@@ -498,7 +508,7 @@ def _victims(
     if job.workers > 1:
         for d, nodes in enumerate(pool.domain_nodes()):
             if sum(len(search.by_node.get(n, ())) for n in nodes):
-                found = search.domain(d, nodes)
+                found = search.domain(d, nodes) or search.domain(d, nodes, frugal=True)
                 if found is not None:
                     options.append((found[0], 1 + d, found[1]))
     options.sort(key=lambda o: (o[0], o[1]))

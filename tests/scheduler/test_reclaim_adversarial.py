@@ -269,6 +269,27 @@ def test_a_short_job_of_the_team_may_run_before_its_preemptor_starts():
     assert sorted(admitted(second)) == [1, 2] and second.preemptions == ()
 
 
+def test_a_gangs_cheapest_steps_do_not_spend_the_borrowers_budget_first():
+    """b borrows 8: eight 1-GPU jobs fill n0, a 4-GPU job sits beside 4 free GPUs on n1
+    and on n2. a's 2x8 gang needs two whole nodes of the block. The cheapest first step
+    (n0's eight young jobs) takes all 8 GPUs b borrows, and then neither 4-GPU job may
+    be taken: the gang waited `cohort_busy` as long as b's jobs ran. Walked again
+    frugally (the fewest of other teams' GPUs per slot, _Search.domain), the two 4-GPU
+    jobs free n1 and n2."""
+    c = Cluster().nodes_(3)  # one block
+    c.team("a", nominal=16, cohort="c").team("b", nominal=8, cohort="c")
+    for i in range(8):
+        c.run(10 + i, "b", on={"n0": 1}, runtime=LONG, started=NOW - 60)
+    c.run(20, "b", on={"n1": 4}, runtime=LONG, started=NOW - 4000)
+    c.run(21, "b", on={"n2": 4}, runtime=LONG, started=NOW - 4000)
+    c.job(1, "a", workers=2, gpus=8, runtime=LONG)
+    sim = Sim(c)
+    first = sim.step(NOW)
+    assert sorted(preempted(first)) == [20, 21]
+    second = sim.step(NOW + 30)
+    assert admitted(second) == [1] and placed(second, 1) == {"n1", "n2"}
+
+
 # -- 1. guards: multi-node victims, three-team cohorts --------------------------------
 
 
