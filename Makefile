@@ -29,10 +29,10 @@ run: install
 	$(BIN)/python -m portal.devstack
 
 ## make test: every test against PostgreSQL and Redis (started here if installed but stopped),
-## then the API, dashboard, CLI and agent end-to-end tests again on SQLite with no Redis,
+## then the API, dashboard, CLI, agent end-to-end and scheduling-pass tests again on SQLite with no Redis,
 ## the zero-setup default of `make run` (PYTEST_ARGS narrows the first run only).
 SQLITE_TESTS ?= tests/api tests/dashboard tests/cli tests/integration/test_agent_e2e.py \
-  tests/portal/test_statements.py
+  tests/portal/test_statements.py tests/portal/test_scheduling_pass.py
 
 test: install services browser docker promtool sso
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \

@@ -995,6 +995,26 @@ def name_preemptors_orm(pks: Sequence[int], preemptors: Sequence[int]) -> None:
     )
 
 
+def store_reservations(pks: Sequence[int], nodes: Sequence[list]) -> None:
+    """Set each pending job's `reserved_on` ([[hostname, GPUs], ...], [] to clear) in one
+    UPDATE … FROM unnest. PostgreSQL only (arrays as binary parameters, the JSON as
+    text cast to jsonb): a pass may name hundreds of waiting preemptors.
+
+    Replaces store_reservations_orm (an UPDATE a job)."""
+    with server_binding_cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} AS t SET reserved_on = v.nodes::jsonb "
+            "FROM unnest(%b::bigint[], %b::text[]) AS v(id, nodes) "
+            "WHERE t.id = v.id AND t.state = %b",
+            [list(pks), [json.dumps(n) for n in nodes], Job.State.PENDING.value],
+        )
+
+
+def store_reservations_orm(pks: Sequence[int], nodes: Sequence[list]) -> None:
+    for pk, value in zip(pks, nodes, strict=True):
+        Job.objects.filter(pk=pk, state=Job.State.PENDING).update(reserved_on=value)
+
+
 def lock_names(space: int, names: Sequence[str]) -> None:
     """Hold a transaction-scoped advisory lock on each name (PostgreSQL; its two-key
     space, apart from the pass's one-key lock), in the order given: callers sort."""

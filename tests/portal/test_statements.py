@@ -472,16 +472,22 @@ def test_pass_write_statements_write_as_the_orm(cluster):
 
     def shown():
         return list(
-            Job.objects.order_by("pk").values_list("pk", *statements.VERDICT_FIELDS, "preempted_by")
+            Job.objects.order_by("pk").values_list(
+                "pk", *statements.VERDICT_FIELDS, "preempted_by", "reserved_on"
+            )
         )
 
     results = []
-    for write, name in (
-        (statements.write_verdicts, statements.name_preemptors),
-        (statements.write_verdicts_orm, statements.name_preemptors_orm),
+    for write, name, store in (
+        (statements.write_verdicts, statements.name_preemptors, statements.store_reservations),
+        (
+            statements.write_verdicts_orm,
+            statements.name_preemptors_orm,
+            statements.store_reservations_orm,
+        ),
     ):
         Job.objects.update(reason_code="", reason="", queue_position=None, estimated_start_at=None)
-        Job.objects.update(preempted_by=None)
+        Job.objects.update(preempted_by=None, reserved_on=[["x", 1]])
         write(
             jobs,
             ["no_capacity"] * len(jobs),
@@ -493,8 +499,11 @@ def test_pass_write_statements_write_as_the_orm(cluster):
             ],
         )
         name([one.pk, victim.pk], [jobs[0], jobs[1]])
+        store([jobs[1], jobs[2], one.pk], [[["h100-0", 4], ["h100-1", 4]], [], [["h100-2", 8]]])
         results.append(shown())
     assert results[0] == results[1]
     written = {row[0]: row for row in results[0]}
+    assert written[jobs[1]][6] == [["h100-0", 4], ["h100-1", 4]] and written[jobs[2]][6] == []
+    assert written[one.pk][6] == [["x", 1]]  # pending only
     assert written[one.pk][1] == "" and written[jobs[1]][1] == "no_capacity"  # pending only
     assert (written[one.pk][5], written[victim.pk][5]) == (jobs[0], jobs[1])

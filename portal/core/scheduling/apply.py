@@ -117,7 +117,8 @@ def _store_reservations(
 ) -> None:
     """Store where each waiting preemptor holds its GPUs (scheduler.model.PendingJob.
     reserved_on), so the next pass keeps it there; clear it where the plan names none.
-    Only rows that change are written: a few preemptors, not every pending job."""
+    Only rows that change are written (one statement): the preemptors, not every
+    pending job."""
     held = {r.job_id: r.nodes for r in reservations}
     gone = set(admitted)
     changed = {
@@ -126,10 +127,15 @@ def _store_reservations(
         if ctx.reserved.get(pk, ()) != nodes and pk not in gone
     }
     changed.update((pk, ()) for pk in ctx.reserved if pk not in held and pk not in gone)
-    for pk, nodes in sorted(changed.items()):
-        Job.objects.filter(pk=pk, state=State.PENDING).update(
-            reserved_on=[[name, gpus] for name, gpus in nodes]
-        )
+    if not changed:
+        return
+    pks = sorted(changed)
+    store = (
+        statements.store_reservations
+        if connection.vendor == "postgresql"
+        else statements.store_reservations_orm
+    )
+    store(pks, [[[name, gpus] for name, gpus in changed[pk]] for pk in pks])
 
 
 def _insert(model, rows: list[dict]) -> list[int]:
