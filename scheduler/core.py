@@ -261,20 +261,21 @@ class Pass:
 
     def claim_wait(self, job: PendingJob, book: TeamBook) -> Wait | None:
         """Return `reserved` (a quota hold) if the job would take its team past its nominal
-        quota while a preemptor of its team waits for its victims, unless it ends first.
+        quota while a preemptor of its team waits for its victims.
 
         The preemptor's claim is what its team's nominal quota leaves it once the
         stopping jobs have stopped (scheduler.preemption._claims). A job of its team
         admitted meanwhile beyond that (a victim requeued and readmitted at once, as a
         borrower) took the claim away at the next pass, and the preemptor, now over
         its nominal quota, preempted that job again (tests/scheduler/test_runs.py).
+        So does a short job that would end before the victims stop, at every pass
+        before it ends: none passes (a review found the one-time exemption for them
+        cost a second round of victims, test_reclaim_adversarial.py).
         """
         held = self.claimed.get((job.team, job.flavor))
         if held is None:
             return None
         holder, start = held
-        if self.now + job.max_runtime <= start:
-            return None
         f, pool = job.flavor, self.pools.get(job.flavor)
         stopping = 0 if pool is None else self.stops(pool).quota.get(book, 0)
         if book.used(f) - stopping + job.gpus <= book.quota(f).nominal:

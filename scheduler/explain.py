@@ -378,12 +378,16 @@ def _cohort_busy(
 
 
 def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -> str:
+    if nodes == CLAIM_HOLD:  # a preemptor of its team waiting for its victims
+        return (
+            f"{_needs(p, job)}; it would take team {job.team} past its nominal quota while "
+            f"job {holder} waits for the jobs it preempted to stop (by {_at(p, start)}); "
+            f"it waits until job {holder} has started"
+        )
     if nodes == 0:  # a quota hold within the team (scheduler.backfill)
         held = f"which needs the team's quota from {_at(p, start)}"
     elif nodes == COHORT_HOLD:  # a hold of the cohort's lendable quota
         held = f"which needs the cohort's idle quota from {_at(p, start)}"
-    elif nodes == CLAIM_HOLD:  # a preemptor of its team waiting for its victims
-        held = f"which preempted jobs for the team's nominal quota and starts {_at(p, start)}"
     else:
         held = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
     return (
