@@ -52,7 +52,8 @@ REASONS: dict[str, str] = {
     WAITING_FOR_PREEMPTION: "It waits for preempted or stopping jobs to free their GPUs.",
     QUOTA: "It would exceed its team's nominal quota plus borrowing limit.",
     COHORT_BUSY: "Its cohort has not enough idle quota to lend it right now.",
-    RESERVED: "Starting it now would delay a job that holds a backfill reservation.",
+    RESERVED: "Starting it now would delay a job that holds a reservation: GPUs or quota "
+    "for backfill, or its team's quota while that job's preempted jobs stop.",
     PRIORITY: "Jobs ahead of it in its queue go first.",
     TOPOLOGY: "Enough GPUs are free, but not inside one topology domain.",
     FRAGMENTED: "Enough GPUs are free, but not enough of them together on nodes.",
@@ -79,8 +80,8 @@ REMEDIES: dict[str, str] = {
     QUOTA: "Your team's running jobs finishing, a smaller gang, or more quota for the team.",
     COHORT_BUSY: "Other teams of the cohort freeing the quota they use, or a gang that fits "
     "within your team's own nominal quota.",
-    RESERVED: "The job holding the backfill reservation starting, or a shorter "
-    "max run time so it can backfill before that reservation.",
+    RESERVED: "The job holding the reservation starting, or, for a backfill reservation, "
+    "a shorter max run time so it can backfill before it.",
     PRIORITY: "The jobs ahead of it in its queue starting, or a higher priority.",
     TOPOLOGY: "GPUs freeing up inside one rack/block, or fewer workers so the gang fits in one.",
     FRAGMENTED: "Whole nodes freeing up, or fewer GPUs per worker.",
