@@ -223,8 +223,7 @@ class Pass:
         if wait is None and (over := self.budget_wait(job)) is not None:
             self.waits[job.id] = over  # no reservation, preemption or gate hold (step a)
             return
-        wait = wait or self.gate.blocked(self, job) or self.claim_wait(job, book)
-        wait = wait or self.quota_wait(job, book)
+        wait = wait or self.gate.blocked(self, job) or self._quota_or_claim(job, book)
         if wait is None:
             wait = self.gate.try_admit(self, job, pool)
             if wait is None:
@@ -258,6 +257,14 @@ class Pass:
     def budget_wait(self, job: PendingJob) -> Wait | None:
         """Return budget_exhausted if the job could cross its team's GPU-hour budget."""
         return None if self.budgets is None else self.budgets.wait(job)
+
+    def _quota_or_claim(self, job: PendingJob, book: TeamBook) -> Wait | None:
+        """Return the job's quota wait if its team's limit cannot take it at all (`quota`:
+        the true reason, whoever waits), else the claim hold, else the cohort's."""
+        wait = self.quota_wait(job, book)
+        if wait is not None and wait.code == QUOTA:
+            return wait
+        return self.claim_wait(job, book) or wait
 
     def claim_wait(self, job: PendingJob, book: TeamBook) -> Wait | None:
         """Return `reserved` (a quota hold) if the job would take its team past its nominal

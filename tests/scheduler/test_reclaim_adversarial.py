@@ -284,6 +284,20 @@ def test_a_short_job_of_the_team_waits_for_its_preemptor_too():
     assert {1, 2, 3} <= sim.started.keys()
 
 
+def test_the_claim_hold_does_not_hide_a_quota_reason():
+    """Found by a review: a's job 2 cannot fit its team's quota at all (a team outside
+    any cohort, at its nominal quota with its priority preemptor); it was told it waits
+    for that preemptor (`reserved`, Pass.claim_wait), as if it would start after it."""
+    c = Cluster().node("n0", gpus=8).node("n1", gpus=8)
+    c.team("a", nominal=8)
+    c.run(10, "a", on={"n0": 8}, priority=0, runtime=LONG)
+    c.job(1, "a", gpus=8, priority=1, runtime=10 * HOUR)
+    c.job(2, "a", gpus=4, priority=0, runtime=HOUR)
+    plan = Sim(c, preemption=True).step(NOW)
+    assert [(p.job_id, p.preemptor_id) for p in plan.preemptions] == [(10, 1)]
+    assert reasons(plan) == {1: "waiting_for_preemption", 2: "quota"}
+
+
 # -- 1. guards: multi-node victims, three-team cohorts --------------------------------
 
 
