@@ -437,46 +437,16 @@ def test_a_reserved_target_is_kept_across_passes():
         Team("d", 1.0, "c", {"h100": zero, "a100": zero}, {}),
         Team("e", 1.0, None, {"h100": Quota(8), "a100": zero}, {}),
     ]
-    every, arrivals = 15.0, []
-
-    def job(i, team, step, workers, gpus, runtime, flavor="h100", priority=0):
-        submitted = NOW + step * every
-        arrivals.append(
-            (
-                step,
-                make_job(
-                    i,
-                    team,
-                    workers=workers,
-                    gpus=gpus,
-                    priority=priority,
-                    submitted=submitted,
-                    runtime=runtime,
-                    flavor=flavor,
-                ),
-            )
-        )
-
-    for i, gpus in zip(range(1, 16), [1, 1, 1, 4, 1, 1, 2, 1, 1, 1, 2, 4, 4, 4, 4], strict=True):
-        job(i, "b", 0, 1, gpus, 100 * HOUR)
-    job(16, "a", 0, 1, 1, 45, flavor="a100")
-    job(17, "a", 0, 1, 1, 45)
-    job(18, "a", 0, 1, 1, 200)
-    job(19, "d", 0, 1, 1, 200)
-    job(20, "a", 2, 1, 1, 45)
-    job(21, "e", 3, 1, 8, 200)
-    job(22, "a", 3, 1, 1, 45)
-    job(23, "a", 4, 2, 2, 200)
-    job(24, "a", 5, 1, 1, 45)
-    job(25, "a", 5, 1, 1, 45)
-    job(26, "a", 6, 1, 1, 45)
-    job(27, "a", 6, 2, 4, 45, priority=1)
+    gpus_b = [1, 1, 1, 4, 1, 1, 2, 1, 1, 1, 2, 4, 4, 4, 4]
+    arrivals = [(0, i, "b", 1, g, 100 * HOUR) for i, g in enumerate(gpus_b, start=1)]
+    arrivals += [(0, 16, "a", 1, 1, 45, "a100"), (0, 17, "a", 1, 1, 45)]
+    arrivals += [(0, 18, "a", 1, 1, 200), (0, 19, "d", 1, 1, 200), (2, 20, "a", 1, 1, 45)]
+    arrivals += [(3, 21, "e", 1, 8, 200), (3, 22, "a", 1, 1, 45), (4, 23, "a", 2, 2, 200)]
+    arrivals += [(5, 24, "a", 1, 1, 45), (5, 25, "a", 1, 1, 45), (6, 26, "a", 1, 1, 45)]
+    arrivals += [(6, 27, "a", 2, 4, 45, "h100", 1)]
     sim = Sim(c, preemption=True, backfill=False)
-    for step in range(10):
-        for when, j in arrivals:
-            if when == step:
-                sim.submit(j)
-        sim.step(NOW + step * every)
+    for _ in scripted(sim, arrivals, 15.0, 10):
+        pass
     assert 27 in sim.started and 7 in sim.started
     assert 23 not in sim.preempted  # job 27 preempted it in a second round
 
@@ -497,7 +467,7 @@ def test_a_claim_survives_its_victim_ending_by_itself():
         Team("d", 1.0, "c", {"h100": Quota(3), "a100": zero}, {}),
     ]
     every = 10.0
-    arrivals = [(0, i, "a", 1, 1, 45, "h100") for i in (1, 2, 3, 5)]
+    arrivals = [(0, i, "a", 1, 1, 45) for i in (1, 2, 3, 5)]
     arrivals += [(0, 4, "b", 2, 2, 200, "h100"), (0, 6, "a", 1, 1, 45, "a100")]
     arrivals += [(1, i, "a", 1, 1, 45, "a100") for i in (7, 8, 9)]
     arrivals += [(2, 10, "a", 1, 1, 45, "h100"), (2, 11, "a", 1, 1, 45, "h100")]
@@ -508,22 +478,7 @@ def test_a_claim_survives_its_victim_ending_by_itself():
     arrivals += [(8, 20, "d", 1, 1, 45, "h100")]
     sim = Sim(c, preemption=True, backfill=False)
     starts = {}
-    for step in range(10):
-        for when, i, team, workers, gpus, runtime, flavor in arrivals:
-            if when == step:
-                submitted = NOW + when * every
-                sim.submit(
-                    make_job(
-                        i,
-                        team,
-                        workers=workers,
-                        gpus=gpus,
-                        submitted=submitted,
-                        runtime=runtime,
-                        flavor=flavor,
-                    )
-                )
-        plan = sim.step(NOW + step * every)
+    for step, plan in scripted(sim, arrivals, every, 10):
         starts.update((a, step) for a in admitted(plan))
         if step == 6:
             assert [(p.job_id, p.preemptor_id) for p in plan.preemptions] == [(12, 19)]
@@ -551,13 +506,7 @@ def test_two_targets_on_one_node_are_kept_apart():
     arrivals += [(2, 18, "b", 2, 2, 45), (3, 19, "d", 1, 4, 45)]
     sim = Sim(c, preemption=True, backfill=False)
     starts = {}
-    for step in range(7):
-        for when, i, team, workers, gpus, runtime in arrivals:
-            if when == step:
-                submitted = NOW + when * every
-                job = make_job(i, team, workers=workers, gpus=gpus, submitted=submitted)
-                sim.submit(replace(job, max_runtime=runtime))
-        plan = sim.step(NOW + step * every)
+    for step, plan in scripted(sim, arrivals, every, 7):
         starts.update((a, step) for a in admitted(plan))
         if step == 3:
             assert {r.job_id: r.nodes for r in plan.reservations} == {
@@ -566,3 +515,17 @@ def test_two_targets_on_one_node_are_kept_apart():
             }
     assert (starts[18], starts[19]) == (4, 5)
     assert sorted(set(sim.preempted)) == list(range(6, 14))
+
+
+def scripted(sim, arrivals, every: float, passes: int):
+    """Run `passes` passes `every` seconds apart, submitting each arrival at its pass, and
+    yield (pass, plan). An arrival: (pass, id, team, workers, GPUs per worker, max
+    runtime[, flavor[, priority]]), submitted when its pass runs."""
+    for step in range(passes):
+        for when, i, team, workers, gpus, runtime, *rest in arrivals:
+            if when == step:
+                extra = dict(zip(("flavor", "priority"), rest, strict=False))
+                submitted = NOW + when * every
+                job = make_job(i, team, workers=workers, gpus=gpus, submitted=submitted, **extra)
+                sim.submit(replace(job, max_runtime=runtime))
+        yield step, sim.step(NOW + step * every)
