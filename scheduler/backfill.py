@@ -2,9 +2,9 @@
 
 The first job of a flavor that waits for GPUs gets a reservation: the earliest
 time T at which it could start, found by replaying the end estimates of the
-running jobs (started_at + max_runtime; stopping jobs at now + grace period;
-jobs admitted in this pass at now + max_runtime) on a copy of the free-GPU
-index, and the nodes it would get then. A later job may start now only if
+running jobs (started_at + max_runtime; stopping jobs a grace period after
+stop_requested_at; jobs admitted in this pass at now + max_runtime) on a copy
+of the free-GPU index, and the nodes it would get then. A later job may start now only if
 
 - it ends before T (now + max_runtime <= T), or
 - it uses only GPUs the reservation does not need.

@@ -131,6 +131,8 @@ class RunningJob:
     GPUs it frees are reserved for that job across passes, until it is admitted
     (then the writer clears the link, as for a requeued victim's).
     `array_id`: the job array it is a task of (counted against the array's limit).
+    `stop_requested_at`: for a stopping job, when it was told to stop; it is taken
+    to stop a grace period after that (None: a grace period from now).
     """
 
     id: JobId
@@ -149,6 +151,7 @@ class RunningJob:
     grace_period: float = 30.0
     preempted_by: JobId | None = None
     array_id: int | None = None
+    stop_requested_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -162,7 +162,8 @@ class Running:
         self._nodes: list[tuple[int, int]] | None = None
         self.stopping = job.stopping
         if job.stopping:
-            self.end = now + job.grace_period
+            asked = now if job.stop_requested_at is None else job.stop_requested_at
+            self.end = max(now, asked + job.grace_period)  # overdue: any moment now
         else:
             self.end = max(now, job.started_at + job.max_runtime)
 

@@ -853,6 +853,7 @@ class RunningRow(NamedTuple):
     grace_period: float
     preempted_by: int | None
     array_id: int | None
+    stop_requested_at: float | None
     placement: tuple[tuple[int, str, tuple[int, ...]], ...]
 
 
@@ -866,7 +867,8 @@ def running_jobs() -> list[RunningRow]:
         f"SELECT j.id, t.slug, q.name, f.name, j.flavor_id, j.priority, "
         f"{_epoch('j.submitted_at')}, {_epoch('coalesce(j.admitted_at, j.submitted_at)')}, "
         f"j.max_runtime_seconds::float8, j.preemptible, j.state, {_epoch('j.last_checkpoint_at')}, "
-        f"j.grace_period_seconds::float8, j.preempted_by, j.array_id, h.ranks, h.hosts, h.gpus "
+        f"j.grace_period_seconds::float8, j.preempted_by, j.array_id, "
+        f"{_epoch('j.stop_requested_at')}, h.ranks, h.hosts, h.gpus "
         f"FROM (SELECT a.job_id, array_agg(a.worker_rank) AS ranks, array_agg(n.hostname) AS hosts, "
         f"array_agg(a.gpu_id) AS gpus FROM {alloc} a JOIN {node} n ON n.id = a.node_id "
         f"WHERE a.active GROUP BY a.job_id) h JOIN {Job._meta.db_table} j ON j.id = h.job_id "
@@ -878,7 +880,7 @@ def running_jobs() -> list[RunningRow]:
         _binary_results(cursor)
         cursor.execute(sql)
         rows = cursor.fetchall()
-    return [RunningRow(*row[:15], _placement(zip(*row[15:], strict=True))) for row in rows]
+    return [RunningRow(*row[:16], _placement(zip(*row[16:], strict=True))) for row in rows]
 
 
 def _placement(allocations) -> tuple[tuple[int, str, tuple[int, ...]], ...]:
@@ -916,6 +918,7 @@ def running_jobs_orm() -> list[RunningRow]:
             "grace_period_seconds",
             "preempted_by",
             "array_id",
+            "stop_requested_at",
         )
         .order_by("pk")
     )
@@ -931,6 +934,7 @@ def running_jobs_orm() -> list[RunningRow]:
             float(row[12]),
             row[13],
             row[14],
+            row[15].timestamp() if row[15] else None,
             _placement(held[row[0]]),
         )
         for row in jobs

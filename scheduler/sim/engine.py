@@ -375,7 +375,7 @@ class Simulator:
             raise SimError(f"job {r.job.id} preempted while not running")
         self.preemptions += 1
         r.preempted += 1
-        r.running = replace(r.running, stopping=True, preempted_by=by)
+        r.running = replace(r.running, stopping=True, preempted_by=by, stop_requested_at=self.now)
         self.running[r.job.id] = r.running
         self.links.setdefault(by, []).append(r.job.id)
         r.stopping_at = self.now + self.config.grace_period_s

@@ -229,10 +229,17 @@ def test_victims_name_their_preemptor_so_its_reservation_outlives_the_pass(clust
     assert [k for _, k in gang.reserved_on] == [8, 8]
     (mine,) = [j for j in snap.pending if j.id == gang.pk]
     assert mine.reserved_on == tuple((n, k) for n, k in gang.reserved_on)
+    # Told to stop 20 s ago (30 s of grace): the next pass expects them in 10 s, not 30.
+    told = timezone.now() - timedelta(seconds=20)
+    Job.objects.filter(pk__in=victims).update(stop_requested_at=told)
+    snap, _ = build_snapshot(timezone.now(), PolicyConfig())
+    assert {r.stop_requested_at for r in snap.running if r.stopping} == {told.timestamp()}
     run_pass()
     kept = list(gang.reserved_on)
     gang.refresh_from_db()
     assert gang.state == State.PENDING and gang.reserved_on == kept
+    assert gang.reason_code == "waiting_for_preemption"
+    assert abs((gang.estimated_start_at - told).total_seconds() - 30) < 1
 
     Allocation.objects.filter(job_id__in=victims).update(active=False)  # their workers exited
     Worker.objects.filter(job_id__in=victims).update(state=Worker.State.EXITED)

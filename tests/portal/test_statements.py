@@ -435,6 +435,7 @@ def _pass_jobs(cluster):
         preempted_by=plain.pk,
         last_checkpoint_at=now - timedelta(minutes=5),
         grace_period_seconds=45,
+        stop_requested_at=now - timedelta(seconds=20, microseconds=3),
     )
     return one, victim
 
@@ -454,6 +455,7 @@ def test_pass_snapshot_statements_read_as_the_orm(cluster):
     assert running == statements.running_jobs_orm()
     assert [row.pk for row in running] == [one.pk, victim.pk]
     assert len(running[0].placement) == 2 and running[1].checkpointed_at is not None
+    assert running[0].stop_requested_at is None and running[1].stop_requested_at is not None
     Node.objects.filter(pk=cluster.nodes[5].pk).update(cordon=Node.Cordon.DRAINING)
     Gpu.objects.filter(node=cluster.nodes[1], index=3).update(health=Gpu.Health.UNHEALTHY)
     Gpu.objects.filter(node=cluster.nodes[4]).update(health=Gpu.Health.UNHEALTHY)

@@ -145,6 +145,7 @@ class Cluster:
         grace=30.0,
         submitted=None,
         per_worker=None,
+        stop_requested=None,
     ) -> RunningJob:
         """A running job holding GPUs of the given nodes: on={"n1": 4, "n2": 4}."""
         placement = []
@@ -175,6 +176,7 @@ class Cluster:
             stopping,
             checkpointed,
             grace,
+            stop_requested_at=stop_requested,
         )
         self.running.append(job)
         return job

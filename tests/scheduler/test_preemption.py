@@ -150,6 +150,21 @@ def test_stopping_jobs_are_waited_for_not_preempted_again():
     assert "stopping jobs (10)" in v.message
 
 
+def test_a_stopping_job_stops_a_grace_period_after_it_was_told():
+    """Told to stop 40 s ago with 60 s of grace, it stops in 20 s: the preemptor's
+    estimate says so, not a full grace period from every pass's now, and a job
+    overdue to stop is expected any moment (never in the past)."""
+    c = cohort(("a", 16), ("b", 0))
+    c.run(10, "b", on={"n0": 8}, stopping=True, grace=60, stop_requested=NOW - 40)
+    c.run(11, "b", on={"n1": 8})
+    c.job(1, "a", gpus=8)
+    v = verdict(schedule(c.snapshot()), 1)
+    assert v.reason_code == "waiting_for_preemption"
+    assert v.estimated_start == NOW + 20
+    v = verdict(schedule(c.snapshot(now=NOW + 100)), 1)
+    assert v.estimated_start == NOW + 100
+
+
 def test_stopping_gpus_count_before_new_victims():
     c = cohort(("a", 16), ("b", 0))
     c.run(10, "b", on={"n0": 8}, stopping=True)

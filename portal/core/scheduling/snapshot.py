@@ -121,6 +121,7 @@ def _running(ctx: PassContext) -> list[m.RunningJob]:
                 grace_period=row.grace_period,
                 preempted_by=row.preempted_by if stopping else None,
                 array_id=row.array_id,
+                stop_requested_at=row.stop_requested_at if stopping else None,
             )
         )
     return running
