@@ -255,7 +255,10 @@ class Sim:
         plan = schedule(snapshot)
         for p in plan.preemptions:
             self.running[p.job_id] = replace(
-                self.running[p.job_id], stopping=True, preempted_by=p.preemptor_id
+                self.running[p.job_id],
+                stopping=True,
+                preempted_by=p.preemptor_id,
+                stop_requested_at=now,
             )
             self.stop_at[p.job_id] = now + self.running[p.job_id].grace_period
             self.preempted.append(p.job_id)
