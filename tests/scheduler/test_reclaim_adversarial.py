@@ -306,6 +306,7 @@ def test_a_long_grace_does_not_hold_the_teams_short_jobs_beside_idle_gpus():
     assert sorted(admitted(plan)) == [2, 3]
     assert reasons(plan)[4] == "reserved"
     assert "while job 1 waits for the jobs it preempted" in verdict(plan, 4).message
+    assert "could start now if its max runtime were at most 1 h" in verdict(plan, 4).message
     for t in range(60, 3600 + 60, 60):
         plan = sim.step(NOW + t)
         assert plan.preemptions == ()
