@@ -275,9 +275,9 @@ class Pass:
         admitted meanwhile beyond that (a victim requeued and readmitted at once, as a
         borrower) took the claim away at the next pass, and the preemptor, now over
         its nominal quota, preempted that job again (tests/scheduler/test_runs.py).
-        A job that ends before the victims stop passes: until they have stopped the
-        preemptor's claim counts its team's jobs that end by then as gone
-        (preemption._ending_first), so it keeps its claim at the next passes.
+        So does a short job that would end before the victims stop, at every pass
+        before it ends: none passes (a review found the one-time exemption for them
+        cost a second round of victims, test_reclaim_adversarial.py).
         """
         held = self.claimed.get((job.team, job.flavor))
         if held is None:
@@ -287,8 +287,6 @@ class Pass:
         stopping = 0 if pool is None else self.stops(pool).quota.get(book, 0)
         if book.used(f) - stopping + job.gpus <= book.quota(f).nominal:
             return None
-        if self.now + job.max_runtime <= start:
-            return None  # gone before the preemptor starts
         return Wait(RESERVED, (holder, start, CLAIM_HOLD))
 
     def claim(self, job: PendingJob, until: float) -> None:

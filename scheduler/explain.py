@@ -382,8 +382,7 @@ def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -
         return (
             f"{_needs(p, job)}; it would take team {job.team} past its nominal quota while "
             f"job {holder} waits for the jobs it preempted to stop (by {_at(p, start)}); "
-            f"it waits until job {holder} has started, or could start now if its max runtime "
-            f"were at most {duration(max(0.0, start - p.now))}"
+            f"it waits until job {holder} has started"
         )
     if nodes == 0:  # a quota hold within the team (scheduler.backfill)
         held = f"which needs the team's quota from {_at(p, start)}"

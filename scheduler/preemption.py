@@ -52,8 +52,6 @@ from it; a priority preemption goes strictly down in priority within a queue.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
@@ -663,43 +661,16 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
             links.setdefault(j.preempted_by, [])
     claims = [job for job in p.pending if job.id in links or job.reserved_on]
     kept = sorted((job for job in claims if job.reserved_on), key=claim_key)
-    done = set()
-    for job in kept:
-        if links.get(job.id):
-            with _ending_first(p, job, links[job.id]):
-                if _keep(p, job, True):
-                    done.add(job.id)
+    done = {job.id for job in kept if links.get(job.id) and _keep(p, job, True)}
     done |= {job.id for job in kept if job.id not in done and _keep(p, job, False)}
-    for job in claims:
-        if job.id not in done and links.get(job.id):
-            with _ending_first(p, job, links[job.id]):
-                if _reserve_again(p, job):
-                    done.add(job.id)
+    done |= {
+        job.id
+        for job in claims
+        if job.id not in done and links.get(job.id) and _reserve_again(p, job)
+    }
     rest = sorted((job for job in claims if job.id not in done), key=claim_key)
     done |= {job.id for job in rest if _admit_now(p, job)}
     return [job for job in claims if job.id in done]
-
-
-@contextmanager
-def _ending_first(p: Pass, job: PendingJob, victims: list[Running]) -> Iterator[None]:
-    """Count as gone, until the block ends, the quota of the preemptor's team's running
-    jobs that end before its victims stop (rule 2's view, for quota only: their GPUs
-    are not in its target): they are gone when it starts.
-
-    Such a job may pass the claim hold (Pass.claim_wait) beside idle GPUs, even past
-    its team's nominal quota; counted, it put the team over its nominal quota with the
-    preemptor at the next pass, which lost its claim and preempted a second round
-    (tests/scheduler/test_reclaim_adversarial.py).
-    """
-    by, f = max(r.end for r in victims), job.flavor
-    gone = sum(r.job.gpus for r in p.running_of(job.team, f) if not r.stopping and r.end <= by)
-    tx = Transaction()
-    try:
-        if gone:
-            tx.add(p.ledger, p.ledger.book(job.team), f, -gone)
-        yield
-    finally:
-        tx.rollback()
 
 
 def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:

@@ -284,3 +284,30 @@ def test_a_plan_not_from_the_snapshot_still_ends_its_preemptors_links(cluster, p
     early.now = timezone.now()
     assert apply_plan(plan, early).admitted == [gang.pk]
     assert set(Job.objects.filter(pk__in=victims).values_list("preempted_by", flat=True)) == {None}
+
+
+def test_cancelling_a_stopping_job_keeps_when_it_was_told_to_stop(cluster, personas):
+    """The agent does not restart a stop it is already running, so a preemption's victim
+    cancelled during its grace period still stops a grace period after the preemption:
+    its `stop_requested_at` stays (the scheduler reads it: RunningJob.stop_requested_at).
+    A running job cancelled is told to stop now."""
+    from portal.core.actions.jobs import cancel_jobs
+
+    for _ in range(4):  # beta borrows alpha's 16 idle h100 GPUs
+        submit(cluster, personas.lead_b, team=cluster.team_b, workers=1, gpus_per_worker=8)
+    run_pass()
+    submit(cluster, personas.lead_a, workers=1, gpus_per_worker=8)
+    run_pass()
+    (victim,) = Job.objects.filter(state=State.PREEMPTING)
+    told = timezone.now() - timedelta(seconds=20)
+    Job.objects.filter(pk=victim.pk).update(stop_requested_at=told)
+    running = Job.objects.filter(team=cluster.team_b, state__in=Job.RUNNING_STATES).first()
+    assert running.stop_requested_at is None
+    assert sorted(cancel_jobs([victim.pk, running.pk], actor=None, message="x")) == sorted(
+        [victim.pk, running.pk]
+    )
+    victim.refresh_from_db()
+    running.refresh_from_db()
+    assert victim.state == running.state == State.CANCELLED
+    assert victim.stop_requested_at == told
+    assert abs((running.stop_requested_at - timezone.now()).total_seconds()) < 5

@@ -251,15 +251,14 @@ def test_a_job_held_by_its_teams_preemptor_may_still_preempt_by_priority():
     assert sorted(admitted(second)) == [1, 2] and second.preemptions == ()
 
 
-def test_a_short_job_of_the_team_passes_its_preemptors_hold_and_costs_no_victim():
+def test_a_short_job_of_the_team_waits_for_its_preemptor_too():
     """Found by a review: the quota hold of a waiting preemptor (Pass.claim_wait) once
     let through a job of its team that would end before the victims stopped. Passes 10
     s apart, grace 30 s: a's 1-GPU job 2 (25 s) started beside a's preemptor job 1, and
     at the next pass a was over its nominal quota with job 1, which lost its claim;
     d's job 3 took the GPUs job 1's victim freed, and job 1 preempted b's job 101 too:
-    two victims for one claim. Then job 2 was held instead, beside an idle GPU. Now it
-    passes, and until the victim stops job 1's claim counts job 2 as gone
-    (preemption._ending_first): one victim each, job 1 on what its victim freed."""
+    two victims for one claim. Now job 2 waits (`reserved`) and job 1 starts on what
+    its victim freed."""
     c = Cluster()
     c.node("n1", gpus=8).node("n2", gpus=1)
     c.teams = [
@@ -272,24 +271,26 @@ def test_a_short_job_of_the_team_passes_its_preemptors_hold_and_costs_no_victim(
     sim = Sim(c, preemption=True, backfill=True)
     sim.submit(make_job(1, "a", gpus=4, submitted=NOW, runtime=HOUR))
     sim.submit(make_job(2, "a", gpus=1, submitted=NOW + 1, runtime=25, queue="r"))
-    by, where = {}, {}
+    by = {}
     for step in range(5):
         if step == 1:
             sim.submit(make_job(3, "d", gpus=4, submitted=NOW + 10, runtime=HOUR))
         plan = sim.step(NOW + 10 * step)
+        if step == 0:
+            assert reasons(plan)[2] == "reserved"
+            assert "while job 1 waits for the jobs it preempted" in verdict(plan, 2).message
         by.update((p.job_id, p.preemptor_id) for p in plan.preemptions)
-        where.update((a.job_id, {w.node for w in a.placement}) for a in plan.admissions)
     assert by == {102: 1, 101: 3}
-    assert sim.started == {2: NOW, 1: NOW + 30, 3: NOW + 40}
-    assert where[1] == {"n1"} and where[2] == {"n2"}
+    assert {1, 2, 3} <= sim.started.keys()
 
 
-def test_a_long_grace_does_not_hold_the_teams_short_jobs_beside_idle_gpus():
-    """A review's case: a's preemptor waits an hour for its victim's grace period; two
-    10-minute jobs of a that would take it past its nominal quota ran beside 8 idle
-    GPUs only after it. Now they run at once and end before the victim stops; a
-    2-hour job of a, which would still run then, waits (`reserved`, the hold) and
-    starts after the preemptor, with no second victim."""
+def test_the_teams_short_jobs_wait_for_its_preemptor_even_if_its_victim_stops_early():
+    """Found by a review of a withdrawn exemption (docs/scheduling.md, "Known limits"):
+    letting a's 10-minute jobs pass the hold of a's preemptor, whose victim has an hour
+    of grace, assumed the preemptor starts when the grace period ends. In the portal a
+    victim stops when its workers exit, here after 60 s: the short jobs still ran, job
+    1 had no claim, b's victim was readmitted on the GPUs it had freed and job 1
+    preempted it again. Held, they start after job 1, and job 1 preempts once."""
     c = Cluster().nodes_(3)
     c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
     c.team("d", nominal=24, cohort="c")
@@ -300,18 +301,13 @@ def test_a_long_grace_does_not_hold_the_teams_short_jobs_beside_idle_gpus():
     sim.submit(make_job(1, "a", gpus=8, submitted=NOW, runtime=LONG))
     sim.submit(make_job(2, "a", gpus=4, submitted=NOW + 1, runtime=600, queue="r"))
     sim.submit(make_job(3, "a", gpus=4, submitted=NOW + 2, runtime=600, queue="r"))
-    sim.submit(make_job(4, "a", gpus=4, submitted=NOW + 3, runtime=2 * HOUR, queue="r"))
     plan = sim.step(NOW)
-    assert [(p.job_id, p.preemptor_id) for p in plan.preemptions] == [(10, 1)]
-    assert sorted(admitted(plan)) == [2, 3]
-    assert reasons(plan)[4] == "reserved"
-    assert "while job 1 waits for the jobs it preempted" in verdict(plan, 4).message
-    assert "could start now if its max runtime were at most 1 h" in verdict(plan, 4).message
-    for t in range(60, 3600 + 60, 60):
-        plan = sim.step(NOW + t)
-        assert plan.preemptions == ()
-    assert sim.started[1] == NOW + 3600 and sim.preempted == [10]
-    assert 4 not in sim.started or sim.started[4] >= NOW + 3600
+    assert reasons(plan) == {1: "waiting_for_preemption", 2: "reserved", 3: "reserved"}
+    sim.stop_at[10] = NOW + 60  # its workers exit early (a checkpoint, say)
+    for t in range(10, 1300, 10):
+        sim.step(NOW + t)
+    assert sim.preempted == [10] and sim.started[1] == NOW + 60
+    assert min(sim.started[2], sim.started[3]) >= NOW + 60
 
 
 def test_the_claim_hold_does_not_hide_a_quota_reason():

@@ -24,7 +24,7 @@ from portal.celery import app as celery_app
 from portal.core import statements, wake
 from portal.core.actions import dependencies, store
 from portal.core.actions.notifications import notify_job_events, store_job_notify, with_job_notify
-from portal.core.db import insert_columns, insert_rows, update_rows
+from portal.core.db import IfNull, insert_columns, insert_rows, update_rows
 from portal.core.jobspec import JobSpec
 from portal.core.models import Job, JobEvent, Team
 from scheduler.requeue import requeue_backoff
@@ -334,7 +334,9 @@ def cancel_jobs(job_ids: list[int], *, actor, message: str) -> list[int]:
         message=message,
         actor=actor,
         finished_at=now,
-        stop_requested_at=now,
+        # A job already stopping (preempted) keeps its time: its agent does not restart
+        # a stop in progress, and the scheduler reads when it will end from it.
+        stop_requested_at=IfNull(now),
     )
     wake.wake_job_nodes_on_commit(stopping)  # their workers' stop orders reach them at once
     return cancelled + stopping
