@@ -245,6 +245,7 @@ def test_one_failed_worker_fails_the_gang_and_stops_the_rest(client, cluster):
     beat(client, b, tb, [report(job, 1, "exited", 3)])
     job.refresh_from_db()
     assert job.state == State.FAILED and job.exit_code == 3 and "rank 1" in job.reason
+    assert job.stop_requested_at is not None  # rank 0 stops from now (the scheduler reads it)
     reply = beat(client, a, ta, [report(job, 0, "running")]).json()
     assert reply["run"] == []
     assert reply["stop"] == [

@@ -264,6 +264,7 @@ def _carry_out(
             data={"rank": worker.rank, "exit_code": worker.exit_code}
             | ({"detail": detail} if detail else {}),
             finished_at=now,
+            stop_requested_at=now,  # the rest of the gang stops from now
             exit_code=worker.exit_code,
             reason_code="worker_failed",
             reason=f"Worker rank {worker.rank} {what}.",
