@@ -223,11 +223,15 @@ def nodes_of(plan: Plan, job_id: int) -> list[str]:
 class Sim:
     """Drive many passes with a fixed step: jobs run exactly their max runtime,
     preempted jobs stop after their grace period and go back to the queue, after a
-    requeue backoff of `backoff` = (base, max) seconds (none by default)."""
+    requeue backoff of `backoff` = (base, max) seconds (none by default). `early`:
+    fractions of the grace period after which the victims stop, in turn (their workers
+    exit sooner, as in the portal); none: the whole grace period."""
 
-    def __init__(self, cluster: Cluster, backoff=(0.0, 0.0), **config) -> None:
+    def __init__(self, cluster: Cluster, backoff=(0.0, 0.0), early=(), **config) -> None:
         self.config = PolicyConfig(**config)
         self.backoff = backoff
+        self.early = tuple(early)
+        self._stops = 0
         self.requeues: dict[int, int] = {}
         self.nodes = {name: dict(n, free=list(n["free"])) for name, n in cluster.nodes.items()}
         self.teams = tuple(cluster.teams)
@@ -260,7 +264,9 @@ class Sim:
                 preempted_by=p.preemptor_id,
                 stop_requested_at=now,
             )
-            self.stop_at[p.job_id] = now + self.running[p.job_id].grace_period
+            share = self.early[self._stops % len(self.early)] if self.early else 1.0
+            self._stops += 1
+            self.stop_at[p.job_id] = now + self.running[p.job_id].grace_period * share
             self.preempted.append(p.job_id)
         for a in plan.admissions:
             self._start(self.pending.pop(a.job_id), a, now)

@@ -34,6 +34,9 @@ from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, examples,
 
 FLAVORS = ("h100", "a100")
 STEP = 30.0  # the grace period (RunningJob's default); passes run every STEP or more often
+# Victims stop after these fractions of their grace period, in turn (a victim's workers
+# exit when it has checkpointed, often well before): () is the whole grace period.
+EARLY = st.sampled_from([(), (), (0.0,), (0.5, 1.0), (0.0, 0.3, 1.0)])
 GRACE = 30.0
 PASSES = 12
 
@@ -106,7 +109,7 @@ def runs(draw):
         "explain": draw(st.booleans()),
     }
     backoff = draw(st.sampled_from([(0.0, 0.0), (0.0, 0.0), (60.0, 3600.0)]))
-    return c, arrivals, config, backoff, every
+    return c, arrivals, config, backoff, every, draw(EARLY)
 
 
 def usage_of(running) -> Counter:
@@ -147,10 +150,12 @@ def check_quotas(teams, used):
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(runs())
 def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
-    c, arrivals, config, backoff, every = run
-    note(describe(c, arrivals, config, backoff) + f"\npasses every {every:g} s")
+    c, arrivals, config, backoff, every, early = run
+    note(
+        describe(c, arrivals, config, backoff) + f"\npasses every {every:g} s, early stops {early}"
+    )
     waits = math.ceil(GRACE / every)  # passes from a preemption to its victims' stop
-    sim = Sim(c, backoff=backoff, preemption=True, **config)
+    sim = Sim(c, backoff=backoff, early=early, preemption=True, **config)
     nominal = {(t.name, f): q.nominal for t in c.teams for f, q in t.quotas.items()}
     claims: dict[int, int] = {}  # preemptor -> the pass by which it must be admitted
     lone: dict[int, int] = {}  # a lone within-nominal job -> the pass by which it starts
@@ -317,7 +322,7 @@ def floods(draw):
         step += draw(st.integers(1, 4))
     config = {"backfill": draw(st.booleans()), "explain": draw(st.booleans())}
     config |= {"backfill_reservations": 1, "reclaim_backoff": False, "max_wait": 0.0}
-    return c, arrivals, config, (0.0, 0.0), every
+    return c, arrivals, config, (0.0, 0.0), every, draw(EARLY)
 
 
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
