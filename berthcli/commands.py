@@ -15,6 +15,7 @@ from berthcli.client import RETRY_STATUSES, ApiError, Client
 from berthcli.explain import explain
 from berthcli.jobfile import SpecFileError, load_file, normalise, parse_duration, parse_env
 from berthcli.output import (
+    at,
     command_line,
     duration,
     ordinal,
@@ -286,6 +287,11 @@ def _status_lines(job: dict) -> list[str]:
     for label, key in (("Started", "started_at"), ("Finished", "finished_at")):
         if job.get(key):
             lines.append(f"{label + ':':<13}{when(job[key])}")
+    if job.get("stop_requested_at"):
+        lines.append(
+            f"Stop:        asked {when(job['stop_requested_at'])}: {job['checkpoint_signal']}, "
+            f"then killed if still running by {at(job['stops_by'])}"
+        )
     if job["exit_code"] is not None:
         lines.append(f"Exit code:   {job['exit_code']}")
     if job.get("notify"):
@@ -295,8 +301,8 @@ def _status_lines(job: dict) -> list[str]:
         lines += [f"  rank {a['rank']}  {a['node']}  {a['gpu_uuid']}" for a in job["allocations"]]
     lines.append("Events:")
     for event in job["events"][-10:]:
-        at = parse_time(event["at"]).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f"  {at}  {event['kind']:<12} {times_in(event['message'])}")
+        stamp = parse_time(event["at"]).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"  {stamp}  {event['kind']:<12} {times_in(event['message'])}")
     return lines
 
 

@@ -154,6 +154,13 @@ class RunningJob:
     stop_requested_at: float | None = None
 
 
+def stops_by(stop_requested_at: float, grace_period: float) -> float:
+    """Return when a job told to stop at `stop_requested_at` has stopped at the latest:
+    its agent signals it at once and kills what still runs a grace period later. The
+    core reads a stopping job's end from it, the portal shows it (Job.stops_by)."""
+    return stop_requested_at + grace_period
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     """Policy as data. The portal builds it from settings; the core never

@@ -11,7 +11,7 @@ from itertools import chain
 from operator import attrgetter
 
 from .index import FreeIndex
-from .model import GpuId, Node, PendingJob, RunningJob, WorkerPlacement
+from .model import GpuId, Node, PendingJob, RunningJob, WorkerPlacement, stops_by
 from .quota import Ledger, TeamBook
 
 # Placement views a pool can be in (see Pool.fails).
@@ -163,7 +163,7 @@ class Running:
         self.stopping = job.stopping
         if job.stopping:
             asked = now if job.stop_requested_at is None else job.stop_requested_at
-            self.end = max(now, asked + job.grace_period)  # overdue: any moment now
+            self.end = max(now, stops_by(asked, job.grace_period))  # overdue: any moment now
         else:
             self.end = max(now, job.started_at + job.max_runtime)
 

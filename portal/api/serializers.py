@@ -399,6 +399,16 @@ class JobDetailSerializer(JobSerializer):
     env = serializers.DictField(child=serializers.CharField())
     checkpoint_signal = serializers.CharField()
     grace_period_seconds = serializers.IntegerField()
+    stop_requested_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When it was told to stop (preempted, cancelled, timed out, its gang "
+        "failed); null if it was not, and again once it is requeued.",
+    )
+    stops_by = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When it has stopped at the latest: its checkpoint signal at "
+        "stop_requested_at, a kill after its grace period.",
+    )
     notify = NotifySerializer(
         source="notify_spec", allow_null=True, help_text="Its own notifications, or null."
     )

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from berthcli import exitcodes
+from berthcli.output import parse_time
 from portal.core.actions.budgets import set_budget
 from portal.core.actions.jobs import transition
 from portal.core.budgets import month_bounds
@@ -345,6 +346,30 @@ def test_status_shows_the_command_as_typed_and_times_as_ages(berth, logged_in, p
     assert "Command:     python -c \"print('hi')\" --name 'big run'\n" in out
     assert re.search(r"Submitted:   2\ds ago \(\d\d:\d\d UTC\) by member_a", out), out
     assert "quota from 2099-01-02 03:04 UTC (in " in out  # not the raw instant
+
+
+def test_status_shows_when_a_job_told_to_stop_is_killed(berth, logged_in, personas):
+    """A preempted job: its signal now, a kill after its grace period (Job.stops_by)."""
+    logged_in(personas.member_a)
+    job_id = submit(berth)
+    told = timezone.now() - timezone.timedelta(seconds=20)
+    Job.objects.filter(pk=job_id).update(
+        state=Job.State.PREEMPTING,
+        stop_requested_at=told,
+        grace_period_seconds=600,
+        checkpoint_signal="SIGUSR1",
+    )
+
+    out = berth("status", job_id).out
+
+    assert re.search(
+        r"Stop:        asked 2\ds ago \(\d\d:\d\d UTC\): SIGUSR1, then killed if still running "
+        r"by \d\d:\d\d UTC \(in 9m\d\ds\)",
+        out,
+    ), out
+    shown = json.loads(berth("status", "--json", job_id).out)
+    assert parse_time(shown["stops_by"]) == told + timezone.timedelta(seconds=600)
+    assert "Stop:" not in berth("status", submit(berth)).out  # never told to stop
 
 
 def test_why_words_an_ended_job_and_keeps_utc_upper_case(berth, logged_in, personas):

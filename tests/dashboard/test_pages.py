@@ -209,6 +209,23 @@ def test_job_page_shows_allocation_and_logs_of_the_latest_attempt(story, login):
     assert page.context["elapsed_s"]["max"] == "24 h"
 
 
+def test_job_page_of_a_stopping_job_says_when_it_is_killed(story, login):
+    """Preempted (or cancelled) with its workers still running: its checkpoint signal now,
+    a kill after its grace period (Job.stops_by); a job not told to stop says nothing."""
+    training = story.training
+    told = timezone.now() - timedelta(seconds=5)
+    Job.objects.filter(pk=training.pk).update(
+        state=Job.State.PREEMPTING, stop_requested_at=told, grace_period_seconds=45
+    )
+    client = login(story.cluster.personas.lead_a)
+    page = client.get(f"/jobs/{training.pk}/")
+    assert page.context["stops_by"] == told + timedelta(seconds=45)
+    html = page.content.decode()
+    stamp = (told + timedelta(seconds=45)).strftime("%H:%M:%S")
+    assert "then killed if still running by <time datetime=" in html and f">{stamp} UTC<" in html
+    assert 'id="stops-by"' not in client.get(f"/jobs/{story.sweep.pk}/").content.decode()
+
+
 def test_live_fragment_is_only_the_polled_region(story, login):
     client = login(story.cluster.personas.lead_a)
     fragment = client.get("/teams/alpha/queue/?fragment=live").content.decode()

@@ -1,11 +1,14 @@
 """Jobs (gangs), their timeline, their workers and the GPUs they hold."""
 
+from datetime import UTC, datetime
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from scheduler.dependency import PARENT_TYPES
+from scheduler.model import stops_by
 
 from ._base import non_negative, positive, valid_choice
 from .cluster import Gpu, Node
@@ -219,6 +222,16 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in self.TERMINAL_STATES
+
+    @property
+    def stops_by(self) -> datetime | None:
+        """When the job, told to stop (preempted, cancelled, timed out, its gang
+        failed), has stopped at the latest: its checkpoint signal, then a kill after
+        its grace period (scheduler.model.stops_by); None if it was not told to stop."""
+        if self.stop_requested_at is None:
+            return None
+        at = stops_by(self.stop_requested_at.timestamp(), self.grace_period_seconds)
+        return datetime.fromtimestamp(at, UTC)
 
 
 class JobDependency(models.Model):
