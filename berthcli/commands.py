@@ -287,10 +287,10 @@ def _status_lines(job: dict) -> list[str]:
     for label, key in (("Started", "started_at"), ("Finished", "finished_at")):
         if job.get(key):
             lines.append(f"{label + ':':<13}{when(job[key])}")
-    if job.get("stop_requested_at"):
+    if job.get("stops_by"):  # workers told to stop still run
         lines.append(
             f"Stop:        asked {when(job['stop_requested_at'])}: {job['checkpoint_signal']}, "
-            f"then killed if still running by {at(job['stops_by'])}"
+            f"then a kill after its grace period, by about {at(job['stops_by'])}"
         )
     if job["exit_code"] is not None:
         lines.append(f"Exit code:   {job['exit_code']}")

@@ -402,12 +402,12 @@ class JobDetailSerializer(JobSerializer):
     stop_requested_at = serializers.DateTimeField(
         allow_null=True,
         help_text="When it was told to stop (preempted, cancelled, timed out, its gang "
-        "failed); null if it was not, and again once it is requeued.",
+        "failed or requeued); null if it was not, and again once it is admitted.",
     )
-    stops_by = serializers.DateTimeField(
-        allow_null=True,
-        help_text="When it has stopped at the latest: its checkpoint signal at "
-        "stop_requested_at, a kill after its grace period.",
+    stops_by = serializers.SerializerMethodField(
+        help_text="While workers told to stop still run: when they should have stopped, "
+        "stop_requested_at plus the grace period (each is killed a grace period after "
+        "its agent hears of the stop); else null."
     )
     notify = NotifySerializer(
         source="notify_spec", allow_null=True, help_text="Its own notifications, or null."
@@ -418,6 +418,11 @@ class JobDetailSerializer(JobSerializer):
     )
     ranks = WorkerSerializer(many=True, help_text="Workers of the latest attempt, by rank.")
     events = JobEventSerializer(many=True, source="events_all")
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_stops_by(self, job) -> str | None:
+        at = job.stops_by(job.ranks)
+        return None if at is None else serializers.DateTimeField().to_representation(at)
 
 
 class BulkReceiptSerializer(serializers.Serializer):

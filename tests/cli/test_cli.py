@@ -348,8 +348,9 @@ def test_status_shows_the_command_as_typed_and_times_as_ages(berth, logged_in, p
     assert "quota from 2099-01-02 03:04 UTC (in " in out  # not the raw instant
 
 
-def test_status_shows_when_a_job_told_to_stop_is_killed(berth, logged_in, personas):
-    """A preempted job: its signal now, a kill after its grace period (Job.stops_by)."""
+def test_status_shows_when_a_job_told_to_stop_is_killed(berth, logged_in, personas, cluster):
+    """A preempted job whose worker still runs: its signal now, a kill after its grace
+    period (Job.stops_by); nothing once the worker has exited, nor for a job never told."""
     logged_in(personas.member_a)
     job_id = submit(berth)
     told = timezone.now() - timezone.timedelta(seconds=20)
@@ -359,16 +360,22 @@ def test_status_shows_when_a_job_told_to_stop_is_killed(berth, logged_in, person
         grace_period_seconds=600,
         checkpoint_signal="SIGUSR1",
     )
+    worker = Worker.objects.create(
+        job_id=job_id, attempt=0, rank=0, node=cluster.nodes[0], state=Worker.State.STOPPING
+    )
 
     out = berth("status", job_id).out
 
     assert re.search(
-        r"Stop:        asked 2\ds ago \(\d\d:\d\d UTC\): SIGUSR1, then killed if still running "
-        r"by \d\d:\d\d UTC \(in 9m\d\ds\)",
+        r"Stop:        asked 2\ds ago \(\d\d:\d\d UTC\): SIGUSR1, then a kill after its grace "
+        r"period, by about \d\d:\d\d UTC \(in 9m\d\ds\)",
         out,
     ), out
     shown = json.loads(berth("status", "--json", job_id).out)
     assert parse_time(shown["stops_by"]) == told + timezone.timedelta(seconds=600)
+    Worker.objects.filter(pk=worker.pk).update(state=Worker.State.EXITED)
+    assert "Stop:" not in berth("status", job_id).out  # its worker has stopped
+    assert json.loads(berth("status", "--json", job_id).out)["stops_by"] is None
     assert "Stop:" not in berth("status", submit(berth)).out  # never told to stop
 
 

@@ -413,6 +413,7 @@ def test_silent_node_goes_not_ready_then_its_gangs_are_requeued(client, cluster,
     assert job.state == State.PENDING and job.attempt == 1
     assert job.events.filter(kind="node_lost").exists()
     assert Worker.objects.get(job=job, rank=0).state == Worker.State.LOST
+    assert job.stop_requested_at is not None  # b's worker stops from now (RunningJob's end)
     # The surviving worker on b is told to stop; the pending job waits for it.
     reply = beat(client, b, tb, [report(job, 1, "running", attempt=0)]).json()
     assert [s["reason"] for s in reply["stop"]] == ["requeued"]

@@ -311,3 +311,26 @@ def test_cancelling_a_stopping_job_keeps_when_it_was_told_to_stop(cluster, perso
     assert victim.state == running.state == State.CANCELLED
     assert victim.stop_requested_at == told
     assert abs((running.stop_requested_at - timezone.now()).total_seconds()) < 5
+
+
+def test_a_requeued_job_keeps_its_stop_time_until_it_is_admitted_again(cluster, personas):
+    """A requeue keeps a preemption's stop time (its workers may still be stopping, the
+    scheduler reads their end from it) and admission clears it: the new attempt was not
+    told to stop (Job.stops_by, the API's stop_requested_at)."""
+    from portal.core.actions.jobs import requeue_or_fail
+
+    job = submit(cluster, personas.lead_a, workers=1, gpus_per_worker=8)
+    run_pass()
+    told = timezone.now() - timedelta(seconds=20)
+    Job.objects.filter(pk=job.pk).update(state=State.PREEMPTING, stop_requested_at=told)
+    requeue_or_fail([job.pk], kind="requeued", message="Stopped.", from_states=[State.PREEMPTING])
+    job.refresh_from_db()
+    assert job.state == State.PENDING and job.stop_requested_at == told
+    Allocation.objects.filter(job=job).update(active=False)  # its workers exited
+    Worker.objects.filter(job=job).update(state=Worker.State.EXITED)
+    Job.objects.filter(pk=job.pk).update(eligible_at=timezone.now() - timedelta(seconds=1))
+    result = run_pass()
+    job.refresh_from_db()
+    assert result.admitted == [job.pk], (job.reason_code, job.reason)
+    job.refresh_from_db()
+    assert job.stop_requested_at is None

@@ -365,6 +365,7 @@ def requeue_or_fail(
         kind="restart_limit",
         message=f"{message} The job reached its restart limit and is not requeued.",
         finished_at=now,
+        stop_requested_at=IfNull(now),  # its workers still running (a lost node's peers) stop
         reason_code="restart_limit",
         reason="Failed after reaching its restart limit.",
     )
@@ -394,7 +395,9 @@ def _requeue(ids: list[int], requeues: int, now: datetime, kind, message, from_s
         data={"requeues": requeues, "backoff_s": delay, "eligible_at": eligible.isoformat()},
         admitted_at=None,
         started_at=None,
-        stop_requested_at=None,
+        # Workers of this attempt still running (a lost node's peers) stop from now; a
+        # preempted job keeps its preemption's time. Its admission clears it.
+        stop_requested_at=IfNull(now),
         eligible_at=eligible,
         reason_code="requeued",
         reason=f"Requeued; {again}.",

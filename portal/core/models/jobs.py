@@ -223,12 +223,15 @@ class Job(models.Model):
     def is_terminal(self) -> bool:
         return self.state in self.TERMINAL_STATES
 
-    @property
-    def stops_by(self) -> datetime | None:
-        """When the job, told to stop (preempted, cancelled, timed out, its gang
-        failed), has stopped at the latest: its checkpoint signal, then a kill after
-        its grace period (scheduler.model.stops_by); None if it was not told to stop."""
-        if self.stop_requested_at is None:
+    def stops_by(self, workers) -> datetime | None:
+        """When the job's workers still running, told to stop (preempted, cancelled,
+        timed out, its gang failed or requeued), are expected to have stopped: the
+        stop's time plus its grace period (scheduler.model.stops_by, what the
+        scheduler expects their GPUs back by). Each gets its checkpoint signal when its
+        agent hears of the stop and a kill a grace period later, so an agent that hears
+        late stops it later. None if it was not told to stop or none of `workers` (its
+        latest attempt's) is still live."""
+        if self.stop_requested_at is None or not any(w.is_live for w in workers):
             return None
         at = stops_by(self.stop_requested_at.timestamp(), self.grace_period_seconds)
         return datetime.fromtimestamp(at, UTC)

@@ -57,6 +57,7 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
         kind="admitted",
         per_job=events,
         admitted_at=ctx.now,
+        stop_requested_at=None,  # a stop of its previous attempt is over
         reason_code="",
         reason="",
         queue_position=None,

@@ -41,7 +41,7 @@ def job_detail(request, job_id: int):
         "job": job,
         "history": history,
         "polling": live,
-        "stops_by": job.stops_by if live else None,  # told to stop, its workers still run
+        "stops_by": job.stops_by([w.worker for w in history.workers]),
         "ahead": queries.jobs_ahead(job)
         if job.state == Job.State.PENDING and not job.awaiting_dependency
         else None,
