@@ -155,9 +155,10 @@ class RunningJob:
 
 
 def stops_by(stop_requested_at: float, grace_period: float) -> float:
-    """Return when a job told to stop at `stop_requested_at` has stopped at the latest:
-    its agent signals it at once and kills what still runs a grace period later. The
-    core reads a stopping job's end from it, the portal shows it (Job.stops_by)."""
+    """Return when a job told to stop at `stop_requested_at` is expected to have stopped:
+    its agent signals it when it hears of the stop and kills what still runs a grace
+    period later (later, then, if it hears late). The core reads a stopping job's end
+    from it, the portal shows it (Job.stops_by)."""
     return stop_requested_at + grace_period
 
 

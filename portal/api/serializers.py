@@ -422,7 +422,7 @@ class JobDetailSerializer(JobSerializer):
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_stops_by(self, job) -> str | None:
         at = job.stops_by(job.ranks)
-        return None if at is None else serializers.DateTimeField().to_representation(at)
+        return None if at is None else self.fields["stop_requested_at"].to_representation(at)
 
 
 class BulkReceiptSerializer(serializers.Serializer):

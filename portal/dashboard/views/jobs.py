@@ -35,12 +35,11 @@ def job_detail(request, job_id: int):
     now = timezone.now()
     names_of = None if request.user.is_staff else _team_ids(request.user)
     history = queries.job_history(job, names_of)
-    # A cancelled job keeps its GPUs until its workers stop: keep polling until then.
-    live = not job.is_terminal or any(w.worker.is_live for w in history.workers)
     context = {
         "job": job,
         "history": history,
-        "polling": live,
+        # A cancelled job keeps its GPUs until its workers stop: keep polling until then.
+        "polling": not job.is_terminal or any(w.worker.is_live for w in history.workers),
         "stops_by": job.stops_by([w.worker for w in history.workers]),
         "ahead": queries.jobs_ahead(job)
         if job.state == Job.State.PENDING and not job.awaiting_dependency
