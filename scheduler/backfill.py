@@ -81,6 +81,16 @@ class Reservation:
         self.place = place  # (node, GPUs) it will take at `start`
 
 
+def _held(p: Pass, job: PendingJob, held: Reservation) -> Wait | None:
+    """Return `reserved` for a job a quota or cohort hold stops, or None if its quota
+    would refuse it anyway: then the quota check says so (`quota`, `cohort_busy`).
+    `reserved` says it could start now if it ended before the hold's time, which is
+    false of a job its team's limit or its cohort cannot take at all."""
+    if p.quota_wait(job, p.ledger.book(job.team)) is not None:
+        return None
+    return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+
+
 class Backfill(Gate):
     """Jobs pass a blocked one only if they do not delay its reservation.
 
@@ -112,7 +122,7 @@ class Backfill(Gate):
         """
         held = self.quota_holds.get((job.team, job.flavor))
         if held is not None and p.now + job.max_runtime > held.start:
-            return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+            return _held(p, job, held)
         if not self.cohort_holds and not self.reclaim_backoff:
             return None
         book = p.ledger.book(job.team)
@@ -120,7 +130,7 @@ class Backfill(Gate):
             return None  # within its nominal quota, which is guaranteed
         held = self.cohort_holds.get((book.cohort, job.flavor))
         if held is not None and p.now + job.max_runtime > held.start:
-            return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+            return _held(p, job, held)
         until = self.cooldowns(p).get((job.team, job.flavor)) if self.reclaim_backoff else None
         return None if until is None else Wait(BACKOFF, (until, 0))
 

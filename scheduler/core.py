@@ -331,7 +331,7 @@ class Pass:
                 return None
         used, limit = book.used(f), self.ledger.limit(book, f)
         code = QUOTA if used + job.gpus > limit else COHORT_BUSY
-        return Wait(code, (used, book.quota(f).nominal, limit, room, extra))
+        return Wait(code, (used, book.quota(f).nominal, limit, room, extra, self.said(book, f)))
 
     def _demand(self) -> dict[tuple[str, str], int]:
         """Return the GPUs each cohort team's pending jobs that fit its nominal quota and
@@ -450,13 +450,23 @@ class Pass:
         if wait.code != COHORT_BUSY or not self.config.explain or wait.info[4]:
             return wait
         why = unreclaimable(self, job, wait.info[3])
-        return wait if why is None else Wait(COHORT_BUSY, (*wait.info[:4], why))
+        return wait if why is None else Wait(COHORT_BUSY, (*wait.info[:4], why, *wait.info[5:]))
 
     def charge(self, job: PendingJob) -> None:
         """Charge a preemptor's GPUs to its team while it waits for its victims."""
         key = (job.team, job.flavor)
         self.ledger.add(self.ledger.book(job.team), job.flavor, job.gpus)
         self.charged[key] = self.charged.get(key, 0) + job.gpus
+
+    def said(self, book: TeamBook, flavor: str) -> tuple[int, int]:
+        """Return what messages say a team uses of a flavor now, and how much of that is
+        charged to its preemptors waiting for victims: its GPUs but those of its stopping
+        jobs (they are on their way out, each GPU counted once), plus the charges. Counted
+        with both, a team whose 8-GPU job a priority preemptor of its own replaces read
+        "uses 16 (8 of them for its jobs waiting for preemption) of 8 nominal"."""
+        pool = self.pools.get(flavor)
+        stopping = 0 if pool is None else self.stops(pool).quota.get(book, 0)
+        return book.used(flavor) - stopping, self.charged.get((book.name, flavor), 0)
 
     def held(self, book: TeamBook, flavor: str) -> int:
         """Return the GPUs a team holds, without those charged to its waiting preemptors."""

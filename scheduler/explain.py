@@ -22,6 +22,7 @@ that can never fit get None.
 
 from __future__ import annotations
 
+import math
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
@@ -149,6 +150,12 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
         start = shadow.start(job.gpus, job.max_runtime, floor)
+        if wait.code == WAITING_FOR_PREEMPTION and start is not None:
+            # Its GPUs are reserved already: it starts when its victims have stopped,
+            # whatever holds the jobs before it in pass order keep them waiting for (it
+            # was estimated 10 h away, behind its team's quota hold, and started in 30 s).
+            # Still booked above, so the jobs after it do not count its GPUs.
+            start = floor
         gang = job.workers > 1 or job.gpus_per_worker > 1
         # Not for a job with a reservation or a preemptor: their GPUs are placed already.
         if (
@@ -229,9 +236,8 @@ def _needs(p: Pass, job: PendingJob) -> str:
 
 def _team(p: Pass, job: PendingJob) -> str:
     book = p.ledger.book(job.team)
-    return (
-        f"team {job.team} uses {book.used(job.flavor)} of {book.quota(job.flavor).nominal} nominal"
-    )
+    said = p.said(book, job.flavor)
+    return f"team {job.team} uses {_uses(said)} of {book.quota(job.flavor).nominal} nominal"
 
 
 def _at(p: Pass, t: float) -> str:
@@ -240,10 +246,13 @@ def _at(p: Pass, t: float) -> str:
     return "now" if t <= p.now else instant(t)
 
 
-def _promised_own(p: Pass, job: PendingJob, used: int) -> str:
-    """Return ' (4 of them for its jobs waiting for preemption)' when some are charged so."""
-    charged = p.charged.get((job.team, job.flavor), 0)
-    return f" ({charged} of them for its jobs waiting for preemption)" if charged else ""
+def _uses(said: tuple[int, int]) -> str:
+    """Return '12 (4 of them for its jobs waiting for preemption)' or '12' (Pass.said:
+    taken when the job was considered, so the two figures are of one moment)."""
+    used, charged = said
+    return (
+        f"{used} ({charged} of them for its jobs waiting for preemption)" if charged else f"{used}"
+    )
 
 
 def _never_fits(p: Pass, job: PendingJob, why: str, *facts) -> str:
@@ -308,9 +317,24 @@ def _previous_attempt(p: Pass, job: PendingJob) -> str:
 
 
 def _array_limit(p: Pass, job: PendingJob, array_id: int, limit: int) -> str:
+    """The array's tasks holding GPUs (stopping ones too, and those admitted in this pass)
+    and, up to its limit, those ahead of it in the queue that took the other slots (their
+    turn comes first: scheduler.arrays.beyond_limit); said to be running, a task that
+    waited for quota was said to run."""
+    running = sum(1 for r in p.running if r.job.array_id == array_id)
+    running += sum(1 for started in p.admitted.get(job.flavor, ()) if started.array_id == array_id)
+    running = min(running, limit)
+    if running == limit:
+        return (
+            f"{_needs(p, job)}; array {array_id} already has {limit} "
+            f"task{'s' if limit != 1 else ''} running, its limit (%{limit}); it starts when "
+            f"one of them ends"
+        )
+    ahead = limit - running
     return (
-        f"{_needs(p, job)}; array {array_id} already has {limit} task{'s' if limit != 1 else ''} "
-        f"running, its limit (%{limit}); it starts when one of them ends"
+        f"{_needs(p, job)}; array {array_id} has {running} task{'s' if running != 1 else ''} "
+        f"running and {ahead} ahead of it in the queue, its limit (%{limit}) together; it "
+        f"starts when one of them ends"
     )
 
 
@@ -326,37 +350,66 @@ def _fifo_blocked(p: Pass, job: PendingJob, blocker: int, code: str) -> str:
 
 
 def _waiting(p: Pass, job: PendingJob, ids: tuple, end: float, new: int) -> str:
-    what = f"{new} job(s) it preempted" if new else "stopping jobs"
-    listed = ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
-    return f"{_needs(p, job)}; waits for {what} ({listed}) to free their GPUs by {_at(p, end)}"
+    """Its new victims (the first `new` ids) and the other stopping jobs it waits for."""
+    parts = []
+    if new:
+        parts.append(f"{new} job(s) it preempted ({_listed(ids[:new])})")
+    if len(ids) > new:
+        what = "stopping jobs" if not new else f"{len(ids) - new} stopping job(s)"
+        parts.append(f"{what} ({_listed(ids[new:])})")
+    if not parts:
+        parts.append("stopping jobs")
+    return f"{_needs(p, job)}; waits for {' and '.join(parts)} to free their GPUs by {_at(p, end)}"
+
+
+def _listed(ids: tuple) -> str:
+    return ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
 
 
 def _quota(
-    p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float, extra=()
+    p: Pass,
+    job: PendingJob,
+    used: int,
+    nominal: int,
+    limit: float,
+    room: float,
+    extra=(),
+    said=(0, 0),
 ) -> str:
     limit_text = f"{limit:g}" if limit != float("inf") else "unlimited"
-    over = used + job.gpus - limit
+    over = said[0] + job.gpus - limit  # its stopping jobs free theirs by themselves
+    when = (
+        f"would start when {over:g} of its GPUs {'is' if over == 1 else 'are'} freed"
+        if over > 0
+        else "would start when its stopping jobs have stopped"
+    )
     return (
-        f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of {nominal} "
-        f"nominal and may hold at most {limit_text}; would start when {over:g} of its GPUs "
-        f"{'is' if over == 1 else 'are'} freed"
+        f"{_needs(p, job)}; team {job.team} uses {_uses(said)} of {nominal} "
+        f"nominal and may hold at most {limit_text}; {when}"
     )
 
 
 def _cohort_busy(
-    p: Pass, job: PendingJob, used: int, nominal: int, limit: float, room: float, extra=()
+    p: Pass,
+    job: PendingJob,
+    used: int,
+    nominal: int,
+    limit: float,
+    room: float,
+    extra=(),
+    said=(0, 0),
 ) -> str:
     if extra and extra[0] == "kept" and len(extra) > 2:  # the free GPUs bind, not quota
         _, _, usable, free = extra
         return (
-            f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of "
+            f"{_needs(p, job)}; team {job.team} uses {_uses(said)} of "
             f"{nominal} nominal; {usable} of the {gpus(free, 'free')} are kept for teams within "
             f"their nominal quota whose jobs wait for them in this pass, so it may take only "
             f"{max(0, free - usable)} now"
         )
     cohort = p.ledger.book(job.team).cohort
     text = (
-        f"{_needs(p, job)}; team {job.team} uses {used}{_promised_own(p, job, used)} of {nominal} "
+        f"{_needs(p, job)}; team {job.team} uses {_uses(said)} of {nominal} "
         f"nominal and cohort {cohort} can give it only {max(0, room):g} more now"
     )
     if extra and extra[0] == "kept":
@@ -367,11 +420,13 @@ def _cohort_busy(
     if extra and extra[0] == "lent":
         _, lent, teams, at = extra
         names = ", ".join(teams)
-        at = -(-at // 60) * 60  # "at the latest": round up to the minute
+        when = ""
+        if at != math.inf:
+            at = -(-at // 60) * 60  # "at the latest": round up to the minute
+            when = f", at the latest {_at(p, at)}"
         return (
             f"{text}; the {gpus(lent)} lent from team {job.team}'s quota run non-preemptible jobs "
-            f"of team {names}, so reclaim cannot free them; they free up when those end, at the "
-            f"latest {_at(p, at)}"
+            f"of team {names}, so reclaim cannot free them; they free up when those end{when}"
         )
     short = job.gpus - max(0, room)
     return f"{text}; would start when {gpus(short)} of the cohort {'is' if short == 1 else 'are'} freed"

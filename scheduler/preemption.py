@@ -76,6 +76,13 @@ if TYPE_CHECKING:
     from .quota import TeamBook
     from .state import Pool
 
+# The most candidates on one node for which the exact search of its victims runs.
+EXACT_MAX = 12
+
+# The orders of a domain walk (_Search.domain), tried in turn until one finds room.
+CHEAPEST, BUDGET, GPUS = 0, 1, 2
+DOMAIN_ORDERS = (CHEAPEST, BUDGET, GPUS)
+
 # A job blocked for one of these may try preemption.
 PREEMPT_ON = CAPACITY | {QUOTA, COHORT_BUSY}
 
@@ -293,23 +300,61 @@ def _preemptible(r: Running) -> bool:
 class _Search:
     """The candidates of one preemptor by node, with what each would cost."""
 
-    __slots__ = ("p", "job", "book", "index", "by_node", "removed", "order")
+    __slots__ = ("p", "job", "book", "index", "by_node", "removed", "order", "borrows")
 
     def __init__(self, p: Pass, job: PendingJob, pool: Pool, book: TeamBook, cands) -> None:
         self.p, self.job, self.book, self.index = p, job, book, pool.index
         self.by_node: dict[int, list[tuple[Running, int]]] = {}
         self.order = {id(r): i for i, r in enumerate(cands)}  # victim order
+        f = job.flavor
+        self.borrows: dict[TeamBook, int] = {}  # what each other team borrows, before any victim
         for r in cands:
             for node, k in r.nodes:
                 self.by_node.setdefault(node, []).append((r, k))
-        self.removed: dict[TeamBook, int] = {}  # GPUs of chosen victims per team
+            b = r.book
+            if b is not book and b not in self.borrows:
+                self.borrows[b] = b.used(f) - b.quota(f).nominal
+        self.removed: dict[TeamBook, tuple[int, int]] = {}  # chosen victims per team: GPUs, largest
 
     def allowed(self, r: Running, removed: dict) -> bool:
-        """Kueue: a job of another team is a victim only while that team still borrows."""
+        """Kueue: a job of another team is a victim only while that team still borrows.
+
+        Asked of the set, not of the order it was found in: the team's chosen victims
+        (`removed`: their GPUs and the largest job's) and r can be stopped one by one
+        with the team borrowing before each if they are taken largest last, that is if
+        their GPUs but the largest job's add up to less than what the team borrows. Asked
+        along the search's own order, a borrower's large job taken first ended its
+        borrowing and refused its small jobs a gang needed (three jobs of one team, a
+        4x2 gang that then waited for as long as they ran; tests/scheduler/test_victim_sets.py).
+        """
         b = r.book
         if b is self.book:
             return True
-        return b.used(self.job.flavor) - removed.get(b, 0) > b.quota(self.job.flavor).nominal
+        gpus, largest = removed.get(b, (0, 0))
+        g = r.job.gpus
+        return gpus + g - max(largest, g) < self.borrows[b]
+
+    @staticmethod
+    def add(removed: dict, r: Running) -> None:
+        """Count r among the chosen victims of its team (`removed`, changed in place)."""
+        gpus, largest = removed.get(r.book, (0, 0))
+        removed[r.book] = (gpus + r.job.gpus, max(largest, r.job.gpus))
+
+    def spent(self, victims) -> int:
+        """Return how much of other teams' borrowing the victims use up, given the chosen
+        ones: per team, the growth of its chosen GPUs but the largest job's (what
+        `allowed` compares with what it borrows)."""
+        book, removed = self.book, self.removed
+        after: dict[TeamBook, tuple[int, int]] = {}
+        for r in victims:
+            if r.book is not book:
+                gpus, largest = after.get(r.book) or removed.get(r.book, (0, 0))
+                after[r.book] = (gpus + r.job.gpus, max(largest, r.job.gpus))
+        total = 0
+        for b, (gpus, largest) in after.items():
+            was_gpus, was_largest = removed.get(b, (0, 0))
+            total += (gpus - largest) - (was_gpus - was_largest)
+        return total
 
     def walk(self, node: int, free: int, goal: int, taken: set) -> list[Running] | None:
         """Return the victims on a node, in victim order, until `goal` GPUs are free there.
@@ -327,7 +372,71 @@ class _Search:
         picked, passed = self._walk(items, free, goal, taken)
         if picked is None and passed:
             picked, _ = self._walk(self._budget_order(items), free, goal, taken)
+        return None if picked is None else self._cheaper(node, items, free, goal, taken, picked)
+
+    def _cheaper(self, node, items, free: int, goal: int, taken: set, picked: list) -> list:
+        """Return the cheapest set of victims on the node that frees `goal` GPUs there: the
+        walk's, unless an exact search over the node's few candidates finds a cheaper one
+        that is allowed. Victim order's least work lost is the latest start, whatever the
+        job's size: a 6-GPU job started a minute ago went where a 2-GPU job started two
+        minutes ago would do (360 GPU-seconds lost instead of 240), and a 2-GPU job where
+        two 1-GPU jobs lose less."""
+        best = self._exact(items, goal - free, taken)
+        if best is not None and self.cost(best) < self.cost(picked):
+            return best
         return picked
+
+    def _exact(self, items, need: int, taken: set) -> list | None:
+        """Return the cheapest allowed set of the node's candidates that frees `need` GPUs
+        there, or None (none, or more than EXACT_MAX candidates: the walk's set stands).
+
+        Branch and bound over the candidates, least work lost first: a set costs at least
+        what any of its subsets costs, so a branch that costs as much as the best set found
+        is cut, and one whose remaining candidates cannot free enough too."""
+        cands = [(r, k) for r, k in items if id(r) not in taken]
+        if not cands or len(cands) > EXACT_MAX or sum(k for _, k in cands) < need:
+            return None
+        book = self.book
+        keyed = sorted(
+            (
+                (r.book is book, r.job.priority, self.cost([r])[2], self.order[id(r)], r, k)
+                for r, k in cands
+            ),
+            key=lambda t: t[:4],
+        )
+        left = [0] * (len(keyed) + 1)  # GPUs the candidates from i on free on the node
+        for i in range(len(keyed) - 1, -1, -1):
+            left[i] = left[i + 1] + keyed[i][5]
+        best: list = [None, None]  # cost, victims
+
+        def grow(i: int, freed: int, cost: tuple, chosen: list, removed: dict) -> None:
+            if freed >= need:
+                if best[0] is None or cost < best[0]:
+                    best[0], best[1] = cost, list(chosen)
+                return
+            if freed + left[i] < need:
+                return
+            for j in range(i, len(keyed)):
+                own, prio, lost, _, r, k = keyed[j]
+                after = (cost[0] or own, max(cost[1], prio), cost[2] + lost, cost[3] + 1)
+                if best[0] is not None and after >= best[0]:
+                    continue
+                if freed + left[j] < need:
+                    return
+                if not self.allowed(r, removed):
+                    continue
+                chosen.append(r)
+                was = removed.get(r.book)
+                self.add(removed, r)
+                grow(j + 1, freed + k, after, chosen, removed)
+                chosen.pop()
+                if was is None:
+                    del removed[r.book]
+                else:
+                    removed[r.book] = was
+
+        grow(0, 0, (False, -math.inf, 0.0, 0), [], dict(self.removed))
+        return best[1]
 
     def _walk(self, items, free: int, goal: int, taken: set) -> tuple[list | None, bool]:
         removed = dict(self.removed)
@@ -340,7 +449,7 @@ class _Search:
                 passed = True
                 continue
             picked.append(r)
-            removed[r.book] = removed.get(r.book, 0) + r.job.gpus
+            self.add(removed, r)
             free += k
             if free >= goal:
                 return picked, passed
@@ -351,7 +460,7 @@ class _Search:
         and frees the most GPUs of this node it can: per team, the set whose GPUs but its
         last one's stay below what it borrows (`_most_freed`), that set first and its last
         job after the others, then the team's other jobs; the preemptor's own team's last."""
-        f, order = self.job.flavor, self.order
+        order = self.order
         teams: dict[TeamBook, list[tuple[Running, int]]] = {}
         own = []
         for rk in items:
@@ -361,7 +470,7 @@ class _Search:
                 teams.setdefault(rk[0].book, []).append(rk)
         first, last, rest = [], [], []
         for book, rks in teams.items():
-            budget = book.used(f) - self.removed.get(book, 0) - book.quota(f).nominal
+            budget = self.borrows[book] - self.removed.get(book, (0, 0))[0]
             others, final = _most_freed(rks, budget, order)
             first.extend(others)
             if final is not None:
@@ -373,8 +482,8 @@ class _Search:
 
     def cost(self, victims) -> tuple:
         """Return the cost of a set of victims (rule 3), smaller is better."""
-        now, f, ledger = self.p.now, self.job.flavor, self.p.ledger
-        own = any(not ledger.borrowing(r.book, f) for r in victims)
+        now, book = self.p.now, self.book
+        own = any(r.book is book for r in victims)  # other teams' candidates all borrow
         prio = max((r.job.priority for r in victims), default=-math.inf)
         lost = sum(r.job.gpus * max(0.0, now - last_progress(r.job)) for r in victims)
         return (own, prio, lost, len(victims))
@@ -383,30 +492,36 @@ class _Search:
         """Return the victims' places in victim order: the tiebreak between equal costs."""
         return tuple(sorted(self.order[id(r)] for r in victims))
 
-    def single(self) -> tuple | None:
-        """Return (cost, victims) of the cheapest single node that can hold the whole gang."""
-        need, best = self.job.gpus, None
+    def single(self, keep: int = 2) -> list[tuple]:
+        """Return (cost, victims) of the `keep` cheapest single nodes that can hold the
+        whole gang, cheapest first (completed for quota, a dearer node can win)."""
+        need, found = self.job.gpus, []
         free = self.index.free
         for node in sorted(self.by_node):
             victims = self.walk(node, free[node], need, set())
-            if victims is None:
-                continue
-            key = (self.cost(victims), self.rank(victims), node)
-            if best is None or key < best[0]:
-                best = (key, victims)
-        return None if best is None else (best[0][:2], best[1])
+            if victims is not None:
+                found.append(((self.cost(victims), self.rank(victims), node), victims))
+        found.sort(key=lambda kv: kv[0])
+        return [(key[:2], victims) for key, victims in found[:keep]]
 
-    def domain(self, d: int, nodes: list[int], frugal: bool = False) -> tuple | None:
+    def domain(self, d: int, nodes: list[int], frugal: int = CHEAPEST) -> tuple | None:
         """Return (cost, victims) to make room for the gang inside domain d, greedily.
 
-        Each step takes the node whose next worker slot costs least per slot; `frugal`:
-        the node whose slot takes the fewest GPUs of other teams' jobs per slot first
-        (then the least cost). A job of another team is a victim only while its team
-        borrows, so the cheapest steps can spend a borrower's budget on a node where
-        the gang's slot takes many of its jobs and leave too little for the others: 8
-        one-GPU jobs on one node, the borrower's last 8 borrowed GPUs, and its 4-GPU jobs
-        beside free GPUs on two others stayed (tests/scheduler/test_reclaim_adversarial.py).
-        _victims tries a domain frugally when its cheapest walk finds no room.
+        Each step takes the node whose next worker slot costs least per slot (a victim
+        gang's slots on the domain's other nodes count too). A job of another team is a
+        victim only while its team borrows, so the cheapest steps can spend a borrower's
+        budget on a node where the gang's slot takes many of its jobs and leave too little
+        for the others: 8 one-GPU jobs on one node, the borrower's last 8 borrowed GPUs,
+        and its 4-GPU jobs beside free GPUs on two others stayed
+        (tests/scheduler/test_reclaim_adversarial.py). So `_victims` tries a domain whose
+        cheapest walk finds no room frugally, with the least spent per slot first (then
+        the least cost): `BUDGET`, of what the borrowers may still lose (`spent`: a
+        team's largest victim is free, taken last), then `GPUS`, of their GPUs. Neither
+        order wins every case: one 8-GPU gang of a team that borrows 4 freeing two slots
+        costs no budget and 8 GPUs, four of its 1-GPU jobs freeing one slot 3 and 4; a
+        3-GPU job freeing one slot costs no budget and 3 GPUs, and a 4-GPU gang freeing
+        two 0 and 2 per slot, where the team may lose one job only
+        (tests/scheduler/test_victim_sets.py).
         """
         job, index = self.job, self.index
         q, want = job.gpus_per_worker, job.workers
@@ -424,7 +539,7 @@ class _Search:
                 for r in step:
                     taken.add(id(r))
                     chosen.append(r)
-                    self.removed[r.book] = self.removed.get(r.book, 0) + r.job.gpus
+                    self.add(self.removed, r)
                     for n, k in r.nodes:
                         if n in free:
                             slots += (free[n] + k) // q - free[n] // q
@@ -433,7 +548,7 @@ class _Search:
             self.removed = saved
         return (self.cost(chosen), self.rank(chosen)), chosen
 
-    def _step(self, nodes, free, taken, q, frugal=False) -> list[Running] | None:
+    def _step(self, nodes, free, taken, q, frugal=CHEAPEST) -> list[Running] | None:
         best = None
         cap, book = self.index.cap, self.book
         for n in nodes:
@@ -443,11 +558,17 @@ class _Search:
             victims = self.walk(n, free[n], goal, taken)
             if not victims:
                 continue
-            gained = sum(k for r in victims for m, k in r.nodes if m == n)
-            slots = (free[n] + gained) // q - free[n] // q
+            gained: dict[int, int] = {}  # on every node of the domain: a victim gang's too
+            for r in victims:
+                for m, k in r.nodes:
+                    if m in free:
+                        gained[m] = gained.get(m, 0) + k
+            slots = sum((free[m] + k) // q - free[m] // q for m, k in gained.items())
             own, prio, lost, count = self.cost(victims)
             key = (own, prio, lost / slots, count / slots, self.rank(victims), n)
-            if frugal:
+            if frugal == BUDGET:
+                key = (own, self.spent(victims) / slots, *key[1:])
+            elif frugal == GPUS:
                 spent = sum(r.job.gpus for r in victims if r.book is not book)
                 key = (own, spent / slots, *key[1:])
             if best is None or key < best[0]:
@@ -497,55 +618,172 @@ def _victims(
     The victims are released in tx (quota and GPUs), so the job fits on return.
     """
     search = _Search(p, job, pool, book, cands)
+    if len(cands) <= EXACT_MAX:
+        return _exact_all(p, job, pool, book, search, cands, tx)
     index = pool.index
     if placement.choose(index, job.workers, job.gpus_per_worker) is not None:
         return _complete(p, job, pool, book, search, [], cands, tx)  # only quota is short
     options = []
     if job.gpus <= index.cap:
-        found = search.single()
-        if found is not None:
-            options.append((found[0], 0, found[1]))
+        options += [(cost, 0, victims) for cost, victims in search.single()]
     if job.workers > 1:
         for d, nodes in enumerate(pool.domain_nodes()):
             if sum(len(search.by_node.get(n, ())) for n in nodes):
-                found = search.domain(d, nodes) or search.domain(d, nodes, frugal=True)
+                found = next(
+                    filter(None, (search.domain(d, nodes, order) for order in DOMAIN_ORDERS)),
+                    None,
+                )
                 if found is not None:
                     options.append((found[0], 1 + d, found[1]))
     options.sort(key=lambda o: (o[0], o[1]))
+    best = None  # the two cheapest targets, completed: the cheaper whole set wins
     for _, _, victims in options[:2]:
         mark = tx.mark()
         chosen = _complete(p, job, pool, book, search, victims, cands, tx)
         if chosen is not None:
-            return chosen
+            key = (search.cost(chosen), search.rank(chosen))
+            if best is None or key < best[0]:
+                best = (key, victims)
         tx.rollback(mark)
-    return None
+    if best is None:
+        return None
+    return _complete(p, job, pool, book, search, best[1], cands, tx)
+
+
+def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
+    """Return the cheapest allowed set of victims after which the job fits, or None if
+    there is none (released in tx, as _victims does): with few candidates, every set.
+
+    Branch and bound, candidates cheapest first: a set costs at least what its subsets
+    cost, so a branch is cut once it costs as much as the best set found, and not grown
+    once the job fits (what more victims add only costs more)."""
+    book = search.book
+    single = {id(r): search.cost([r]) for r in cands}
+    keyed = sorted(cands, key=lambda r: (single[id(r)], search.order[id(r)]))
+    best: list = [None, None]
+
+    def grow(i: int, chosen: list, cost: tuple, removed: dict) -> None:
+        for j in range(i, len(keyed)):
+            r = keyed[j]
+            one = single[id(r)]
+            after = (cost[0] or r.book is book, max(cost[1], one[1]), cost[2] + one[2], cost[3] + 1)
+            if best[0] is not None and after > best[0][0]:
+                continue
+            if not search.allowed(r, removed):
+                continue
+            chosen.append(r)
+            if (
+                best[0] is None
+                or after < best[0][0]
+                or (after == best[0][0] and search.rank(chosen) < best[0][1])
+            ):
+                mark = tx.mark()
+                _release(p, r, pool, tx)
+                was = removed.get(r.book)
+                search.add(removed, r)
+                if fits(p, job, pool, book):
+                    best[0], best[1] = (after, search.rank(chosen)), list(chosen)
+                else:
+                    grow(j + 1, chosen, after, removed)
+                if was is None:
+                    del removed[r.book]
+                else:
+                    removed[r.book] = was
+                tx.rollback(mark)
+            chosen.pop()
+
+    grow(0, [], (False, -math.inf, 0.0, 0), {})
+    if best[1] is None:
+        return None
+    for r in best[1]:
+        _release(p, r, pool, tx)
+    return sorted(best[1], key=lambda r: search.order[id(r)])
 
 
 def _complete(p, job, pool, book, search, victims, cands, tx) -> list[Running] | None:
-    """Release the target's victims, add more in victim order while quota does not fit,
-    then put back each one the job does not need, costliest first."""
+    """Release the target's victims and, while quota does not fit, more candidates: the
+    cheaper of the cheapest candidate enough by itself and the ones that lose the least
+    work per GPU (a greedy cover); then put back each victim the job does not need,
+    costliest first.
+
+    In victim order alone, a 7-GPU job started a minute ago went where a 1-GPU job
+    would do (420 GPU-seconds lost instead of 70), and a team's 4-GPU job taken first
+    ended its borrowing before its 1-GPU jobs the preemptor also needed.
+    """
     chosen = list(victims)
+    removed: dict = {}
     for r in chosen:
         _release(p, r, pool, tx)
+        search.add(removed, r)
     if not quota_fits(p, job, book):
-        picked = {id(r) for r in chosen}
-        for r in cands:  # the ledger has the released victims' quota back already
-            if id(r) in picked or not search.allowed(r, {}):
-                continue
+        extra = _cover(p, job, book, search, chosen, removed, cands, tx)
+        if extra is None:
+            return None
+        for r in extra:
             _release(p, r, pool, tx)
-            chosen.append(r)
-            if quota_fits(p, job, book):
-                break
+        chosen += extra
     if not fits(p, job, pool, book):
         return None
-    chosen.sort(key=lambda r: search.order[id(r)])
-    for r in reversed(list(chosen)):
-        _reacquire(p, r, pool, tx)
+    for r in sorted(chosen, key=lambda r: (search.cost([r]), search.order[id(r)]), reverse=True):
+        _reacquire(p, r, pool, tx)  # a subset of an allowed set is allowed
         if fits(p, job, pool, book):
             chosen.remove(r)
         else:
             _release(p, r, pool, tx)
+    chosen.sort(key=lambda r: search.order[id(r)])
     return chosen
+
+
+def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | None:
+    """Return the cheapest victims found, beyond `chosen`, that free the quota the job
+    lacks (quota only: the ledger is changed and restored here), or None.
+
+    Greedy: candidates are added least work lost per GPU first; before each, the
+    cheapest one that would be enough by itself completes a solution, and the cheapest
+    solution wins (two 1-GPU jobs a second old beat one 2-GPU job two seconds old)."""
+    ledger, f = p.ledger, job.flavor
+    picked = {id(r) for r in chosen}
+    rest = [r for r in cands if id(r) not in picked]
+    removed = dict(removed)
+    acc: list[Running] = []
+    best: tuple | None = None
+    mark = tx.mark()
+    try:
+        while rest:
+            ok = [r for r in rest if search.allowed(r, removed)]
+            if not ok:
+                break
+            ok.sort(key=lambda r: (search.cost([r]), search.order[id(r)]))
+            for r in ok:  # the cheapest that is enough by itself (O(1) each)
+                m = tx.mark()
+                tx.add(ledger, r.book, f, -r.job.gpus)
+                enough = quota_fits(p, job, book)
+                tx.rollback(m)
+                if enough:
+                    key = (search.cost(chosen + acc + [r]), search.rank(acc + [r]))
+                    if best is None or key < best[0]:
+                        best = (key, [*acc, r])
+                    break
+            r = min(ok, key=lambda r: (*search.cost([r])[:2], _per_gpu(search, r)))
+            if best is not None and search.cost(chosen + acc + [r]) >= best[0][0]:
+                break  # adding more only costs more
+            tx.add(ledger, r.book, f, -r.job.gpus)
+            acc.append(r)
+            search.add(removed, r)
+            rest.remove(r)
+            if quota_fits(p, job, book):
+                key = (search.cost(chosen + acc), search.rank(acc))
+                if best is None or key < best[0]:
+                    best = (key, list(acc))
+                break
+    finally:
+        tx.rollback(mark)
+    return None if best is None else best[1]
+
+
+def _per_gpu(search: _Search, r: Running) -> tuple:
+    """Return a candidate's work lost per GPU, then its place in victim order."""
+    return (search.cost([r])[2] / r.job.gpus, search.order[id(r)])
 
 
 def quota_fits(p: Pass, job: PendingJob, book: TeamBook) -> bool:
@@ -593,14 +831,40 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
         stops.add(r)
     stops.reserve(job.id, choice.gpus_on)
     p.charge(job)
-    waited = {id(r): r for n in choice.gpus_on for r in stops.jobs_on.get(n, ())}
-    if not waited:  # it fits on free GPUs once stopping jobs free their quota
-        waited = {id(r): r for rs in stops.jobs_on.values() for r in rs}
-    ordered = sorted(waited.values(), key=lambda r: stopping_key(r.end, r.job))
-    ids = tuple(r.job.id for r in ordered)
-    end = max((r.end for r in ordered), default=p.now)
+    return Wait(WAITING_FOR_PREEMPTION, _waited(p, job, book, pool, choice))
+
+
+def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice) -> tuple:
+    """Return (ids, by when, how many of them are its new victims) of the stopping jobs a
+    preemptor waits for, its new victims first, and claim its team's quota until then.
+
+    Those are its victims (one that frees quota only, elsewhere, too) and the other
+    stopping jobs on its target's nodes; if it has neither (it fits on free GPUs once
+    stopping jobs free their quota), the stopping jobs of its team and cohort. Counted
+    from the target's nodes alone, a quota victim elsewhere was left out (told 30 s, it
+    started after its 10-minute grace), another team's job already stopping there was
+    named as one it preempted, and with nothing on the target every stopping job of the
+    flavor was listed, one outside its cohort with an hour of grace among them.
+    """
+    stops = p.stops(pool)
+    mine = {id(r): r for r in choice.victims}
+    others = {
+        id(r): r for n in choice.gpus_on for r in stops.jobs_on.get(n, ()) if id(r) not in mine
+    }
+    if not mine and not others:
+        cohort = book.cohort
+        others = {
+            id(r): r
+            for rs in stops.jobs_on.values()
+            for r in rs
+            if r.book is book or (cohort is not None and r.book.cohort == cohort)
+        } or {id(r): r for rs in stops.jobs_on.values() for r in rs}
+    first = sorted(mine.values(), key=lambda r: stopping_key(r.end, r.job))
+    then = sorted(others.values(), key=lambda r: stopping_key(r.end, r.job))
+    ids = tuple(r.job.id for r in (*first, *then))
+    end = max((r.end for r in (*first, *then)), default=p.now)
     p.claim(job, end)
-    return Wait(WAITING_FOR_PREEMPTION, (ids, end, len(choice.victims)))
+    return (ids, end, len(first))
 
 
 def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running, stopping: dict) -> Preemption:
@@ -823,7 +1087,7 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     q = book.quota(f)
     if book.cohort is None or book.used(f) + job.gpus > q.nominal:
         return None
-    lent, teams, ends = 0, [], []
+    lent, teams = 0, []
     for other in p.ledger.members.get(book.cohort, ()):
         over = other.used(f) - other.quota(f).nominal
         if other is book or over <= 0:
@@ -833,14 +1097,47 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
         if k > 0:
             lent += k
             teams.append(other.name)
-            ends += [(r.end, r.job.gpus) for r in fixed]
     lent = min(lent, max(0, contribution(q, book.used(f))))
     if not lent:
         return None
-    short = job.gpus - max(0, room)
-    at = p.now
-    for end, gpus in sorted(ends):
-        at, short = end, short - gpus
-        if short <= 0:
-            break
-    return ("lent", lent, tuple(teams), at)
+    return ("lent", lent, tuple(teams), _lent_back_at(p, job, book))
+
+
+def _lent_back_at(p: Pass, job: PendingJob, book: TeamBook) -> float:
+    """Return when the cohort can give the job its quota, at the latest: the ends of the
+    cohort's jobs that reclaim cannot take (non-preemptible or stopping) replayed on the
+    ledger, soonest first, until its team's headroom and what reclaim could still take
+    from the borrowers (their preemptible GPUs, up to what each borrows) hold the job.
+
+    A team whose job ends gives back what it borrowed, and lends what it then leaves
+    idle only up to its lending limit: counted as every GPU of the ending jobs, the
+    sentence said "at the latest" an hour after the jobs' end when the quota came back
+    four hours later (test_explain_lent.py)."""
+    ledger, f = p.ledger, job.flavor
+    members = ledger.members.get(book.cohort, ())
+    ends, movable = [], {}
+    for member in members:
+        for r in p.running_of(member.name, f):
+            if r.stopping or not r.job.preemptible:
+                ends.append((r.end, r.job.id, member, r.job.gpus))
+            elif member is not book:
+                movable[member] = movable.get(member, 0) + r.job.gpus
+    ends.sort(key=lambda e: (e[0], e[1]))
+
+    def enough() -> bool:
+        reclaimable = sum(
+            min(k, max(0, m.used(f) - m.quota(f).nominal)) for m, k in movable.items()
+        )
+        return ledger.headroom(book, f) + reclaimable >= job.gpus
+
+    tx = Transaction()
+    try:
+        if enough():
+            return p.now
+        for end, _, member, gpus in ends:
+            tx.add(ledger, member, f, -gpus)
+            if enough():
+                return end
+        return math.inf
+    finally:
+        tx.rollback()

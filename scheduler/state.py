@@ -246,10 +246,11 @@ class Stops:
 class Started:
     """A job admitted in this pass: it holds its GPUs until now + max_runtime."""
 
-    __slots__ = ("team", "gpus", "per_worker", "nodes", "end")
+    __slots__ = ("team", "gpus", "per_worker", "nodes", "end", "array_id")
 
     def __init__(self, job: PendingJob, now: float, nodes: list[tuple[int, int]]) -> None:
         self.team = job.team
+        self.array_id = job.array_id
         self.gpus = job.gpus
         self.per_worker = job.gpus_per_worker
         self.nodes = nodes  # (node index, workers there)

@@ -69,17 +69,32 @@ def test_without_backfill_a_job_waiting_for_gpus_blocks_its_flavor():
 
 def test_quota_blocked_job_holds_its_teams_quota_not_gpus():
     c = Cluster().node("n0").node("n1")
-    c.team("a", nominal=8).team("b", nominal=8)
+    c.team("a", nominal=9).team("b", nominal=8)
     c.run(10, "a", on={"n0": 4}, runtime=10**6)
     c.run(11, "a", on={"n0": 4}, started=NOW, runtime=1000)
-    c.job(1, "a", gpus=4)  # a uses 8 of 8: its quota frees when job 11 ends at +1000
+    c.job(1, "a", gpus=4)  # a uses 8 of 9: its quota frees when job 11 ends at +1000
     c.job(2, "b", gpus=4, runtime=10**6)  # another team: no GPUs are held for job 1
-    c.job(3, "a", gpus=1, runtime=10**6)  # would outlast +1000 on a's quota
+    c.job(3, "a", gpus=1, runtime=10**6)  # fits a's quota now, but would outlast +1000
     plan = schedule(c.snapshot(policy="fifo-backfill"))
     assert admitted(plan) == [2]
     assert reasons(plan) == {1: "quota", 3: "reserved"}
     assert verdict(plan, 1).estimated_start == NOW + 1000
     assert "quota from 1970-01-12T14:03:20Z" in verdict(plan, 3).message  # NOW + 1000
+
+
+def test_a_job_its_quota_refuses_anyway_is_told_quota_not_the_hold():
+    """A quota hold says the job could start now if it ended before the hold's time;
+    that is false of a job its team's limit cannot take at all (a at 8 of 8): it is
+    told `quota`, with when its GPUs free up."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=8)
+    c.run(10, "a", on={"n0": 4}, runtime=10**6)
+    c.run(11, "a", on={"n0": 4}, started=NOW, runtime=1000)
+    c.job(1, "a", gpus=4)
+    c.job(3, "a", gpus=1, runtime=10**6)
+    plan = schedule(c.snapshot(policy="fifo-backfill"))
+    assert reasons(plan) == {1: "quota", 3: "quota"}
+    assert "could start now" not in verdict(plan, 3).message
 
 
 # -- no starvation ------------------------------------------------------------

@@ -338,7 +338,7 @@ RECLAIM = re.compile(
 )
 TEAM_USES = re.compile(r"team (\w+) uses (\d+) of (\d+) nominal")
 LENT = re.compile(
-    r"the (\d+) \w+ GPUs? lent from team \w+'s quota run non-preemptible jobs of team ([\w, ]+), so"
+    r"the (\d+) GPUs? lent from team \w+'s quota run non-preemptible jobs of team ([\w, ]+), so"
 )
 
 
@@ -395,22 +395,35 @@ def check_messages(plan, pending, before, nominal):
             assert 0 <= int(used) <= held[key], (v.message, held[key])
 
 
-WAITS = re.compile(r"waits for (?:(\d+) job\(s\) it preempted|stopping jobs) \(([\d, .]+)\)")
+WAITS = re.compile(
+    r"waits for (?:(\d+) job\(s\) it preempted \(([\d, .]+)\))?(?: and )?"
+    r"(?:(?:\d+ stopping job\(s\)|stopping jobs) \(([\d, .]+)\))? to free"
+)
+
+
+def _ids(text):
+    return [int(i) for i in (text or "").replace(", ...", "").split(", ") if i]
 
 
 def check_waits_name_stopping_jobs(plan, running):
-    """A job told it waits for jobs to stop names jobs that are stopping, and "N job(s)
-    it preempted" are the N this plan preempted for it."""
-    by = Counter(p.preemptor_id for p in plan.preemptions)
+    """A job told it waits for jobs to stop names jobs that are stopping: "N job(s) it
+    preempted" are the N this plan preempted for it, and the others were stopping
+    already (not among them)."""
+    by: dict[int, set] = {}
+    for p in plan.preemptions:
+        by.setdefault(p.preemptor_id, set()).add(p.job_id)
     for v in plan.verdicts:
         if v.reason_code != "waiting_for_preemption":
             continue
         m = WAITS.search(v.message)
-        assert m, v.message
-        new, ids = m.groups()
-        assert int(new or 0) == by[v.job_id], v.message
-        for i in ids.replace(", ...", "").split(", "):
-            assert running[int(i)].stopping, v.message
+        assert m and (m.group(1) or m.group(3)), v.message
+        new, victims, others = m.groups()
+        mine = by.get(v.job_id, set())
+        assert int(new or 0) == len(mine), v.message
+        if len(mine) <= 5:
+            assert set(_ids(victims)) == mine, v.message
+        for i in _ids(others):
+            assert running[i].stopping and i not in mine, v.message
 
 
 def describe(c, arrivals, config, backoff) -> str:
@@ -430,12 +443,17 @@ def describe(c, arrivals, config, backoff) -> str:
 
 
 def test_a_reserved_target_is_kept_across_passes():
-    """Passes every 15 s, grace 30 s. a's 2x4 gang job 27 preempts b's job 4 and a's jobs
-    24 and 25 to free n2 and n3; b's job 7 then reclaims d's job 19 for quota and
-    reserves free GPUs of n5. When job 27's victims have stopped, job 7 (its victim
-    still stopping) reserved again first by best fit and picked n3 beside its victim:
+    """Passes every 15 s, grace 30 s. Found by the random runs: a's 2x4 gang job 27
+    preempted b's job 4 and a's jobs 24 and 25 to free n2 and n3, and b's job 7 then
+    reclaimed d's job 19 for quota; when job 27's victims had stopped, job 7 (its victim
+    still stopping) reserved again first by best fit and picked n3 beside its victim, so
     job 27 no longer fitted in its block and preempted a's job 23 as well. Each keeps
-    the target its last pass stored (PendingJob.reserved_on, Plan.reservations)."""
+    the target its last pass stored (PendingJob.reserved_on, Plan.reservations; the
+    direct table is test_reclaim_adversarial.py's
+    test_a_preemptor_keeps_its_target_and_falls_back_when_it_is_gone). With victims
+    chosen for the least work lost (tests/scheduler/test_victim_sets.py) the same
+    arrivals now make job 27 take b's and d's 1-GPU jobs instead; what must hold is the
+    same: it starts, and every preemptor takes one round of victims."""
     c = Cluster()
     for name, flavor, gpus, block in [
         ("n0", "h100", 4, "b0"),
@@ -461,10 +479,12 @@ def test_a_reserved_target_is_kept_across_passes():
     arrivals += [(5, 24, "a", 1, 1, 45), (5, 25, "a", 1, 1, 45), (6, 26, "a", 1, 1, 45)]
     arrivals += [(6, 27, "a", 2, 4, 45, "h100", 1)]
     sim = Sim(c, preemption=True, backfill=False)
-    for _ in scripted(sim, arrivals, 15.0, 10):
-        pass
-    assert 27 in sim.started and 7 in sim.started
-    assert 23 not in sim.preempted  # job 27 preempted it in a second round
+    rounds: dict[int, set[int]] = {}  # preemptor -> the passes it preempted in
+    for step, plan in scripted(sim, arrivals, 15.0, 10):
+        for p in plan.preemptions:
+            rounds.setdefault(p.preemptor_id, set()).add(step)
+    assert 27 in sim.started and 27 in rounds
+    assert all(len(steps) == 1 for steps in rounds.values()), rounds
 
 
 def test_a_claim_survives_its_victim_ending_by_itself():

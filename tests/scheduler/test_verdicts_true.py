@@ -1,0 +1,190 @@
+"""What a waiting job is told is true of the snapshot and of what then happens.
+
+Each case is one a review found false (issue 13: "tells every pending job why it waits
+and when it should start"; defect 5, the sentence when reclaim cannot help): the
+numbers in the sentence, the jobs it names, and the estimated start, checked against
+the multi-pass run where a time is promised (tests.scheduler.helpers.Sim).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from scheduler import schedule
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, verdict
+
+
+def _time(message: str, pattern: str) -> float:
+    """Return the instant a message names after `pattern` (ISO 8601, UTC)."""
+    text = re.search(pattern, message).group(1)
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+def _start(sim: Sim, job_id: int, every: float, passes: int) -> float | None:
+    """Run passes `every` seconds apart; return when the job started, or None."""
+    for step in range(passes):
+        sim.step(NOW + every * step)
+        if job_id in sim.started:
+            return sim.started[job_id]
+    return None
+
+
+def test_lent_quota_comes_back_when_the_borrowers_lend_it_not_when_their_jobs_end():
+    """b (nominal 8, lending limit 0) and d (nominal 0) run non-preemptible jobs on a's
+    lent 8. b's 8-GPU job ends in an hour, but b then lends none of its own idle quota:
+    only the 4 it borrowed come back, and a's quota is whole when d's job ends, in 5 h.
+    Counted as every GPU of the ending jobs, the sentence said "at the latest" in an
+    hour."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c", lending_limit=0)
+    c.team("d", nominal=0, cohort="c")
+    c.run(10, "b", on={"n0": 8}, preemptible=False, runtime=HOUR, started=NOW)
+    c.run(11, "b", on={"n1": 4}, preemptible=False, runtime=10 * HOUR, started=NOW)
+    c.run(12, "d", on={"n1": 4}, preemptible=False, runtime=5 * HOUR, started=NOW)
+    c.job(1, "a", gpus=8)
+    v = verdict(schedule(c.snapshot()), 1)
+    assert "run non-preemptible jobs of team b, d" in v.message
+    latest = _time(v.message, r"at the latest (\S+)$")  # rounded up to the minute
+    assert _start(Sim(c), 1, 600.0, 40) == NOW + 5 * HOUR
+    assert 0 <= latest - (NOW + 5 * HOUR) < 60
+    assert v.estimated_start == NOW + 5 * HOUR
+
+
+def test_a_preemptor_is_estimated_at_its_victims_stop_not_behind_the_job_before_it():
+    """a's job 1 holds a's quota for 10 h; a's job 2 preempts a's low-priority job 11 and
+    starts when it has stopped, 30 s later. The shadow, which starts no job before the
+    one ahead of it, estimated it 10 h away."""
+    c = Cluster().node("n0", gpus=8).node("n1", gpus=4)
+    c.team("a", nominal=12).team("e", nominal=4)
+    c.run(10, "a", on={"n0": 4}, preemptible=False, runtime=10 * HOUR, started=NOW)
+    c.run(12, "e", on={"n0": 4}, runtime=10 * HOUR, started=NOW)
+    c.run(11, "a", on={"n1": 4}, runtime=10 * HOUR, started=NOW)
+    c.job(1, "a", gpus=8, priority=1)
+    c.job(2, "a", gpus=4, priority=1)
+    v = verdict(schedule(c.snapshot()), 2)
+    assert v.reason_code == "waiting_for_preemption"
+    assert v.estimated_start == NOW + 30 == _start(Sim(c), 2, 30.0, 3)
+
+
+def test_a_preemptor_names_its_victims_and_waits_for_the_last_of_them():
+    """a's 8-GPU job reclaims b's job 10 on its target node and b's job 12 (grace 600 s)
+    on another node, for quota. Counted from the target's nodes alone, it was told
+    "2 job(s) it preempted (10) ... by" +30 s, and started at +600 s."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c").team("e", nominal=8)
+    c.run(10, "b", on={"n0": 4}, runtime=10 * HOUR)
+    c.run(12, "b", on={"n1": 4}, runtime=10 * HOUR, grace=600)
+    c.run(13, "e", on={"n1": 4}, runtime=10 * HOUR)
+    c.job(1, "a", gpus=8)
+    plan = schedule(c.snapshot())
+    assert sorted(p.job_id for p in plan.preemptions) == [10, 12]
+    v = verdict(plan, 1)
+    assert "waits for 2 job(s) it preempted (10, 12) to free their GPUs" in v.message
+    assert _time(v.message, r"by (\S+?)(?:;|$)") == NOW + 600 == _start(Sim(c), 1, 30.0, 30)
+
+
+def test_a_job_already_stopping_on_the_target_is_not_called_a_victim():
+    """Team e's job 11 was stopping already on a's target node; a preempted b's 10 and
+    12, and was told "waits for 2 job(s) it preempted (10, 11)"."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c").team("e", nominal=8)
+    c.run(10, "b", on={"n0": 4}, runtime=10 * HOUR)
+    c.run(12, "b", on={"n1": 4}, runtime=10 * HOUR)
+    c.run(11, "e", on={"n0": 4}, stopping=True, stop_requested=NOW - 5, grace=600)
+    c.run(13, "e", on={"n1": 4}, runtime=10 * HOUR)
+    c.job(1, "a", gpus=8)
+    plan = schedule(c.snapshot())
+    assert sorted(p.job_id for p in plan.preemptions if p.preemptor_id == 1) == [10, 12]
+    assert "waits for 2 job(s) it preempted (10, 12) and 1 stopping job(s) (11)" in (
+        verdict(plan, 1).message
+    )
+
+
+def test_a_job_waiting_for_stopping_quota_names_its_cohorts_stopping_jobs_only():
+    """a waits for b's stopping job 10 to give back the cohort's quota (n3 is free). It
+    was also told it waited for team e's job 11 (outside the cohort, another node, an
+    hour of grace), and estimated an hour away; it starts at the next pass."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c").team("e", nominal=8)
+    c.team("d", nominal=8, cohort="c")
+    c.run(10, "b", on={"n0": 4, "n2": 4}, stopping=True, stop_requested=NOW - 5)
+    c.run(13, "d", on={"n0": 4}, runtime=10 * HOUR)
+    c.run(14, "d", on={"n1": 4}, runtime=10 * HOUR)
+    c.run(11, "e", on={"n1": 4}, stopping=True, stop_requested=NOW - 5, grace=3600)
+    c.run(16, "e", on={"n2": 4}, runtime=10 * HOUR)
+    c.node("n3", gpus=8)
+    c.job(1, "a", gpus=8)
+    v = verdict(schedule(c.snapshot()), 1)
+    assert "waits for stopping jobs (10) to free" in v.message
+    assert v.estimated_start == NOW + 25
+    sim = Sim(c)
+    sim.stop_at[10], sim.stop_at[11] = NOW + 25, NOW + 3595
+    assert _start(sim, 1, 30.0, 3) == NOW + 30
+
+
+def test_a_job_its_quota_refuses_anyway_is_not_promised_a_start_by_a_hold():
+    """a uses 12 of 16 and job 1 holds a's quota from +2 h. Job 2 (6 GPUs) was told
+    `reserved`: "it could start now if its max runtime were at most 2 h"; shorter, it is
+    told `quota` (12 + 6 > 16). So is it now, long or short. Likewise behind a cohort
+    hold a borrower the cohort cannot take is told `cohort_busy`."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=16)
+    c.run(10, "a", on={"n0": 8}, runtime=2 * HOUR, started=NOW)
+    c.run(11, "a", on={"n1": 4}, runtime=3 * HOUR, started=NOW)
+    c.job(1, "a", gpus=8)
+    c.job(2, "a", gpus=6, runtime=4 * HOUR)
+    for runtime in (4 * HOUR, HOUR):
+        pending = (c.pending[0], replace(c.pending[1], max_runtime=runtime))
+        v = verdict(schedule(replace(c.snapshot(), pending=pending)), 2)
+        assert v.reason_code == "quota" and "could start now" not in v.message, v.message
+
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=0, cohort="c").team("b", nominal=0, cohort="c")
+    c.team("l", nominal=8, cohort="c")
+    c.run(10, "l", on={"n0": 4}, runtime=2 * HOUR, started=NOW)
+    c.run(11, "b", on={"n1": 4}, runtime=3 * HOUR, started=NOW)
+    c.job(1, "a", gpus=8)
+    c.job(2, "b", gpus=6, runtime=4 * HOUR)
+    v = verdict(schedule(c.snapshot()), 2)
+    assert v.reason_code == "cohort_busy", v.message
+
+
+def test_a_team_is_not_said_to_use_a_gpu_twice():
+    """No cohort: a's job 1 preempts a's job 10 (8 GPUs) by priority. Job 2 was told
+    "team a uses 16 (8 of them for its jobs waiting for preemption) of 8 nominal": the
+    8 GPUs job 10 frees are the 8 charged to job 1."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8)
+    c.run(10, "a", on={"n0": 8}, runtime=10 * HOUR, priority=0)
+    c.job(1, "a", gpus=8, priority=5)
+    c.job(2, "a", gpus=1, priority=1)
+    msg = verdict(schedule(c.snapshot()), 2).message
+    assert "team a uses 8 (8 of them for its jobs waiting for preemption) of 8 nominal" in msg
+
+
+def test_a_teams_usage_and_its_preemptors_part_are_of_one_moment():
+    """d's job 1 was told "team d uses 0 (4 of them for its jobs waiting for preemption)":
+    the 0 when job 1 was considered, the 4 charged later in the pass to job 2."""
+    c = Cluster().node("n0", gpus=8).node("n1", gpus=4)
+    c.team("d", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "b", on={"n0": 4}, preemptible=False, runtime=HOUR, started=NOW)
+    c.run(11, "b", on={"n1": 4}, runtime=10 * HOUR, started=NOW)
+    c.job(1, "d", gpus=8)
+    c.job(2, "d", gpus=4)
+    msg = verdict(schedule(c.snapshot()), 1).message
+    assert "team d uses 0 of 8 nominal" in msg, msg
+
+
+def test_an_array_task_is_told_which_tasks_take_its_arrays_slots():
+    """Limit %2, no task running, tasks 1 and 2 wait for quota: task 3 was told "array 7
+    already has 2 tasks running"."""
+    c = Cluster().nodes_(1)
+    c.team("a", nominal=8)
+    c.run(10, "a", on={"n0": 8}, runtime=2 * HOUR, started=NOW)
+    for i in (1, 2, 3):
+        c.job(i, "a", gpus=4)
+    c.pending = [replace(j, array_id=7, array_limit=2) for j in c.pending]
+    msg = verdict(schedule(c.snapshot()), 3).message
+    assert "array 7 has 0 tasks running and 2 ahead of it in the queue" in msg, msg
