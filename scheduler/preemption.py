@@ -16,18 +16,23 @@ Rules:
    stopped (`_future`): their quota is free, and so are their GPUs except
    those already reserved for a preemptor. If that is enough, no victim is
    chosen and the job waits for the stopping jobs.
-3. Victims are chosen for a concrete target placement (`_target`): on every
-   node the candidates there are taken in victim order
-   (scheduler.ordering.victim_key) until the node holds what the gang needs
-   from it; for a multi-node gang, inside one topology domain, the node that
-   gains a worker slot at the least cost goes next. The target with the least
-   cost wins: victims of borrowing teams only before own lower-priority jobs,
-   then the lowest highest priority, then the least work lost (GPU-seconds
-   since the last checkpoint), then the fewest jobs. One of another team is
-   skipped once that team no longer borrows (counting the victims already
-   chosen). If quota still does not fit, more candidates are added in victim
-   order; then each victim is put back, costliest first, if the job still fits
-   without it (Kueue's minimalPreemptions).
+3. Victims are chosen for a concrete target placement, so that the gang fits
+   once they stop. A job of another team is a victim only while that team
+   still borrows, asked of the set (`_Search.allowed`: its chosen GPUs but the
+   largest job's below what it borrows, the largest taken last). Cost, smaller
+   first: victims of borrowing teams only before own lower-priority jobs, then
+   the lowest highest priority, then the least work lost (GPU-seconds since
+   the last checkpoint), then the fewest jobs; victim order breaks ties. With
+   at most EXACT_MAX candidates every allowed set is searched (`_exact_all`).
+   With more: a single-node gang takes the cheapest allowed set on each node
+   (exact over the node's candidates, `_Search._exact`), the two cheapest nodes
+   are completed for quota and the cheaper whole set wins; a multi-node gang,
+   inside each topology domain, greedily gives the next worker slot to the node
+   that gains it at the least cost per slot (then, if that finds no room, the
+   least borrowing budget or the fewest borrowed GPUs per slot). If quota still
+   does not fit, more candidates are added as a greedy cover (`_cover`); then
+   each victim is put back, costliest first, if the job still fits without it
+   (Kueue's minimalPreemptions).
 4. The preemptor is not admitted in this pass: its victims keep their GPUs for
    their grace period. It waits (waiting_for_preemption), the GPUs of its
    target are reserved for it (scheduler.state.Stops: free ones are hidden
