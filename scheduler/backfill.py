@@ -81,14 +81,17 @@ class Reservation:
         self.place = place  # (node, GPUs) it will take at `start`
 
 
-def _held(p: Pass, job: PendingJob, held: Reservation) -> Wait | None:
-    """Return `reserved` for a job a quota or cohort hold stops, or None if its quota
-    would refuse it anyway: then the quota check says so (`quota`, `cohort_busy`).
-    `reserved` says it could start now if it ended before the hold's time, which is
-    false of a job its team's limit or its cohort cannot take at all."""
-    if p.quota_wait(job, p.ledger.book(job.team)) is not None:
-        return None
-    return Wait(RESERVED, (held.job.id, held.start, held.nodes))
+def _held(p: Pass, job: PendingJob, held: Reservation) -> Wait:
+    """Return `reserved` for a job a quota or cohort hold stops; info[3] says whether its
+    quota would refuse it now anyway (then it could not start now even if it ended before
+    the hold's time, and its sentence says so, not that it could). Still `reserved`: told
+    `quota` or `cohort_busy`, a job within its nominal quota would reclaim, and take the
+    team's quota the hold keeps for its gang (the core's benchmark: 5% more preemptions,
+    6% fewer admissions)."""
+    refused = False
+    if p.config.explain:  # for the sentence only: its quota's headroom now
+        refused = p.ledger.headroom(p.ledger.book(job.team), job.flavor) < job.gpus
+    return Wait(RESERVED, (held.job.id, held.start, held.nodes, refused))
 
 
 class Backfill(Gate):

@@ -432,7 +432,9 @@ def _cohort_busy(
     return f"{text}; would start when {gpus(short)} of the cohort {'is' if short == 1 else 'are'} freed"
 
 
-def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -> str:
+def _reserved(
+    p: Pass, job: PendingJob, holder: int, start: float, nodes: int, refused: bool = False
+) -> str:
     if nodes == CLAIM_HOLD:  # a preemptor of its team waiting for its victims
         return (
             f"{_needs(p, job)}; it would take team {job.team} past its nominal quota while "
@@ -445,10 +447,24 @@ def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int) -
         held = f"which needs the cohort's idle quota from {_at(p, start)}"
     else:
         held = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
+    if refused:  # its quota cannot take it now either (Backfill's _held)
+        book = p.ledger.book(job.team)
+        return (
+            f"{_needs(p, job)}; it would delay job {holder}, {held}; and {_team(p, job)}"
+            f"{_cohort_room(p, job, book)}, so it could not start now even if it ended sooner"
+        )
     return (
         f"{_needs(p, job)}; it would delay job {holder}, {held}; it could start now if its max "
         f"runtime were at most {duration(max(0.0, start - p.now))}"
     )
+
+
+def _cohort_room(p: Pass, job: PendingJob, book) -> str:
+    """Return ' and cohort c can give it only 2 more now' for a team in a cohort."""
+    if book.cohort is None:
+        return f" and may hold at most {p.ledger.limit(book, job.flavor):g}"
+    room = max(0.0, p.ledger.headroom(book, job.flavor))
+    return f" and cohort {book.cohort} can give it only {room:g} more now"
 
 
 def _priority(p: Pass, job: PendingJob, why: str, *facts) -> str:

@@ -82,10 +82,10 @@ def test_quota_blocked_job_holds_its_teams_quota_not_gpus():
     assert "quota from 1970-01-12T14:03:20Z" in verdict(plan, 3).message  # NOW + 1000
 
 
-def test_a_job_its_quota_refuses_anyway_is_told_quota_not_the_hold():
+def test_a_job_its_quota_refuses_anyway_is_not_told_it_could_start_now():
     """A quota hold says the job could start now if it ended before the hold's time;
     that is false of a job its team's limit cannot take at all (a at 8 of 8): it is
-    told `quota`, with when its GPUs free up."""
+    still held (`reserved`: told `quota` it would try to preempt), and told so."""
     c = Cluster().node("n0").node("n1")
     c.team("a", nominal=8)
     c.run(10, "a", on={"n0": 4}, runtime=10**6)
@@ -93,8 +93,12 @@ def test_a_job_its_quota_refuses_anyway_is_told_quota_not_the_hold():
     c.job(1, "a", gpus=4)
     c.job(3, "a", gpus=1, runtime=10**6)
     plan = schedule(c.snapshot(policy="fifo-backfill"))
-    assert reasons(plan) == {1: "quota", 3: "quota"}
-    assert "could start now" not in verdict(plan, 3).message
+    assert reasons(plan) == {1: "quota", 3: "reserved"}
+    message = verdict(plan, 3).message
+    assert "could start now" not in message
+    assert "team a uses 8 of 8 nominal and may hold at most 8, so it could not start now" in (
+        message
+    )
 
 
 # -- no starvation ------------------------------------------------------------

@@ -127,8 +127,8 @@ def test_a_job_waiting_for_stopping_quota_names_its_cohorts_stopping_jobs_only()
 def test_a_job_its_quota_refuses_anyway_is_not_promised_a_start_by_a_hold():
     """a uses 12 of 16 and job 1 holds a's quota from +2 h. Job 2 (6 GPUs) was told
     `reserved`: "it could start now if its max runtime were at most 2 h"; shorter, it is
-    told `quota` (12 + 6 > 16). So is it now, long or short. Likewise behind a cohort
-    hold a borrower the cohort cannot take is told `cohort_busy`."""
+    told `quota` (12 + 6 > 16). Now it is told that its quota refuses it too, long or
+    short. Likewise behind a cohort hold, a borrower the cohort cannot take."""
     c = Cluster().nodes_(3)
     c.team("a", nominal=16)
     c.run(10, "a", on={"n0": 8}, runtime=2 * HOUR, started=NOW)
@@ -138,7 +138,9 @@ def test_a_job_its_quota_refuses_anyway_is_not_promised_a_start_by_a_hold():
     for runtime in (4 * HOUR, HOUR):
         pending = (c.pending[0], replace(c.pending[1], max_runtime=runtime))
         v = verdict(schedule(replace(c.snapshot(), pending=pending)), 2)
-        assert v.reason_code == "quota" and "could start now" not in v.message, v.message
+        assert "could start now if" not in v.message, v.message
+        if v.reason_code == "reserved":
+            assert "so it could not start now even if it ended sooner" in v.message
 
     c = Cluster().nodes_(3)
     c.team("a", nominal=0, cohort="c").team("b", nominal=0, cohort="c")
@@ -148,7 +150,8 @@ def test_a_job_its_quota_refuses_anyway_is_not_promised_a_start_by_a_hold():
     c.job(1, "a", gpus=8)
     c.job(2, "b", gpus=6, runtime=4 * HOUR)
     v = verdict(schedule(c.snapshot()), 2)
-    assert v.reason_code == "cohort_busy", v.message
+    assert v.reason_code == "reserved", v.message
+    assert "cohort c can give it only 0 more now, so it could not start now" in v.message
 
 
 def test_a_team_is_not_said_to_use_a_gpu_twice():
