@@ -449,8 +449,11 @@ def _reserved(
         held = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
     if refused:  # its quota cannot take it now either (Backfill's _held)
         book = p.ledger.book(job.team)
+        pool = p.pools.get(job.flavor)
+        stopping = 0 if pool is None else p.stops(pool).quota.get(book, 0)
+        until = f" (its stopping jobs hold {stopping} more until they stop)" if stopping else ""
         return (
-            f"{_needs(p, job)}; it would delay job {holder}, {held}; and {_team(p, job)}"
+            f"{_needs(p, job)}; it would delay job {holder}, {held}; and {_team(p, job)}{until}"
             f"{_cohort_room(p, job, book)}, so it could not start now even if it ended sooner"
         )
     return (

@@ -24,12 +24,13 @@ Rules:
    the lowest highest priority, then the least work lost (GPU-seconds since
    the last checkpoint), then the fewest jobs; victim order breaks ties. With
    at most EXACT_MAX candidates every allowed set is searched (`_exact_all`).
-   With more: a single-node gang takes the cheapest allowed set on each node
-   (exact over the node's candidates, `_Search._exact`), the two cheapest nodes
-   are completed for quota and the cheaper whole set wins; a multi-node gang,
-   inside each topology domain, greedily gives the next worker slot to the node
-   that gains it at the least cost per slot (then, if that finds no room, the
-   least borrowing budget or the fewest borrowed GPUs per slot). If quota still
+   With more: a single-node gang takes each node's candidates in victim order,
+   or the cheapest allowed set of them when cheaper (`_Search._exact`); the two
+   cheapest nodes are completed for quota and the cheaper whole set wins. A
+   multi-node gang, inside each topology domain, greedily gives the next worker
+   slot to the node that gains it at the least cost per slot (then, if that
+   finds no room, the least borrowing budget or the fewest borrowed GPUs per
+   slot). If quota still
    does not fit, more candidates are added as a greedy cover (`_cover`); then
    each victim is put back, costliest first, if the job still fits without it
    (Kueue's minimalPreemptions).
@@ -81,8 +82,11 @@ if TYPE_CHECKING:
     from .quota import TeamBook
     from .state import Pool
 
-# The most candidates on one node for which the exact search of its victims runs.
+# The most candidates for which the exact search of victims runs (a preemptor's, or
+# one node's), and the most fit checks it may spend before the search per target
+# takes over (a branch and bound over 12 candidates that cannot fit checks 4,096 sets).
 EXACT_MAX = 12
+EXACT_CHECKS = 256
 
 # The orders of a domain walk (_Search.domain), tried in turn until one finds room.
 CHEAPEST, BUDGET, GPUS = 0, 1, 2
@@ -625,6 +629,11 @@ def _victims(
     search = _Search(p, job, pool, book, cands)
     if len(cands) <= EXACT_MAX:
         return _exact_all(p, job, pool, book, search, cands, tx)
+    return _heuristic(p, job, pool, book, search, cands, tx)
+
+
+def _heuristic(p, job, pool, book, search, cands, tx) -> list[Running] | None:
+    """Return the victims found by the search per target (rule 3, more candidates)."""
     index = pool.index
     if placement.choose(index, job.workers, job.gpus_per_worker) is not None:
         return _complete(p, job, pool, book, search, [], cands, tx)  # only quota is short
@@ -663,9 +672,17 @@ def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
     cost, so a branch is cut once it costs as much as the best set found, and not grown
     once the job fits (what more victims add only costs more)."""
     book = search.book
+    mark = tx.mark()
+    for r in cands:  # with every candidate gone it must fit, or no set will
+        _release(p, r, pool, tx)
+    possible = fits(p, job, pool, book)
+    tx.rollback(mark)
+    if not possible:
+        return None
     single = {id(r): search.cost([r]) for r in cands}
     keyed = sorted(cands, key=lambda r: (single[id(r)], search.order[id(r)]))
     best: list = [None, None]
+    checks = [EXACT_CHECKS]  # fit checks left; spent, the search per target decides
 
     def grow(i: int, chosen: list, cost: tuple, removed: dict) -> None:
         for j in range(i, len(keyed)):
@@ -682,6 +699,10 @@ def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
                 or after < best[0][0]
                 or (after == best[0][0] and search.rank(chosen) < best[0][1])
             ):
+                if checks[0] <= 0:
+                    chosen.pop()
+                    return
+                checks[0] -= 1
                 mark = tx.mark()
                 _release(p, r, pool, tx)
                 was = removed.get(r.book)
@@ -698,6 +719,8 @@ def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
             chosen.pop()
 
     grow(0, [], (False, -math.inf, 0.0, 0), {})
+    if checks[0] <= 0:
+        return _heuristic(p, job, pool, book, search, cands, tx)
     if best[1] is None:
         return None
     for r in best[1]:
@@ -745,50 +768,69 @@ def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | 
 
     Greedy: candidates are added least work lost per GPU first; before each, the
     cheapest one that would be enough by itself completes a solution, and the cheapest
-    solution wins (two 1-GPU jobs a second old beat one 2-GPU job two seconds old)."""
+    solution wins (two 1-GPU jobs a second old beat one 2-GPU job two seconds old). One
+    pass over the candidates in each order: a candidate frees at most its GPUs of
+    headroom, so one smaller than what the job still lacks is not tried as the last."""
     ledger, f = p.ledger, job.flavor
     picked = {id(r) for r in chosen}
     rest = [r for r in cands if id(r) not in picked]
+    if not rest:
+        return None
+    single = {id(r): search.cost([r]) for r in rest}
+    order = search.order
+    by_cost = sorted(rest, key=lambda r: (single[id(r)], order[id(r)]))
+    by_gpu = sorted(
+        rest,
+        key=lambda r: (*single[id(r)][:2], single[id(r)][2] / r.job.gpus, order[id(r)]),
+    )
+    largest = max(r.job.gpus for r in rest)
     removed = dict(removed)
+    base = search.cost(chosen)
     acc: list[Running] = []
+    total = base  # cost of chosen + acc, kept as victims are added
+
+    def plus(cost: tuple, r: Running) -> tuple:
+        one = single[id(r)]
+        return (cost[0] or one[0], max(cost[1], one[1]), cost[2] + one[2], cost[3] + 1)
+
     best: tuple | None = None
     mark = tx.mark()
     try:
-        while rest:
-            ok = [r for r in rest if search.allowed(r, removed)]
-            if not ok:
-                break
-            ok.sort(key=lambda r: (search.cost([r]), search.order[id(r)]))
-            for r in ok:  # the cheapest that is enough by itself (O(1) each)
-                m = tx.mark()
-                tx.add(ledger, r.book, f, -r.job.gpus)
-                enough = quota_fits(p, job, book)
-                tx.rollback(m)
-                if enough:
-                    key = (search.cost(chosen + acc + [r]), search.rank(acc + [r]))
-                    if best is None or key < best[0]:
-                        best = (key, [*acc, r])
-                    break
-            r = min(ok, key=lambda r: (*search.cost([r])[:2], _per_gpu(search, r)))
-            if best is not None and search.cost(chosen + acc + [r]) >= best[0][0]:
+        for r in by_gpu:
+            if id(r) in picked or not search.allowed(r, removed):
+                continue
+            short = job.gpus - ledger.headroom(book, f)
+            if largest >= short:
+                for last in by_cost:  # the cheapest enough by itself, this far
+                    if last.job.gpus < short or id(last) in picked:
+                        continue
+                    if best is not None and plus(total, last) >= best[0][0]:
+                        continue
+                    if not search.allowed(last, removed):
+                        continue
+                    m = tx.mark()
+                    tx.add(ledger, last.book, f, -last.job.gpus)
+                    enough = quota_fits(p, job, book)
+                    tx.rollback(m)
+                    if enough:
+                        best = ((plus(total, last), search.rank([*acc, last])), [*acc, last])
+                        break
+            after = plus(total, r)
+            if best is not None and after >= best[0][0]:
                 break  # adding more only costs more
             tx.add(ledger, r.book, f, -r.job.gpus)
             acc.append(r)
+            picked.add(id(r))
             search.add(removed, r)
-            rest.remove(r)
+            total = after
             if quota_fits(p, job, book):
-                key = (search.cost(chosen + acc), search.rank(acc))
+                key = (total, search.rank(acc))
                 if best is None or key < best[0]:
                     best = (key, list(acc))
                 break
     finally:
         tx.rollback(mark)
     return None if best is None else best[1]
-
-
-def _per_gpu(search: _Search, r: Running) -> tuple:
-    """Return a candidate's work lost per GPU, then its place in victim order."""
-    return (search.cost([r])[2] / r.job.gpus, search.order[id(r)])
 
 
 def quota_fits(p: Pass, job: PendingJob, book: TeamBook) -> bool:
@@ -843,7 +885,10 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
     """Return (ids, by when, how many of them are its new victims) of the stopping jobs a
     preemptor waits for, its new victims first, and claim its team's quota until then.
 
-    Those are its victims (one that frees quota only, elsewhere, too) and the other
+    Those are its victims (one that frees quota only, elsewhere, too, and those of
+    earlier passes that still stop: without them, the pass after its preemption said
+    "waits for stopping jobs (11) ... by" 30 s for a victim with 10 minutes of grace)
+    and the other
     stopping jobs on its target's nodes; if it has neither (it fits on free GPUs once
     stopping jobs free their quota), the stopping jobs of its team and cohort. Counted
     from the target's nodes alone, a quota victim elsewhere was left out (told 30 s, it
@@ -853,6 +898,10 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
     """
     stops = p.stops(pool)
     mine = {id(r): r for r in choice.victims}
+    for rs in stops.jobs_on.values():  # its victims of earlier passes, still stopping
+        for r in rs:
+            if r.job.preempted_by == job.id:
+                mine[id(r)] = r
     others = {
         id(r): r for n in choice.gpus_on for r in stops.jobs_on.get(n, ()) if id(r) not in mine
     }

@@ -114,15 +114,18 @@ class Wait(NamedTuple):
                          job's GPU-hours: GPUs x max run time)  (scheduler.budgets)
       backoff: (when it becomes eligible, how many times it was requeued)
       fifo_blocked: (id of the blocked job ahead, its reason code)
-      waiting_for_preemption: (ids waited for, their latest end, how many preempted now)
+      waiting_for_preemption: (ids waited for, its victims first, their latest end,
+                               how many of the ids are its victims)
       quota, cohort_busy: (team usage, nominal, usage limit, GPUs it may still take,
                            why: () | ("kept", idle quota kept for teams within nominal
                                      [, of it on the free GPUs, the free GPUs: when
                                      those bind]) |
                            ("lent", GPUs of its quota lent to non-preemptible jobs,
-                            their teams, when enough of them will have ended))
+                            their teams, when enough of them will have ended),
+                           the usage messages give: Pass.said)
       reserved: (reserved job id, reserved start, its number of nodes; 0 for a
-                team's quota hold)
+                team's quota hold, COHORT_HOLD, CLAIM_HOLD [, for a quota or cohort
+                hold: whether its quota refuses it now anyway])
       priority: ("took", jobs admitted ahead, their GPUs) | ("limit", jobs considered)
       capacity codes: (free GPUs, most free on a node, worker slots, best domain's
                       worker slots), or () when explanations are off

@@ -407,9 +407,12 @@ def _ids(text):
 
 def check_waits_name_stopping_jobs(plan, running):
     """A job told it waits for jobs to stop names jobs that are stopping: "N job(s) it
-    preempted" are the N this plan preempted for it, and the others were stopping
-    already (not among them)."""
+    preempted" are its victims still stopping (this plan's and earlier ones'), and the
+    others were stopping already and are not its victims."""
     by: dict[int, set] = {}
+    for r in running.values():
+        if r.stopping and r.preempted_by is not None:
+            by.setdefault(r.preempted_by, set()).add(r.id)
     for p in plan.preemptions:
         by.setdefault(p.preemptor_id, set()).add(p.job_id)
     for v in plan.verdicts:
@@ -418,10 +421,10 @@ def check_waits_name_stopping_jobs(plan, running):
         m = WAITS.search(v.message)
         assert m and (m.group(1) or m.group(3)), v.message
         new, victims, others = m.groups()
-        mine = by.get(v.job_id, set())
-        assert int(new or 0) == len(mine), v.message
+        mine = {i for i in by.get(v.job_id, set()) if running[i].stopping}
+        assert int(new or 0) == len(mine), (v.message, mine)
         if len(mine) <= 5:
-            assert set(_ids(victims)) == mine, v.message
+            assert set(_ids(victims)) == mine, (v.message, mine)
         for i in _ids(others):
             assert running[i].stopping and i not in mine, v.message
 

@@ -191,3 +191,39 @@ def test_an_array_task_is_told_which_tasks_take_its_arrays_slots():
     c.pending = [replace(j, array_id=7, array_limit=2) for j in c.pending]
     msg = verdict(schedule(c.snapshot()), 3).message
     assert "array 7 has 0 tasks running and 2 ahead of it in the queue" in msg, msg
+
+
+def test_a_held_job_refused_by_quota_is_told_of_its_teams_stopping_jobs():
+    """a's job 2 (2 GPUs) is held by job 1's quota hold, and a's quota refuses it now
+    because a's stopping job still holds 2: told only "a uses 6 of 8 ... could not start
+    now", it read as if 6 + 2 fitted 8."""
+    c = Cluster().node("n0", gpus=16)
+    c.team("a", nominal=8)
+    c.run(10, "a", on={"n0": 2}, stopping=True, stop_requested=NOW - 5, runtime=100 * HOUR)
+    c.run(11, "a", on={"n0": 6}, runtime=HOUR)
+    c.job(1, "a", gpus=4, runtime=100 * HOUR)
+    c.job(2, "a", gpus=2, runtime=100 * HOUR)
+    v = verdict(schedule(c.snapshot()), 2)
+    assert v.reason_code == "reserved"
+    assert "team a uses 6 of 8 nominal (its stopping jobs hold 2 more until they stop)" in (
+        v.message
+    )
+
+
+def test_a_preemptor_still_names_its_quota_victim_at_the_next_pass():
+    """a's 8-GPU job preempts b's job 11 on its target n1 (30 s of grace) and b's job 10
+    on n0 for quota (600 s). At the next pass, 10 s later, it reserved again and said
+    "waits for stopping jobs (11) ... by" +30 s, estimated then; job 10 stops at +600."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c").team("x", nominal=4)
+    c.run(90, "x", on={"n0": 4}, preemptible=False, runtime=100 * HOUR)
+    c.run(10, "b", on={"n0": 4}, runtime=100 * HOUR, grace=600.0)
+    c.run(11, "b", on={"n1": 4}, runtime=100 * HOUR, grace=30.0)
+    c.job(1, "a", gpus=8, runtime=100 * HOUR)
+    sim = Sim(c)
+    first = sim.step(NOW)
+    assert sorted(p.job_id for p in first.preemptions) == [10, 11]
+    v = verdict(sim.step(NOW + 10), 1)
+    assert v.reason_code == "waiting_for_preemption"
+    assert "waits for 2 job(s) it preempted (11, 10)" in v.message, v.message
+    assert v.estimated_start == NOW + 600
