@@ -84,9 +84,9 @@ if TYPE_CHECKING:
 
 # The most candidates for which the exact search of victims runs (a preemptor's, or
 # one node's), and the most fit checks it may spend before the search per target
-# takes over (a branch and bound over 12 candidates that cannot fit checks 4,096 sets).
+# takes over (a hard search over 12 candidates may check up to 4,096 sets).
 EXACT_MAX = 12
-EXACT_CHECKS = 256
+EXACT_CHECKS = 1024
 
 # The orders of a domain walk (_Search.domain), tried in turn until one finds room.
 CHEAPEST, BUDGET, GPUS = 0, 1, 2
