@@ -381,9 +381,9 @@ class _Search:
         picked, passed = self._walk(items, free, goal, taken)
         if picked is None and passed:
             picked, _ = self._walk(self._budget_order(items), free, goal, taken)
-        return None if picked is None else self._cheaper(node, items, free, goal, taken, picked)
+        return None if picked is None else self._cheaper(items, free, goal, taken, picked)
 
-    def _cheaper(self, node, items, free: int, goal: int, taken: set, picked: list) -> list:
+    def _cheaper(self, items, free: int, goal: int, taken: set, picked: list) -> list:
         """Return the cheapest set of victims on the node that frees `goal` GPUs there: the
         walk's, unless an exact search over the node's few candidates finds a cheaper one
         that is allowed. Victim order's least work lost is the latest start, whatever the
@@ -427,7 +427,7 @@ class _Search:
                 return
             for j in range(i, len(keyed)):
                 own, prio, lost, _, r, k = keyed[j]
-                after = (cost[0] or own, max(cost[1], prio), cost[2] + lost, cost[3] + 1)
+                after = plus(cost, (own, prio, lost))
                 if best[0] is not None and after >= best[0]:
                     continue
                 if freed + left[j] < need:
@@ -619,6 +619,13 @@ def _most_freed(rks, budget: int, order: dict) -> tuple[list, tuple | None]:
     return chosen_others, final
 
 
+def plus(cost: tuple, one: tuple) -> tuple:
+    """Return the cost (_Search.cost) of a set of victims with one more, whose own cost is
+    `one`: own team's jobs if either has any, the higher priority, the work lost added,
+    one job more. A set costs at least what its subsets cost: the searches cut on it."""
+    return (cost[0] or one[0], max(cost[1], one[1]), cost[2] + one[2], cost[3] + 1)
+
+
 def _victims(
     p: Pass, job: PendingJob, pool: Pool, book: TeamBook, cands: list[Running], tx: Transaction
 ) -> list[Running] | None:
@@ -688,7 +695,7 @@ def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
         for j in range(i, len(keyed)):
             r = keyed[j]
             one = single[id(r)]
-            after = (cost[0] or r.book is book, max(cost[1], one[1]), cost[2] + one[2], cost[3] + 1)
+            after = plus(cost, one)
             if best[0] is not None and after > best[0][0]:
                 continue
             if not search.allowed(r, removed):
@@ -789,10 +796,6 @@ def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | 
     acc: list[Running] = []
     total = base  # cost of chosen + acc, kept as victims are added
 
-    def plus(cost: tuple, r: Running) -> tuple:
-        one = single[id(r)]
-        return (cost[0] or one[0], max(cost[1], one[1]), cost[2] + one[2], cost[3] + 1)
-
     best: tuple | None = None
     mark = tx.mark()
     try:
@@ -804,7 +807,7 @@ def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | 
                 for last in by_cost:  # the cheapest enough by itself, this far
                     if last.job.gpus < short or id(last) in picked:
                         continue
-                    if best is not None and plus(total, last) >= best[0][0]:
+                    if best is not None and plus(total, single[id(last)]) >= best[0][0]:
                         continue
                     if not search.allowed(last, removed):
                         continue
@@ -813,9 +816,12 @@ def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | 
                     enough = quota_fits(p, job, book)
                     tx.rollback(m)
                     if enough:
-                        best = ((plus(total, last), search.rank([*acc, last])), [*acc, last])
+                        best = (
+                            (plus(total, single[id(last)]), search.rank([*acc, last])),
+                            [*acc, last],
+                        )
                         break
-            after = plus(total, r)
+            after = plus(total, single[id(r)])
             if best is not None and after >= best[0][0]:
                 break  # adding more only costs more
             tx.add(ledger, r.book, f, -r.job.gpus)
