@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 COHORT_HOLD = -1
 # ... and of a preemptor's hold on its team's quota while it waits (Pass.claim_wait).
 CLAIM_HOLD = -2
+# ... and of the quota a GPU reservation's job needs (Backfill.quota_taken).
+RESERVED_QUOTA = -3
 # Kinds of projection events (reserve): GPUs taken, GPUs given back, GPUs counted as
 # held without being taken (out of the index already). At one time: notes, gives, takes.
 TAKE, GIVE, NOTE = 0, 1, 2
@@ -235,7 +237,11 @@ class Backfill(Gate):
         return None
 
     def _admit_long(self, p: Pass, job: PendingJob, pool: Pool, res: Reservation) -> Wait | None:
-        """Admit a job that outlasts the reservation on GPUs it does not need."""
+        """Admit a job that outlasts the reservation on GPUs it does not need, and
+        leaves the reserved jobs the quota they need (quota_taken)."""
+        taken = self.quota_taken(p, job, pool)
+        if taken is not None:
+            return taken
         where = p.choose(pool, job)
         if where is not None and p.admit(job, pool, where) is not None:
             return None
@@ -247,6 +253,44 @@ class Backfill(Gate):
         if fits:
             return Wait(RESERVED, (res.job.id, res.start, res.nodes))
         return p.shortfall(job, pool, extra=sum(pool.held.values()))
+
+    def quota_taken(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
+        """Return `reserved` (RESERVED_QUOTA) if the job, still running at a GPU
+        reservation's start, would leave the reserved job's team less quota than the job
+        needs; info[3] says whether the job would fit the GPUs now (asked only for the
+        sentence, with explain on: else None).
+
+        A reservation holds GPUs; without this, a job backfilled beside it on GPUs it
+        does not need could take the quota it needs (its own team's, or the cohort's
+        idle quota it would borrow), and at its start the reserved job waited for quota
+        (`cohort_busy`) as long as that job ran. Jobs of other teams within their
+        nominal quota are never held back (that quota is guaranteed; the cohort hold's
+        rule): a lender taking back its idle quota can still delay a borrowing gang.
+        Nor is a job that finds the reserved job short of quota already (a job within
+        nominal took it): holding it would keep nothing for the reservation. Asked
+        before placement, as a job's quota is asked before its GPUs (Pass.consider);
+        asked after it, replays lost 5% more work and met two of the goal's checks fewer.
+        """
+        book = p.ledger.book(job.team)
+        within = None  # whether the job fits its team's nominal quota, asked once
+        for res in self.held_for(job.flavor):
+            if p.now + job.max_runtime <= res.start:
+                continue
+            other = p.ledger.book(res.job.team)
+            if other is not book:
+                if book.cohort is None or book.cohort != other.cohort:
+                    continue
+                if within is None:
+                    within = p.ledger.borrowed(book, job.flavor, job.gpus) == 0
+                if within:
+                    continue
+            need = res.job.gpus
+            if p.ledger.headroom_after(book, job.flavor, job.gpus, other) < need and (
+                p.ledger.headroom(other, job.flavor) >= need  # else not this job's doing
+            ):
+                fits = p.choose(pool, job) is not None if p.config.explain else None
+                return Wait(RESERVED, (res.job.id, res.start, RESERVED_QUOTA, fits))
+        return None
 
 
 def promised_events(p: Pass, pool: Pool) -> list[tuple[float, int, int, int, tuple]]:

@@ -27,7 +27,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from .arrays import Slots
-from .backfill import CLAIM_HOLD, COHORT_HOLD, reserve
+from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA, reserve
 from .model import PendingJob, Verdict
 from .reasons import (
     ARRAY_LIMIT,
@@ -441,6 +441,15 @@ def _reserved(
             f"job {holder} waits for the jobs it preempted to stop (by {_at(p, start)}); "
             f"it waits until job {holder} has started"
         )
+    if nodes == RESERVED_QUOTA:  # the quota a GPU reservation's job needs
+        held = (
+            f"{_needs(p, job)}; it would take quota that job {holder} needs when the GPUs "
+            f"reserved for it are free ({_at(p, start)})"
+        )
+        if not refused:  # info[3] here: whether it fits the free GPUs now
+            return f"{held}; nor do the free GPUs the reservation leaves hold it now"
+        wait = duration(max(0.0, start - p.now))
+        return f"{held}; it could start now if its max runtime were at most {wait}"
     if nodes == 0:  # a quota hold within the team (scheduler.backfill)
         held = f"which needs the team's quota from {_at(p, start)}"
     elif nodes == COHORT_HOLD:  # a hold of the cohort's lendable quota

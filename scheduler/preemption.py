@@ -61,7 +61,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
-from .backfill import CLAIM_HOLD, COHORT_HOLD
+from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA
 from .model import PendingJob, Preemption
 from .ordering import claim_key, last_progress, stopping_key, victim_key
 from .quota import contribution
@@ -113,14 +113,17 @@ def may_preempt(wait: Wait) -> bool:
 
 
 def held_from_borrowing(wait: Wait) -> bool:
-    """Return whether the job waits only because it may not borrow now: `reserved` by
-    a cohort hold (info[2] == COHORT_HOLD) or its team's waiting preemptor (CLAIM_HOLD,
-    Pass.claim_wait), or the reclaim backoff (`backoff` from the gate; a job in its own
-    requeue backoff is not considered at all)."""
+    """Return whether the job waits only because it may not take more quota now:
+    `reserved` by a cohort hold (info[2] == COHORT_HOLD), its team's waiting preemptor
+    (CLAIM_HOLD, Pass.claim_wait) or the quota a GPU reservation's job needs
+    (RESERVED_QUOTA, Backfill.quota_taken), or the reclaim backoff (`backoff` from the
+    gate; a job in its own requeue backoff is not considered at all)."""
     if wait.code == BACKOFF:
         return True
     return (
-        wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] in (COHORT_HOLD, CLAIM_HOLD)
+        wait.code == RESERVED
+        and len(wait.info) > 2
+        and wait.info[2] in (COHORT_HOLD, CLAIM_HOLD, RESERVED_QUOTA)
     )
 
 

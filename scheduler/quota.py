@@ -147,8 +147,20 @@ class Ledger:
         `kept`: idle quota of the cohort that is not lent to this team (held for
         other teams' waiting jobs within their nominal quota).
         """
+        return self._room(book, flavor, book.usage.get(flavor, 0), kept)
+
+    def headroom_after(self, book: TeamBook, flavor: str, gpus: int, other: TeamBook) -> float:
+        """Return the headroom `other` would have if `book`'s team took `gpus` more of
+        the flavor (the same team or one of its cohort); nothing is changed."""
         q = book.quotas.get(flavor, NO_QUOTA)
         used = book.usage.get(flavor, 0)
+        taken = contribution(q, used) - contribution(q, used + gpus)  # of the cohort's slack
+        if other is book:
+            return self._room(book, flavor, used + gpus, taken)
+        return self._room(other, flavor, other.usage.get(flavor, 0), taken)
+
+    def _room(self, book: TeamBook, flavor: str, used: int, kept: int) -> float:
+        q = book.quotas.get(flavor, NO_QUOTA)
         if book.cohort is None:
             return q.nominal - used
         own = max(0, q.nominal - lendable(q) - used)  # the part of its quota it never lends

@@ -1,0 +1,104 @@
+"""A GPU reservation holds the quota its job needs as well as its GPUs.
+
+Backfill promises the first blocked job of a flavor its start: nothing admitted after
+its reservation may delay it (scheduler.backfill). A job that would run past the
+reservation's start on GPUs the reservation does not need took the quota the reserved
+job needs instead: a review's case, a gang told "reserved for it from" +8 min that
+waited `cohort_busy` for an hour once its GPUs were free (the known limit of
+docs/scheduling.md until 2026-12-03). Each case failed before.
+"""
+
+from __future__ import annotations
+
+from scheduler import schedule
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, verdict
+
+MIN = 60.0
+
+
+def _cluster() -> Cluster:
+    """a (nominal 8) waits for n1 (free at +8 min) and n2 for its 2x8 gang, which
+    borrows 8 of the cohort's idle quota (f's 8: the cohort's quota exceeds its GPUs);
+    n3's 4 GPUs are free and the gang cannot use them."""
+    c = Cluster().nodes_(3).node("n3", gpus=4)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
+    c.team("d", nominal=8, cohort="c").team("f", nominal=8, cohort="c")
+    c.team("e", nominal=8)
+    c.run(10, "d", on={"n0": 8}, runtime=10 * HOUR, started=NOW)
+    c.run(11, "e", on={"n1": 8}, runtime=8 * MIN, started=NOW)
+    c.job(1, "a", workers=2, gpus=8, runtime=2 * HOUR, submitted=NOW - 100)
+    return c
+
+
+def _start(sim: Sim, job_id: int, passes: int = 30) -> float | None:
+    for step in range(passes):
+        sim.step(NOW + MIN * step)
+        if job_id in sim.started:
+            return sim.started[job_id]
+    return None
+
+
+def test_a_later_borrower_may_not_take_the_quota_a_reserved_gang_needs():
+    c = _cluster()
+    c.job(2, "b", gpus=4, runtime=4 * HOUR, submitted=NOW - 50)
+    plan = schedule(c.snapshot())
+    v = verdict(plan, 1)
+    assert v.reason_code == "reserved" or "reserved" in v.message, v.message
+    assert v.estimated_start == NOW + 8 * MIN
+    assert 2 not in admitted(plan)
+    held = verdict(plan, 2)
+    assert held.reason_code == "reserved"
+    assert (
+        "it would take quota that job 1 needs when the GPUs reserved for it are free"
+        in held.message
+    ), held.message
+    assert "could start now if its max runtime were at most 8 min" in held.message
+    assert _start(Sim(c), 1) == NOW + 8 * MIN
+
+
+def test_a_borrower_that_ends_before_the_reservation_still_backfills():
+    c = _cluster()
+    c.job(2, "b", gpus=4, runtime=5 * MIN, submitted=NOW - 50)
+    plan = schedule(c.snapshot())
+    assert 2 in admitted(plan)
+    assert _start(Sim(c), 1) == NOW + 8 * MIN
+
+
+def test_the_gangs_own_team_may_not_take_it_either():
+    """A later job of a's own, within a's nominal quota, leaves the gang 8 more to
+    borrow than the cohort has."""
+    c = _cluster()
+    c.job(2, "a", gpus=4, runtime=4 * HOUR, submitted=NOW - 50)
+    plan = schedule(c.snapshot())
+    assert 2 not in admitted(plan)
+    assert verdict(plan, 2).reason_code == "reserved"
+    assert _start(Sim(c), 1) == NOW + 8 * MIN
+
+
+def test_another_teams_job_within_its_nominal_quota_is_never_held():
+    """f takes back its own idle quota: guaranteed, whatever the reservation needs (a
+    known limit: the gang may then wait longer)."""
+    c = _cluster()
+    c.job(2, "f", gpus=4, runtime=4 * HOUR, submitted=NOW - 50)
+    assert 2 in admitted(schedule(c.snapshot()))
+
+
+def test_a_borrower_that_leaves_the_gang_enough_quota_backfills():
+    """With 12 idle GPUs of quota beyond the gang's need, b's 4 take none of it."""
+    c = _cluster().team("g", nominal=4, cohort="c")
+    c.job(2, "b", gpus=4, runtime=4 * HOUR, submitted=NOW - 50)
+    plan = schedule(c.snapshot())
+    assert 2 in admitted(plan)
+    assert _start(Sim(c), 1) == NOW + 8 * MIN
+
+
+def test_a_job_that_does_not_fit_now_is_not_promised_a_start_if_it_were_shorter():
+    """b's 8-GPU job fits only on n2, which the gang needs. It is held for the gang's
+    quota all the same (quota is asked before GPUs), but not told it "could start now if
+    its max runtime were at most 8 min": the GPUs would not take it either."""
+    c = _cluster()
+    c.job(2, "b", gpus=8, runtime=4 * HOUR, submitted=NOW - 50)
+    v = verdict(schedule(c.snapshot()), 2)
+    assert "it would take quota that job 1 needs" in v.message, v.message
+    assert "could start now" not in v.message, v.message
+    assert "nor do the free GPUs the reservation leaves hold it now" in v.message
