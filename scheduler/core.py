@@ -131,6 +131,7 @@ class Pass:
         "_by_team",
         "_stopping",
         "_own",
+        "_stopping_at_start",
     )
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -144,6 +145,7 @@ class Pass:
         self._running_jobs = snapshot.running
         self._running: list[Running] | None = None
         self._own = charge_running(snapshot.running, self.ledger)
+        self._stopping_at_start = any(r.stopping for r in snapshot.running)
         # Every pending job in queue order (for positions); `pending` are the ones
         # the policy orders, `backing_off` those not eligible yet (scheduler.requeue),
         # `old_attempts` the eligible ones whose previous attempt is still stopping.
@@ -283,9 +285,8 @@ class Pass:
         if held is None:
             return None
         holder, start = held
-        f, pool = job.flavor, self.pools.get(job.flavor)
-        stopping = 0 if pool is None else self.stops(pool).quota.get(book, 0)
-        if book.used(f) - stopping + job.gpus <= book.quota(f).nominal:
+        f = job.flavor
+        if self.settled(book, f) + job.gpus <= book.quota(f).nominal:
             return None
         return Wait(RESERVED, (holder, start, CLAIM_HOLD))
 
@@ -397,10 +398,10 @@ class Pass:
             if other is book or want <= 0:
                 continue
             q = other.quota(flavor)
-            used = other.used(flavor)
+            used = self.settled(other, flavor)
             if used + self.smallest[key] > q.nominal and used + self._lower(key) > q.nominal:
                 continue
-            k = min(want, max(0, contribution(q, other.used(flavor))))
+            k = min(want, max(0, contribution(q, used)))
             if k:
                 kept += k
                 parts.append((k, key))
@@ -433,11 +434,67 @@ class Pass:
             return 0
         usable = 0
         for k, key in parts:
-            fitting = sum(
-                n * w * g for (w, g), n in self.sizes[key].items() if self.fits_shape(pool, w, g)
-            )
+            fitting, beside = 0, []
+            for (w, g), n in self.sizes[key].items():
+                if self.fits_shape(pool, w, g):
+                    fitting += n * w * g
+                else:
+                    beside.append((w, g, n))
+            if fitting < k and beside and self.preempting:
+                fitting += self._beside_reclaim(pool, key, beside, k - fitting)
             usable += min(k, fitting)
         return usable
+
+    def _beside_reclaim(self, pool: Pool, key: tuple[str, str], shapes: list, most: int) -> int:
+        """Return the free GPUs a team's waiting jobs within nominal that do not fit the
+        free GPUs would use together with GPUs they may reclaim (the preemptible GPUs of
+        the cohort's borrowing teams): each such job whose workers the free and
+        reclaimable GPUs hold, its workers placed most free node first. Without this,
+        the 4 free GPUs beside a borrower's 4-GPU job were "not what an 8-GPU job waits
+        for": lent to a borrower, and the job then reclaimed two jobs elsewhere in the
+        same pass instead of one (a review's case, test_reclaim_adversarial.py). Workers
+        are counted per node, not per domain: a gang held to one block may be kept
+        more than it could use, for the rest of the pass. Counts up to `most`."""
+        team = self.ledger.book(key[0])
+        f = pool.flavor
+        reclaimable: dict[int, int] = {}
+        for r in self.running_in(f):
+            other = r.book
+            if r.stopping or not r.job.preemptible or other is team:
+                continue
+            if other.cohort != team.cohort or self.settled(other, f) <= other.quota(f).nominal:
+                continue
+            for node, k in r.nodes:
+                reclaimable[node] = reclaimable.get(node, 0) + k
+        if not reclaimable:
+            return 0
+        free = pool.index.free
+        nodes = {n for n in reclaimable}
+        nodes.update(n for n, c in enumerate(free) if c)
+        left = {n: free[n] for n in nodes}
+        order = sorted(nodes, key=lambda n: (-free[n], n))
+        used = 0
+        for w, g, count in shapes:
+            for _ in range(count):
+                rooms = [(n, (left[n] + reclaimable.get(n, 0)) // g) for n in order]
+                if sum(k for _, k in rooms) < w:
+                    break  # no more of these fit even with every reclaimable GPU
+                workers, before = w, used
+                for n, room in rooms:
+                    if workers <= 0:
+                        break
+                    if room <= 0:
+                        continue
+                    here = min(room, workers)
+                    took = min(left[n], here * g)
+                    left[n] -= took
+                    used += took
+                    workers -= here
+                if used >= most:
+                    return used
+                if used == before:
+                    break  # the next ones of this shape take no free GPUs either
+        return used
 
     def _free(self, flavor: str) -> int:
         """Return the free GPUs of a flavor in the pool's current view: not reserved for a
@@ -464,9 +521,22 @@ class Pass:
         jobs (they are on their way out, each GPU counted once), plus the charges. Counted
         with both, a team whose 8-GPU job a priority preemptor of its own replaces read
         "uses 16 (8 of them for its jobs waiting for preemption) of 8 nominal"."""
+        return self.settled(book, flavor), self.charged.get((book.name, flavor), 0)
+
+    def settled(self, book: TeamBook, flavor: str) -> int:
+        """Return the GPUs of a flavor a team uses once its stopping jobs have stopped,
+        with its waiting preemptors' charges (preemption rule 2's view): what decides
+        whether its next job is within its nominal quota, for the pass order, the idle
+        quota kept for it, its claims and its messages alike. Counted with its stopping
+        jobs, a team whose job was stopping (cancelled, or replaced by its own priority
+        preemptor) was ordered and kept for as a borrower, a borrower took the GPUs
+        it waited for, and its within-nominal job then reclaimed that borrower's older
+        job in the same pass (a review's case, test_reclaim_adversarial.py)."""
+        used = book.used(flavor)
         pool = self.pools.get(flavor)
-        stopping = 0 if pool is None else self.stops(pool).quota.get(book, 0)
-        return book.used(flavor) - stopping, self.charged.get((book.name, flavor), 0)
+        if pool is None or (pool.stops is None and not self._stopping_at_start):
+            return used  # nothing stops in this pool (yet): no need to build the view
+        return used - self.stops(pool).quota.get(book, 0)
 
     def held(self, book: TeamBook, flavor: str) -> int:
         """Return the GPUs a team holds, without those charged to its waiting preemptors."""

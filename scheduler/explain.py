@@ -458,8 +458,7 @@ def _reserved(
         held = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
     if refused:  # its quota cannot take it now either (Backfill's _held)
         book = p.ledger.book(job.team)
-        pool = p.pools.get(job.flavor)
-        stopping = 0 if pool is None else p.stops(pool).quota.get(book, 0)
+        stopping = book.used(job.flavor) - p.settled(book, job.flavor)
         until = f" (its stopping jobs hold {stopping} more until they stop)" if stopping else ""
         return (
             f"{_needs(p, job)}; it would delay job {holder}, {held}; and {_team(p, job)}{until}"

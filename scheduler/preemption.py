@@ -155,7 +155,7 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | 
     if sum(r.job.gpus for r in lower) >= job.gpus:
         # The search's quota is at most what the team uses now (once its stopping jobs
         # stop, as choose sees it): the victims free as many GPUs as the job takes.
-        p.own_cap = (book, book.used(job.flavor) - p.stops(pool).quota.get(book, 0))
+        p.own_cap = (book, p.settled(book, job.flavor))
         try:
             choice = choose(p, job, pool, book, lower, reclaim=False)
         finally:
@@ -907,10 +907,9 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
     """
     stops = p.stops(pool)
     mine = {id(r): r for r in choice.victims}
-    for rs in stops.jobs_on.values():  # its victims of earlier passes, still stopping
-        for r in rs:
-            if r.job.preempted_by == job.id:
-                mine[id(r)] = r
+    for r in stops.jobs:  # its victims of earlier passes, still stopping (a cordoned
+        if r.job.preempted_by == job.id:  # node's too: its quota comes back all the same)
+            mine[id(r)] = r
     others = {
         id(r): r for n in choice.gpus_on for r in stops.jobs_on.get(n, ()) if id(r) not in mine
     }
@@ -918,10 +917,9 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
         cohort = book.cohort
         others = {
             id(r): r
-            for rs in stops.jobs_on.values()
-            for r in rs
+            for r in stops.jobs
             if r.book is book or (cohort is not None and r.book.cohort == cohort)
-        } or {id(r): r for rs in stops.jobs_on.values() for r in rs}
+        } or {id(r): r for r in stops.jobs}
     first = sorted(mine.values(), key=lambda r: stopping_key(r.end, r.job))
     then = sorted(others.values(), key=lambda r: stopping_key(r.end, r.job))
     ids = tuple(r.job.id for r in (*first, *then))
@@ -1015,8 +1013,7 @@ def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
         return None
     if p.budget_wait(job) is not None:
         return None  # its team's GPU-hour budget cannot take it (now): no claim either
-    stopping = p.stops(pool).quota.get(book, 0)
-    if book.used(job.flavor) - stopping + job.gpus > book.quota(job.flavor).nominal:
+    if p.settled(book, job.flavor) + job.gpus > book.quota(job.flavor).nominal:
         return None  # no longer within its nominal quota: no claim
     return pool, book
 
@@ -1148,7 +1145,8 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     """
     book, f = p.ledger.book(job.team), job.flavor
     q = book.quota(f)
-    if book.cohort is None or book.used(f) + job.gpus > q.nominal:
+    used = p.settled(book, f)
+    if book.cohort is None or used + job.gpus > q.nominal:
         return None
     lent, teams = 0, []
     for other in p.ledger.members.get(book.cohort, ()):
@@ -1160,7 +1158,7 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
         if k > 0:
             lent += k
             teams.append(other.name)
-    lent = min(lent, max(0, contribution(q, book.used(f))))
+    lent = min(lent, max(0, contribution(q, used)))
     if not lent:
         return None
     return ("lent", lent, tuple(teams), _lent_back_at(p, job, book))

@@ -193,11 +193,22 @@ class Stops:
     counted once, by whoever uses it (scheduler.preemption).
     """
 
-    __slots__ = ("pool", "on", "jobs_on", "quota", "resv", "hidden", "by_job", "hidden_total")
+    __slots__ = (
+        "pool",
+        "on",
+        "jobs",
+        "jobs_on",
+        "quota",
+        "resv",
+        "hidden",
+        "by_job",
+        "hidden_total",
+    )
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.on: dict[int, int] = {}
+        self.jobs: list[Running] = []  # every stopping job, on schedulable nodes or not
         self.jobs_on: dict[int, list[Running]] = {}
         self.quota: dict[TeamBook, int] = {}  # team -> GPUs its stopping jobs hold
         self.resv: dict[int, int] = {}
@@ -208,6 +219,7 @@ class Stops:
     def add(self, r: Running) -> None:
         """Count a stopping job's GPUs and quota as coming free."""
         self.quota[r.book] = self.quota.get(r.book, 0) + r.job.gpus
+        self.jobs.append(r)
         for node, k in r.nodes:
             self.on[node] = self.on.get(node, 0) + k
             self.jobs_on.setdefault(node, []).append(r)

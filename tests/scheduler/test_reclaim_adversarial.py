@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from scheduler import Quota, Team, schedule
 from tests.scheduler.helpers import (
+    FLAVOR,
     HOUR,
     NOW,
     Cluster,
@@ -25,6 +26,7 @@ from tests.scheduler.helpers import (
     admitted,
     examples,
     make_job,
+    nodes_of,
     preempted,
     reasons,
     verdict,
@@ -818,3 +820,94 @@ def test_the_second_walk_frees_the_most_a_borrowers_budget_allows():
     victims = preempted(plan)
     assert 23 in victims and len(victims) == 2, victims
     assert verdict(plan, 1).reason_code == "waiting_for_preemption"
+
+
+def test_a_team_whose_job_is_stopping_is_not_lent_out_in_the_pass_that_reclaims_for_it():
+    """a (nominal 8) has a 2x4 job stopping (cancelled) on n3 and n4, beside x's jobs.
+    Counted with it, a was at its nominal quota: ordered among the borrowers and kept
+    nothing for, so b's borrower 20 took n2, the only free node, and a's 8-GPU job 1,
+    within nominal once job 10 stops but with its GPUs split 4 + 4, reclaimed b's older
+    job 11 in the same pass (a review's case). Once its stopping jobs stop, a is within
+    nominal (Pass.settled): job 1 goes first, on n2, and nothing is preempted."""
+    long = 100 * HOUR
+    c = Cluster().nodes_(5)
+    c.team("a", nominal=8, cohort="c").team("d", nominal=16, cohort="c")
+    c.team("b", nominal=0, cohort="c").team("x", nominal=8)
+    c.run(10, "a", on={"n3": 4, "n4": 4}, per_worker=4, stopping=True, stop_requested=NOW - 5)
+    c.run(12, "x", on={"n3": 4}, preemptible=False, runtime=long)
+    c.run(13, "x", on={"n4": 4}, preemptible=False, runtime=long)
+    c.run(14, "x", on={"n0": 8}, preemptible=False, runtime=long)
+    c.run(11, "b", on={"n1": 8}, started=NOW - 3000, runtime=long)
+    c.job(1, "a", gpus=8, runtime=long)
+    c.job(20, "b", gpus=8, runtime=long)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [1] and nodes_of(plan, 1) == ["n2"]
+    assert preempted(plan) == []
+    assert verdict(plan, 20).reason_code == "cohort_busy"
+
+
+def test_a_team_replaced_by_its_own_priority_preemptor_keeps_its_idle_quota():
+    """The same through a plain run: a's priority job 1 preempts a's job 10; ten seconds
+    later a's job 2 (within nominal beside job 1) and b's borrower 20 arrive, and n2 has
+    just come free. Counted with job 10 and job 1's charge, a looked full: 20 took n2 and
+    job 2 reclaimed b's job 11 in the same pass. Now job 2 takes n2, and job 1 starts
+    when job 10 has stopped; b's job 11 keeps running."""
+    long = 100 * HOUR
+    c = Cluster().nodes_(4)
+    c.team("a", nominal=16, cohort="c").team("d", nominal=16, cohort="c")
+    c.team("b", nominal=0, cohort="c").team("x", nominal=8)
+    c.run(10, "a", on={"n0": 8}, runtime=long, started=NOW - 100)
+    c.run(13, "a", on={"n2": 8}, runtime=605)  # ends at NOW + 5
+    c.run(11, "b", on={"n1": 8}, started=NOW - 3000, runtime=long)
+    c.run(12, "x", on={"n3": 8}, preemptible=False, runtime=long)
+    c.job(1, "a", gpus=8, priority=10, runtime=long)
+    sim = Sim(c)
+    assert preempted(sim.step(NOW)) == [10]
+    sim.submit(make_job(2, "a", gpus=8, runtime=long, submitted=NOW + 6))
+    sim.submit(make_job(20, "b", gpus=8, runtime=long, submitted=NOW + 7))
+    plan = sim.step(NOW + 10)
+    assert admitted(plan) == [2] and preempted(plan) == []
+    for t in (40, 70):
+        sim.step(NOW + t)
+    assert 1 in sim.started and 11 in sim.running and 20 not in sim.started
+    assert sim.preempted == [10]
+
+
+def _beside_a_borrower(with_borrower: bool, gang: bool) -> Cluster:
+    """b (nominal 0) borrows with 4-GPU jobs; 4 GPUs are free. a's head job (2x8,
+    priority 5) would borrow, so b, of lower share, is considered before a's job 2,
+    within a's nominal 8, which fits once b's job 11 stops: an 8-GPU job on n0 beside
+    the free 4, or (`gang`) a 2x4 gang on n0 and n2's free 4 in block b0, where x
+    (outside the cohort) holds the other half of every node."""
+    long = 100 * HOUR
+    c = Cluster()
+    if gang:
+        for n, block in (("n0", "b0"), ("n2", "b0"), ("n1", "b1"), ("n3", "b1")):
+            c.node(n, block=block)
+    else:
+        c.nodes_(2)
+    c.team("a", nominal=8, cohort="c", decayed={FLAVOR: 8 * 7 * 24 * HOUR})
+    c.team("d", nominal=16, cohort="c").team("b", nominal=0, cohort="c").team("x", nominal=32)
+    c.run(11, "b", on={"n0": 4}, runtime=long, started=NOW - 4000)
+    c.run(12, "b", on={"n1": 4}, runtime=long, started=NOW - 4000)
+    c.run(13, "b", on={"n3" if gang else "n1": 4}, runtime=long, started=NOW - 4000)
+    if gang:
+        for i, n in enumerate(("n0", "n1", "n2", "n3")):
+            c.run(30 + i, "x", on={n: 4}, preemptible=False, runtime=long)
+    c.job(1, "a", workers=2, gpus=8, priority=5, runtime=long)
+    c.job(2, "a", workers=2 if gang else 1, gpus=4 if gang else 8, runtime=long)
+    if with_borrower:
+        c.job(20, "b", gpus=4, runtime=long)
+    return c
+
+
+def test_free_gpus_a_reclaiming_job_would_use_are_not_lent_in_that_pass():
+    """The free 4 were "not what a's job waits for" (it does not fit them alone): lent to
+    b's job 20, and a's job 2 then reclaimed b's jobs 12 and 13 in the same pass, two
+    victims where one does (a review's case). They are kept for the pass now."""
+    for gang in (False, True):
+        assert preempted(schedule(_beside_a_borrower(False, gang).snapshot())) == [11]
+        plan = schedule(_beside_a_borrower(True, gang).snapshot())
+        assert 20 not in admitted(plan), (gang, admitted(plan), preempted(plan))
+        assert preempted(plan) == [11], (gang, preempted(plan))
+        assert verdict(plan, 20).reason_code == "cohort_busy"

@@ -227,3 +227,50 @@ def test_a_preemptor_still_names_its_quota_victim_at_the_next_pass():
     assert v.reason_code == "waiting_for_preemption"
     assert "waits for 2 job(s) it preempted (11, 10)" in v.message, v.message
     assert v.estimated_start == NOW + 600
+
+
+def test_the_lent_sentence_counts_the_teams_stopping_job_as_gone():
+    """a (nominal 8) has a 4-GPU job stopping; b (nominal 0) runs the other 4 of a's
+    quota on a non-preemptible job. a's 8-GPU job is within nominal once its job has
+    stopped, and reclaim cannot free b's GPUs; counted with the stopping job, a looked
+    at its nominal quota and the sentence said only "would start when 8 GPUs of the
+    cohort are freed" (a review's case; with b on all 8 the sentence was there)."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "a", on={"n0": 4}, stopping=True, stop_requested=NOW - 5, runtime=100 * HOUR)
+    c.run(11, "b", on={"n1": 4}, preemptible=False, runtime=2 * HOUR, started=NOW)
+    c.job(1, "a", gpus=8, runtime=100 * HOUR)
+    v = verdict(schedule(c.snapshot()), 1)
+    assert v.reason_code == "cohort_busy"
+    assert "the 4 GPUs lent from team a's quota run non-preemptible jobs of team b" in v.message
+    latest = _time(v.message, r"at the latest (\S+)$")  # b's job ends, rounded up
+    assert 0 <= latest - (NOW + 2 * HOUR) < 60
+
+
+def _victims_on_a_cordoned_node(on_n9: int):
+    """a (nominal 2, d lends 1) uses 3 GPUs; its priority-1 job 1 preempts its two newest
+    jobs for quota, `on_n9` of them on n9, which is cordoned (out of the snapshot) from
+    the first pass on. Returns job 1's verdict at the next pass, both still stopping."""
+    c = Cluster().node("n0", gpus=4).node("n9", gpus=4)
+    c.team("a", nominal=2, cohort="c").team("d", nominal=1, cohort="c")
+    on = ["n0"] * (3 - on_n9) + ["n9"] * on_n9
+    for i, node in enumerate(on):
+        c.run(10 + i, "a", on={node: 1}, started=NOW - 300 + 100 * i, runtime=100 * HOUR)
+    c.job(1, "a", gpus=1, priority=1, runtime=100 * HOUR)
+    sim = Sim(c)
+    nodes = sim._nodes
+    sim._nodes = lambda: tuple(n for n in nodes() if n.name != "n9")
+    assert sorted(p.job_id for p in sim.step(NOW).preemptions) == [11, 12]
+    return verdict(sim.step(NOW + 10), 1)
+
+
+def test_a_preemptor_names_its_victims_on_a_cordoned_node():
+    """Its earlier victims were looked for on the schedulable nodes only: one on the
+    cordoned node was left out ("waits for 1 job(s) it preempted (11)"), and with both
+    there it was told "by now" and estimated at the next pass, 20 s early."""
+    v = _victims_on_a_cordoned_node(1)
+    assert "waits for 2 job(s) it preempted (11, 12)" in v.message, v.message
+    v = _victims_on_a_cordoned_node(2)
+    assert "waits for 2 job(s) it preempted (11, 12)" in v.message, v.message
+    assert "by now" not in v.message
+    assert v.estimated_start == NOW + 30
