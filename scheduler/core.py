@@ -16,7 +16,7 @@ from .backfill import CLAIM_HOLD
 from .budgets import Budgets
 from .explain import verdicts
 from .model import Admission, JobId, PendingJob, Plan, Reservation, Snapshot
-from .ordering import queue_key, stopping_key
+from .ordering import queue_key, stopping_key, victim_key
 from .placement import Where
 from .policies import get_policy
 from .preemption import (
@@ -132,6 +132,7 @@ class Pass:
         "_stopping",
         "_own",
         "_stopping_at_start",
+        "_reclaim",
     )
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -146,6 +147,7 @@ class Pass:
         self._running: list[Running] | None = None
         self._own = charge_running(snapshot.running, self.ledger)
         self._stopping_at_start = any(r.stopping for r in snapshot.running)
+        self._reclaim: dict[tuple[str, str], dict[int, int]] = {}  # Pass._reclaimable
         # Every pending job in queue order (for positions); `pending` are the ones
         # the policy orders, `backing_off` those not eligible yet (scheduler.requeue),
         # `old_attempts` the eligible ones whose previous attempt is still stopping.
@@ -447,54 +449,79 @@ class Pass:
 
     def _beside_reclaim(self, pool: Pool, key: tuple[str, str], shapes: list, most: int) -> int:
         """Return the free GPUs a team's waiting jobs within nominal that do not fit the
-        free GPUs would use together with GPUs they may reclaim (the preemptible GPUs of
-        the cohort's borrowing teams): each such job whose workers the free and
-        reclaimable GPUs hold, its workers placed most free node first. Without this,
-        the 4 free GPUs beside a borrower's 4-GPU job were "not what an 8-GPU job waits
-        for": lent to a borrower, and the job then reclaimed two jobs elsewhere in the
-        same pass instead of one (a review's case, test_reclaim_adversarial.py). Workers
-        are counted per node, not per domain: a gang held to one block may be kept
-        more than it could use, for the rest of the pass. Counts up to `most`."""
+        free GPUs would use together with GPUs they may reclaim (`_reclaimable`): as many
+        of each shape as the free and reclaimable GPUs hold, workers placed most free
+        node first. Without this, the 4 free GPUs beside a borrower's 4-GPU job were "not
+        what an 8-GPU job waits for": lent to a borrower, and the job then reclaimed two
+        jobs elsewhere in the same pass instead of one (a review's case,
+        test_reclaim_adversarial.py). Workers are counted per node, not per domain: a gang
+        held to one block may be kept more than it could use, for the rest of the pass.
+        Counts up to `most`; one pass over the nodes per shape."""
         team = self.ledger.book(key[0])
-        f = pool.flavor
-        reclaimable: dict[int, int] = {}
-        for r in self.running_in(f):
-            other = r.book
-            if r.stopping or not r.job.preemptible or other is team:
-                continue
-            if other.cohort != team.cohort or self.settled(other, f) <= other.quota(f).nominal:
-                continue
-            for node, k in r.nodes:
-                reclaimable[node] = reclaimable.get(node, 0) + k
+        reclaimable = self._reclaimable(pool, team)
         if not reclaimable:
             return 0
         free = pool.index.free
-        nodes = {n for n in reclaimable}
+        nodes = set(reclaimable)
         nodes.update(n for n, c in enumerate(free) if c)
-        left = {n: free[n] for n in nodes}
         order = sorted(nodes, key=lambda n: (-free[n], n))
+        left = {n: free[n] for n in order}
         used = 0
         for w, g, count in shapes:
-            for _ in range(count):
-                rooms = [(n, (left[n] + reclaimable.get(n, 0)) // g) for n in order]
-                if sum(k for _, k in rooms) < w:
-                    break  # no more of these fit even with every reclaimable GPU
-                workers, before = w, used
-                for n, room in rooms:
-                    if workers <= 0:
-                        break
-                    if room <= 0:
-                        continue
+            rooms = [(n, (left[n] + reclaimable.get(n, 0)) // g) for n in order]
+            workers = min(count, sum(k for _, k in rooms) // w) * w
+            for n, room in rooms:
+                if workers <= 0:
+                    break
+                if room > 0:
                     here = min(room, workers)
                     took = min(left[n], here * g)
                     left[n] -= took
                     used += took
                     workers -= here
-                if used >= most:
-                    return used
-                if used == before:
-                    break  # the next ones of this shape take no free GPUs either
+            if used >= most:
+                break
         return used
+
+    def _reclaimable(self, pool: Pool, team: TeamBook) -> dict[int, int]:
+        """Return node -> GPUs a within-nominal job of the team could reclaim there: the
+        preemptible jobs of its cohort's other teams that borrow, as many of each team as
+        preemption may take (a team's victims but its largest add up to less than what it
+        borrows: `_Search.allowed`), in victim order; computed once per pass and team.
+        Counted without that limit, 8 free GPUs were kept for a gang that could reclaim
+        only one of a team's two jobs, and sat idle (a review's case)."""
+        cache = self._reclaim
+        k = (pool.flavor, team.name)
+        if k in cache:
+            return cache[k]
+        f = pool.flavor
+        by_team: dict[TeamBook, list[Running]] = {}
+        for r in self.running_in(f):
+            other = r.book
+            if r.stopping or not r.job.preemptible or other is team:
+                continue
+            if team.cohort is None or other.cohort != team.cohort:
+                continue
+            by_team.setdefault(other, []).append(r)
+        out: dict[int, int] = {}
+        for other, jobs in by_team.items():
+            borrows = self.settled(other, f) - other.quota(f).nominal
+            if borrows <= 0:
+                continue
+            jobs.sort(key=lambda r: victim_key(r.job, True))
+            big = max(r.job.gpus for r in jobs)
+            largest = next(r for r in jobs if r.job.gpus == big)
+            taken = [largest]
+            rest = 0
+            for r in jobs:
+                if r is not largest and rest + r.job.gpus < borrows:
+                    rest += r.job.gpus
+                    taken.append(r)
+            for r in taken:
+                for node, g in r.nodes:
+                    out[node] = out.get(node, 0) + g
+        cache[k] = out
+        return out
 
     def _free(self, flavor: str) -> int:
         """Return the free GPUs of a flavor in the pool's current view: not reserved for a

@@ -27,7 +27,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from .arrays import Slots
-from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA, reserve
+from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA, cohort_free_at, reserve
 from .model import PendingJob, Verdict
 from .reasons import (
     ARRAY_LIMIT,
@@ -146,6 +146,8 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         elif wait.code == BUDGET_EXHAUSTED:
             out[job.id] = _budget_start(job, *wait.info)
             continue
+        elif wait.code == RESERVED and wait.info[2] == RESERVED_QUOTA:
+            floor = max(floor, _quota_back_at(p, job, wait.info[0]))
         elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
@@ -430,6 +432,18 @@ def _cohort_busy(
         )
     short = job.gpus - max(0, room)
     return f"{text}; would start when {gpus(short)} of the cohort {'is' if short == 1 else 'are'} freed"
+
+
+def _quota_back_at(p: Pass, job: PendingJob, holder: int) -> float:
+    """Return when a job held for a GPU reservation's quota (Backfill.quota_taken) can
+    take its team's quota: not before the reservation, with its job charged from then
+    on (backfill.cohort_free_at). Floored at the reservation's start alone, a job was
+    told +8 min and started after the reserved gang's 2 h (a review's case)."""
+    for res in p.gate.held_for(job.flavor):
+        if res.job.id == holder:
+            at = cohort_free_at(p, job, res)
+            return res.start if at == math.inf else at
+    return p.now
 
 
 def _reserved(

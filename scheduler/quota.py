@@ -149,15 +149,18 @@ class Ledger:
         """
         return self._room(book, flavor, book.usage.get(flavor, 0), kept)
 
-    def headroom_after(self, book: TeamBook, flavor: str, gpus: int, other: TeamBook) -> float:
-        """Return the headroom `other` would have if `book`'s team took `gpus` more of
-        the flavor (the same team or one of its cohort); nothing is changed."""
-        q = book.quotas.get(flavor, NO_QUOTA)
-        used = book.usage.get(flavor, 0)
-        taken = contribution(q, used) - contribution(q, used + gpus)  # of the cohort's slack
-        if other is book:
-            return self._room(book, flavor, used + gpus, taken)
-        return self._room(other, flavor, other.usage.get(flavor, 0), taken)
+    def headroom_with(self, book: TeamBook, flavor: str, deltas: dict) -> float:
+        """Return the headroom the team would have if the teams in `deltas` (TeamBook ->
+        GPUs, + taken, - given back) used that much more or less of the flavor; only the
+        team's own change and its cohort's count. Nothing is changed."""
+        cohort = book.cohort
+        kept = 0  # of the cohort's slack, what the changes take
+        for other, d in deltas.items():
+            if d and cohort is not None and other.cohort == cohort:
+                q = other.quotas.get(flavor, NO_QUOTA)
+                used = other.usage.get(flavor, 0)
+                kept += contribution(q, used) - contribution(q, used + d)
+        return self._room(book, flavor, book.usage.get(flavor, 0) + deltas.get(book, 0), kept)
 
     def _room(self, book: TeamBook, flavor: str, used: int, kept: int) -> float:
         q = book.quotas.get(flavor, NO_QUOTA)

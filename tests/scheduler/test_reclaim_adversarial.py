@@ -911,3 +911,29 @@ def test_free_gpus_a_reclaiming_job_would_use_are_not_lent_in_that_pass():
         assert 20 not in admitted(plan), (gang, admitted(plan), preempted(plan))
         assert preempted(plan) == [11], (gang, preempted(plan))
         assert verdict(plan, 20).reason_code == "cohort_busy"
+
+
+def test_free_gpus_are_not_kept_for_a_reclaim_the_borrowers_budget_forbids():
+    """b (nominal 7) borrows 1 GPU with two 4-GPU jobs beside 4 free GPUs each: a's 2x8
+    gang, within nominal, may reclaim one of them only (a team's victims but its largest
+    must add up to less than it borrows), so it cannot use the free 8. Counted with all
+    of b's jobs, they were kept from e's borrower and sat idle (a review's case)."""
+    long = 100 * HOUR
+
+    def cluster(with_e: bool) -> Cluster:
+        c = Cluster().nodes_(3)
+        c.team("a", nominal=16, cohort="c", decayed={FLAVOR: 8 * 7 * 24 * HOUR})
+        c.team("b", nominal=7, cohort="c").team("d", nominal=16, cohort="c")
+        c.team("e", nominal=0, cohort="c").team("x", nominal=8)
+        c.run(13, "x", on={"n2": 8}, preemptible=False, runtime=long)
+        c.run(11, "b", on={"n0": 4}, runtime=long, started=NOW - 4000)
+        c.run(12, "b", on={"n1": 4}, runtime=long, started=NOW - 4000)
+        c.job(1, "a", workers=3, gpus=8, priority=5, runtime=long)
+        c.job(2, "a", workers=2, gpus=8, runtime=long)
+        if with_e:
+            c.job(20, "e", gpus=4, runtime=long)
+        return c
+
+    assert preempted(schedule(cluster(False).snapshot())) == []
+    plan = schedule(cluster(True).snapshot())
+    assert preempted(plan) == [] and 20 in admitted(plan), verdict(plan, 20).message

@@ -11,7 +11,7 @@ docs/scheduling.md until 2026-12-03). Each case failed before.
 from __future__ import annotations
 
 from scheduler import schedule
-from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, verdict
+from tests.scheduler.helpers import FLAVOR, HOUR, NOW, Cluster, Sim, admitted, preempted, verdict
 
 MIN = 60.0
 
@@ -102,3 +102,48 @@ def test_a_job_that_does_not_fit_now_is_not_promised_a_start_if_it_were_shorter(
     assert "it would take quota that job 1 needs" in v.message, v.message
     assert "could start now" not in v.message, v.message
     assert "nor do the free GPUs the reservation leaves hold it now" in v.message
+
+
+def test_quota_the_reservation_gets_back_by_its_start_counts_as_its_own():
+    """b's 5-minute job 2 backfills (it ends before the reservation) and takes 4 of the
+    gang's 16 for now; counted as the ledger stood, the gang then looked short of quota
+    "already", and b's 4-hour job 3 was let through: the gang started after 4 h (a
+    review's case). Quota is counted as it will stand at the reservation's start."""
+    c = _cluster().node("n4", gpus=4)
+    c.job(2, "b", gpus=4, runtime=5 * MIN, submitted=NOW - 50)
+    c.job(3, "b", gpus=4, runtime=4 * HOUR, submitted=NOW - 40)
+    plan = schedule(c.snapshot())
+    assert 2 in admitted(plan) and 3 not in admitted(plan)
+    assert _start(Sim(c), 1) == NOW + 8 * MIN
+
+
+def test_a_victim_stopping_by_the_reservation_gives_its_quota_back():
+    """b's priority job 3 replaces b's own job 30 (its charge and the stopping victim are
+    both on the ledger now): the gang looked short, and g's 4-hour borrower 5 was let
+    through; at +8 min the gang had 12 of 16 and waited 4 h (a review's case)."""
+    c = Cluster().nodes_(3).node("n3", gpus=4).node("n4", gpus=4)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=4, cohort="c")
+    c.team("d", nominal=8, cohort="c").team("f", nominal=8, cohort="c")
+    c.team("g", nominal=0, cohort="c", decayed={FLAVOR: 1e7 * HOUR}).team("e", nominal=8)
+    c.run(10, "d", on={"n0": 8}, runtime=10 * HOUR, started=NOW)
+    c.run(11, "e", on={"n1": 8}, runtime=8 * MIN, started=NOW)
+    c.run(30, "b", on={"n3": 4}, runtime=10 * HOUR, started=NOW - 100)
+    c.job(1, "a", workers=2, gpus=8, runtime=2 * HOUR, submitted=NOW - 100)
+    c.job(3, "b", gpus=4, priority=10, runtime=4 * HOUR, submitted=NOW - 50)
+    c.job(5, "g", gpus=4, runtime=4 * HOUR, submitted=NOW - 40)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == [30]
+    assert 5 not in admitted(plan)
+    assert _start(Sim(c), 1) == NOW + 8 * MIN
+
+
+def test_a_job_held_for_the_quota_is_estimated_after_the_reserved_job():
+    """Held for the gang's quota, b's job was estimated at the reservation's start (+8
+    min); the gang then takes the quota b would borrow for its whole 2 h."""
+    c = _cluster()
+    c.job(2, "b", gpus=4, runtime=4 * HOUR, submitted=NOW - 50)
+    v = verdict(schedule(c.snapshot()), 2)
+    assert v.reason_code == "reserved"
+    sim = Sim(c)
+    _start(sim, 2, passes=200)
+    assert sim.started[2] == v.estimated_start == NOW + 8 * MIN + 2 * HOUR
