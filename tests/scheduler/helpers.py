@@ -246,6 +246,14 @@ class Sim:
     def submit(self, job: PendingJob) -> None:
         self.pending[job.id] = job
 
+    def start_of(self, job_id: int, every: float, passes: int) -> float | None:
+        """Run passes `every` seconds apart from NOW; return when the job started, or None."""
+        for step in range(passes):
+            self.step(NOW + every * step)
+            if job_id in self.started:
+                return self.started[job_id]
+        return None
+
     def step(self, now: float) -> Plan:
         self._finish(now)
         snapshot = Snapshot(

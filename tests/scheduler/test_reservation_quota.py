@@ -31,11 +31,7 @@ def _cluster() -> Cluster:
 
 
 def _start(sim: Sim, job_id: int, passes: int = 30) -> float | None:
-    for step in range(passes):
-        sim.step(NOW + MIN * step)
-        if job_id in sim.started:
-            return sim.started[job_id]
-    return None
+    return sim.start_of(job_id, MIN, passes)
 
 
 def test_a_later_borrower_may_not_take_the_quota_a_reserved_gang_needs():

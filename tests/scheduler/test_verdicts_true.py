@@ -22,15 +22,6 @@ def _time(message: str, pattern: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
-def _start(sim: Sim, job_id: int, every: float, passes: int) -> float | None:
-    """Run passes `every` seconds apart; return when the job started, or None."""
-    for step in range(passes):
-        sim.step(NOW + every * step)
-        if job_id in sim.started:
-            return sim.started[job_id]
-    return None
-
-
 def test_lent_quota_comes_back_when_the_borrowers_lend_it_not_when_their_jobs_end():
     """b (nominal 8, lending limit 0) and d (nominal 0) run non-preemptible jobs on a's
     lent 8. b's 8-GPU job ends in an hour, but b then lends none of its own idle quota:
@@ -47,7 +38,7 @@ def test_lent_quota_comes_back_when_the_borrowers_lend_it_not_when_their_jobs_en
     v = verdict(schedule(c.snapshot()), 1)
     assert "run non-preemptible jobs of team b, d" in v.message
     latest = _time(v.message, r"at the latest (\S+)$")  # rounded up to the minute
-    assert _start(Sim(c), 1, 600.0, 40) == NOW + 5 * HOUR
+    assert Sim(c).start_of(1, 600.0, 40) == NOW + 5 * HOUR
     assert 0 <= latest - (NOW + 5 * HOUR) < 60
     assert v.estimated_start == NOW + 5 * HOUR
 
@@ -65,7 +56,7 @@ def test_a_preemptor_is_estimated_at_its_victims_stop_not_behind_the_job_before_
     c.job(2, "a", gpus=4, priority=1)
     v = verdict(schedule(c.snapshot()), 2)
     assert v.reason_code == "waiting_for_preemption"
-    assert v.estimated_start == NOW + 30 == _start(Sim(c), 2, 30.0, 3)
+    assert v.estimated_start == NOW + 30 == Sim(c).start_of(2, 30.0, 3)
 
 
 def test_a_preemptor_names_its_victims_and_waits_for_the_last_of_them():
@@ -82,7 +73,7 @@ def test_a_preemptor_names_its_victims_and_waits_for_the_last_of_them():
     assert sorted(p.job_id for p in plan.preemptions) == [10, 12]
     v = verdict(plan, 1)
     assert "waits for 2 job(s) it preempted (10, 12) to free their GPUs" in v.message
-    assert _time(v.message, r"by (\S+?)(?:;|$)") == NOW + 600 == _start(Sim(c), 1, 30.0, 30)
+    assert _time(v.message, r"by (\S+?)(?:;|$)") == NOW + 600 == Sim(c).start_of(1, 30.0, 30)
 
 
 def test_a_job_already_stopping_on_the_target_is_not_called_a_victim():
@@ -121,7 +112,7 @@ def test_a_job_waiting_for_stopping_quota_names_its_cohorts_stopping_jobs_only()
     assert v.estimated_start == NOW + 25
     sim = Sim(c)
     sim.stop_at[10], sim.stop_at[11] = NOW + 25, NOW + 3595
-    assert _start(sim, 1, 30.0, 3) == NOW + 30
+    assert sim.start_of(1, 30.0, 3) == NOW + 30
 
 
 def test_a_job_its_quota_refuses_anyway_is_not_promised_a_start_by_a_hold():
