@@ -283,7 +283,8 @@ class Backfill(Gate):
         """
         book = p.ledger.book(job.team)
         within = None  # whether the job fits its team's nominal quota, asked once
-        for res in self.held_for(job.flavor):
+        held = self.held_for(job.flavor)
+        for i, res in enumerate(held):
             if p.now + job.max_runtime <= res.start:
                 continue
             other = p.ledger.book(res.job.team)
@@ -296,6 +297,9 @@ class Backfill(Gate):
                     continue
             need, f = res.job.gpus, job.flavor
             at_start = {b: -k for b, k in _released(p, res).items()}
+            for earlier in _running_at(p, held[:i], res.start):  # their quota as well
+                b = p.ledger.book(earlier.job.team)
+                at_start[b] = at_start.get(b, 0) + earlier.job.gpus
             if p.ledger.headroom_with(other, f, at_start) < need:
                 continue  # short of quota at its start anyway: holding keeps it nothing
             at_start[book] = at_start.get(book, 0) + job.gpus
@@ -303,6 +307,15 @@ class Backfill(Gate):
                 fits = p.choose(pool, job) is not None if p.config.explain else None
                 return Wait(RESERVED, (res.job.id, res.start, RESERVED_QUOTA, fits))
         return None
+
+
+def _running_at(p: Pass, earlier: list[Reservation], t: float) -> list[Reservation]:
+    """Return the reservations (of those before one in the flavor's list) whose jobs
+    will still run at `t`, started at their reservations: their quota is taken then.
+    Without them, a second reservation (backfill_reservations = 2, or a starving job's)
+    counted the quota as if the first job were not running, and a 4-hour borrower let
+    through took what the second needed (a review's case)."""
+    return [r for r in earlier if r.start <= t < r.start + r.job.max_runtime]
 
 
 def _released(p: Pass, res: Reservation) -> dict:
@@ -338,9 +351,16 @@ def _released(p: Pass, res: Reservation) -> dict:
         if a.end <= res.start and ours(b):
             rel[b] = rel.get(b, 0) + a.gpus
     for r in stopping[seen_stopping:]:  # victims told to stop in this pass, say
-        if r.end <= res.start and r.job.id not in counted and ours(r.book):
+        if not ours(r.book):
+            continue
+        if r.end <= res.start and r.job.id not in counted:
             rel[r.book] = rel.get(r.book, 0) + r.job.gpus
             counted.add(r.job.id)
+        elif r.end > res.start and r.job.id in counted:  # its stop ends after its end
+            rel[r.book] -= r.job.gpus  # preempted now: it holds its GPUs until then
+            if not rel[r.book]:
+                del rel[r.book]
+            counted.discard(r.job.id)
     res.seen = (len(admitted), len(stopping))
     return rel
 
@@ -427,7 +447,8 @@ def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None
     is undone afterwards, until the team's headroom holds the job. Infinite if
     they never free enough: then no quota is held. With `reserved` (a GPU
     reservation whose quota the job may not take, Backfill.quota_taken): not before
-    its start, with its job charged from then until its max runtime ends.
+    its start, with its job (and those of the flavor's reservations before it still
+    running then) charged until their max runtimes end.
     """
     ledger, f = p.ledger, job.flavor
     book = ledger.book(job.team)
@@ -442,9 +463,13 @@ def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None
     at = p.now
     tx = Transaction()
     if reserved is not None:
-        held, at = ledger.book(reserved.job.team), reserved.start
-        tx.add(ledger, held, f, reserved.job.gpus)
-        ends.append((at + reserved.job.max_runtime, math.inf, held, reserved.job.gpus))
+        at = reserved.start
+        held = p.gate.held_for(f)
+        charged = _running_at(p, held[: held.index(reserved)], at) if reserved in held else []
+        for r in (*charged, reserved):
+            owner = ledger.book(r.job.team)
+            tx.add(ledger, owner, f, r.job.gpus)
+            ends.append((r.start + r.job.max_runtime, math.inf, owner, r.job.gpus))
     ends.sort(key=lambda e: (e[0], e[1]))
     try:
         k = 0

@@ -130,6 +130,7 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     out: dict[int, float | None] = {}
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     wholes: dict = {}  # gang shape -> when its workers fit whole (_whole_workers)
+    quota_back: dict = {}  # (reserved job, team, GPUs) -> _quota_back_at
     for job in waiting:
         wait = p.waits[job.id]
         if wait.code in (NEVER_FITS, NO_NODES) or job.flavor not in p.pools:
@@ -147,7 +148,7 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
             out[job.id] = _budget_start(job, *wait.info)
             continue
         elif wait.code == RESERVED and wait.info[2] == RESERVED_QUOTA:
-            floor = max(floor, _quota_back_at(p, job, wait.info[0]))
+            floor = max(floor, _quota_back_at(p, job, wait.info[0], quota_back))
         elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
@@ -434,16 +435,21 @@ def _cohort_busy(
     return f"{text}; would start when {gpus(short)} of the cohort {'is' if short == 1 else 'are'} freed"
 
 
-def _quota_back_at(p: Pass, job: PendingJob, holder: int) -> float:
+def _quota_back_at(p: Pass, job: PendingJob, holder: int, cache: dict) -> float:
     """Return when a job held for a GPU reservation's quota (Backfill.quota_taken) can
     take its team's quota: not before the reservation, with its job charged from then
-    on (backfill.cohort_free_at). Floored at the reservation's start alone, a job was
-    told +8 min and started after the reserved gang's 2 h (a review's case)."""
-    for res in p.gate.held_for(job.flavor):
-        if res.job.id == holder:
-            at = cohort_free_at(p, job, res)
-            return res.start if at == math.inf else at
-    return p.now
+    on (backfill.cohort_free_at); if the replay never gets there, the end of the
+    reserved job's max runtime. Floored at the reservation's start alone, a job was
+    told +8 min and started after the reserved gang's 2 h (a review's case). One
+    replay per reservation, team and size."""
+    key = (holder, job.team, job.gpus)
+    if key not in cache:
+        cache[key] = p.now
+        for res in p.gate.held_for(job.flavor):
+            if res.job.id == holder:
+                at = cohort_free_at(p, job, res)
+                cache[key] = res.start + res.job.max_runtime if at == math.inf else at
+    return cache[key]
 
 
 def _reserved(

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scheduler import schedule
+from scheduler.backfill import Reservation, _released
+from scheduler.core import Pass
 from tests.scheduler.helpers import (
     FLAVOR,
     HOUR,
@@ -22,6 +24,7 @@ from tests.scheduler.helpers import (
     Sim,
     admitted,
     examples,
+    make_job,
     preempted,
     verdict,
 )
@@ -208,3 +211,43 @@ def test_a_reserved_gang_starts_by_its_reservation_whatever_backfills(c):
     sim = Sim(c, policy="fifo-backfill")
     started = sim.start_of(1, MIN, int((promised - NOW) / MIN) + 2)
     assert started is not None and started <= promised, (v.message, started, promised)
+
+
+def test_a_later_reservation_counts_the_quota_of_the_reservation_before_it():
+    """With two reservations per flavor: a's job 1 (10 h) is reserved from +8 min, a2's
+    job 2 from +20 min, and between them they take the cohort's idle quota. b's 4-hour
+    borrower left job 1 its quota and, counted as if job 1 were not running at +20 min,
+    job 2 its quota too: admitted, job 2 started after 4 h (a review's case)."""
+    c = Cluster().nodes_(3).node("n3", gpus=4)
+    c.team("a", nominal=8, cohort="c").team("a2", nominal=0, cohort="c")
+    c.team("b", nominal=0, cohort="c").team("f", nominal=8, cohort="c")
+    c.team("e", nominal=24)
+    c.run(20, "e", on={"n0": 8}, runtime=10 * HOUR, started=NOW)
+    c.run(21, "e", on={"n1": 8}, runtime=8 * MIN, started=NOW)
+    c.run(22, "e", on={"n2": 8}, runtime=20 * MIN, started=NOW)
+    c.job(1, "a", gpus=8, runtime=10 * HOUR, submitted=NOW - 300)
+    c.job(2, "a2", gpus=8, runtime=2 * HOUR, submitted=NOW - 200)
+    c.job(3, "b", gpus=4, runtime=4 * HOUR, submitted=NOW - 100)
+    cfg = dict(policy="fifo-backfill", backfill_reservations=2)
+    plan = schedule(c.snapshot(**cfg))
+    assert admitted(plan) == []
+    assert verdict(plan, 3).reason_code == "reserved"
+    assert Sim(c, **cfg).start_of(2, MIN, 40) == NOW + 20 * MIN
+
+
+def test_a_victim_whose_stop_ends_after_the_reservation_gives_nothing_back_by_then():
+    """d's job ends at +5 min by its max runtime; preempted now with 10 minutes of
+    grace it holds its GPUs until +10 min, after the reservation's +8. Counted before
+    the preemption, it stayed given back: the answer depended on when it was asked."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("d", nominal=4, cohort="c")
+    c.run(103, "d", on={"n0": 4}, started=NOW - HOUR, runtime=HOUR + 5 * MIN, grace=600.0)
+    p = Pass(c.snapshot())
+    gang = make_job(1, "a", workers=2, gpus=8)
+    early = Reservation(gang, NOW + 8 * MIN, {}, 2)
+    assert {b.name: k for b, k in _released(p, early).items()} == {"d": 4}
+    (r,) = p.running_of("d", FLAVOR)
+    r.stop(p.now)  # as preemption.commit does
+    p.stops(p.pools[FLAVOR]).add(r)
+    late = Reservation(gang, NOW + 8 * MIN, {}, 2)
+    assert _released(p, early) == _released(p, late) == {}
