@@ -297,7 +297,7 @@ class Backfill(Gate):
                     continue
             need, f = res.job.gpus, job.flavor
             at_start = {b: -k for b, k in _released(p, res).items()}
-            for earlier in _running_at(p, held[:i], res.start):  # their quota as well
+            for earlier in _running_at(held[:i], res.start):  # their quota as well
                 b = p.ledger.book(earlier.job.team)
                 at_start[b] = at_start.get(b, 0) + earlier.job.gpus
             if p.ledger.headroom_with(other, f, at_start) < need:
@@ -309,7 +309,7 @@ class Backfill(Gate):
         return None
 
 
-def _running_at(p: Pass, earlier: list[Reservation], t: float) -> list[Reservation]:
+def _running_at(earlier: list[Reservation], t: float) -> list[Reservation]:
     """Return the reservations (of those before one in the flavor's list) whose jobs
     will still run at `t`, started at their reservations: their quota is taken then.
     Without them, a second reservation (backfill_reservations = 2, or a starving job's)
@@ -462,16 +462,16 @@ def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None
             ends.append((a.end, -1 - i, started, a.gpus))
     at = p.now
     tx = Transaction()
-    if reserved is not None:
-        at = reserved.start
-        held = p.gate.held_for(f)
-        charged = _running_at(p, held[: held.index(reserved)], at) if reserved in held else []
-        for r in (*charged, reserved):
-            owner = ledger.book(r.job.team)
-            tx.add(ledger, owner, f, r.job.gpus)
-            ends.append((r.start + r.job.max_runtime, math.inf, owner, r.job.gpus))
-    ends.sort(key=lambda e: (e[0], e[1]))
     try:
+        if reserved is not None:
+            at = reserved.start
+            held = p.gate.held_for(f)
+            charged = _running_at(held[: held.index(reserved)], at) if reserved in held else []
+            for r in (*charged, reserved):
+                owner = ledger.book(r.job.team)
+                tx.add(ledger, owner, f, r.job.gpus)
+                ends.append((r.start + r.job.max_runtime, math.inf, owner, r.job.gpus))
+        ends.sort(key=lambda e: (e[0], e[1]))
         k = 0
         while k < len(ends) and ends[k][0] <= at:  # what has ended by then
             tx.add(ledger, ends[k][2], f, -ends[k][3])
