@@ -328,16 +328,14 @@ def _released(p: Pass, res: Reservation) -> dict:
     test_reservation_quota.py)."""
     f, ledger = res.job.flavor, p.ledger
     book = ledger.book(res.job.team)
-    cohort = book.cohort
 
     def ours(b) -> bool:
-        return b is book or (cohort is not None and b.cohort == cohort)
+        return ledger.shares_quota(book, b)
 
     rel, counted = res.released, res.counted
     if rel is None:
         rel = res.released = {}
-        members = ledger.members.get(cohort, ()) if cohort is not None else (book,)
-        for m in members:
+        for m in ledger.peers(book):
             for r in p.running_of(m.name, f):
                 if r.end <= res.start:
                     rel[m] = rel.get(m, 0) + r.job.gpus
@@ -453,12 +451,11 @@ def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None
     ledger, f = p.ledger, job.flavor
     book = ledger.book(job.team)
     ends = []
-    members = ledger.members.get(book.cohort, ()) if book.cohort is not None else (book,)
-    for member in members:
+    for member in ledger.peers(book):
         ends += [(r.end, r.job.id, member, r.job.gpus) for r in p.running_of(member.name, f)]
     for i, a in enumerate(p.admitted.get(f, ())):
         started = ledger.book(a.team)
-        if started is book or (book.cohort is not None and started.cohort == book.cohort):
+        if ledger.shares_quota(book, started):
             ends.append((a.end, -1 - i, started, a.gpus))
     at = p.now
     tx = Transaction()

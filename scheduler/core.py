@@ -27,6 +27,7 @@ from .preemption import (
     try_preempt,
     try_priority_preempt,
     unreclaimable,
+    while_borrowing,
 )
 from .quota import Ledger, TeamBook, contribution
 from .reasons import (
@@ -510,16 +511,13 @@ class Pass:
                 continue
             jobs.sort(key=lambda r: victim_key(r.job, True))
             big = max(r.job.gpus for r in jobs)
-            largest = next(r for r in jobs if r.job.gpus == big)
-            taken = [largest]
-            rest = 0
-            for r in jobs:
-                if r is not largest and rest + r.job.gpus < borrows:
-                    rest += r.job.gpus
-                    taken.append(r)
-            for r in taken:
-                for node, g in r.nodes:
-                    out[node] = out.get(node, 0) + g
+            largest = next(r for r in jobs if r.job.gpus == big)  # taken first: the most
+            gpus = 0
+            for r in (largest, *(r for r in jobs if r is not largest)):
+                if while_borrowing(gpus, big, r.job.gpus, borrows):
+                    gpus += r.job.gpus
+                    for node, g in r.nodes:
+                        out[node] = out.get(node, 0) + g
         cache[k] = out
         return out
 

@@ -112,6 +112,14 @@ def may_preempt(wait: Wait) -> bool:
     return wait.code == RESERVED and len(wait.info) > 2 and wait.info[2] > 0
 
 
+def while_borrowing(gpus: int, largest: int, g: int, borrows: int) -> bool:
+    """Return whether a team that borrows `borrows` GPUs, with victims chosen that hold
+    `gpus` GPUs (the largest `largest`), may lose one more job of `g` GPUs: stopped
+    largest last, each is stopped while the team still borrows (Kueue's rule, asked of
+    the set: _Search.allowed)."""
+    return gpus + g - max(largest, g) < borrows
+
+
 def held_from_borrowing(wait: Wait) -> bool:
     """Return whether the job waits only because it may not take more quota now:
     `reserved` by a cohort hold (info[2] == COHORT_HOLD), its team's waiting preemptor
@@ -343,8 +351,7 @@ class _Search:
         if b is self.book:
             return True
         gpus, largest = removed.get(b, (0, 0))
-        g = r.job.gpus
-        return gpus + g - max(largest, g) < self.borrows[b]
+        return while_borrowing(gpus, largest, r.job.gpus, self.borrows[b])
 
     @staticmethod
     def add(removed: dict, r: Running) -> None:
@@ -914,12 +921,10 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
         id(r): r for n in choice.gpus_on for r in stops.jobs_on.get(n, ()) if id(r) not in mine
     }
     if not mine and not others:
-        cohort = book.cohort
-        others = {
-            id(r): r
-            for r in stops.jobs
-            if r.book is book or (cohort is not None and r.book.cohort == cohort)
-        } or {id(r): r for r in stops.jobs}
+        shares = p.ledger.shares_quota
+        others = {id(r): r for r in stops.jobs if shares(book, r.book)} or {
+            id(r): r for r in stops.jobs
+        }
     first = sorted(mine.values(), key=lambda r: stopping_key(r.end, r.job))
     then = sorted(others.values(), key=lambda r: stopping_key(r.end, r.job))
     ids = tuple(r.job.id for r in (*first, *then))

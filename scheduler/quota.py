@@ -134,6 +134,16 @@ class Ledger:
             key = (book.cohort, flavor)
             self.slack[key] = self.slack.get(key, 0) + contribution(q, new) - contribution(q, old)
 
+    def peers(self, book: TeamBook) -> tuple[TeamBook, ...] | list[TeamBook]:
+        """Return the teams whose quota is pooled with the team's: its cohort's, or the
+        team alone."""
+        return self.members.get(book.cohort, ()) if book.cohort is not None else (book,)
+
+    @staticmethod
+    def shares_quota(book: TeamBook, other: TeamBook) -> bool:
+        """Return whether `other` is the team or of its cohort."""
+        return other is book or (book.cohort is not None and other.cohort == book.cohort)
+
     def limit(self, book: TeamBook, flavor: str) -> float:
         """Return the most GPUs of a flavor the team may use: nominal + borrowing limit."""
         q = book.quotas.get(flavor, NO_QUOTA)
