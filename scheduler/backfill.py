@@ -32,8 +32,9 @@ have come back; later jobs of that cohort and flavor that would borrow may
 start only if they end by then. Without the hold, a gang larger than its
 team's nominal quota waits for several GPUs of idle cohort quota at once,
 while every single GPU that comes back is borrowed at once by a smaller job.
-Jobs within their team's nominal quota are never held back: that quota is
-guaranteed.
+Other teams' jobs within their nominal quota are never held back: that quota is
+guaranteed. The gang's own team's later jobs are, within nominal or not, unless
+its quota is lent out (_lent_out).
 """
 
 from __future__ import annotations
@@ -91,6 +92,24 @@ class Reservation:
         self.counted: set[int] = set()
 
 
+def _lent_out(p: Pass, book, flavor: str) -> bool:
+    """Return whether a team below its nominal quota has lent it out and may reclaim it:
+    the policy preempts and a peer of its cohort borrows (settled, Pass.settled).
+
+    A cohort hold holds its own team's later jobs that would outlast it, within nominal
+    or not (each GPU they take is one more its gang must borrow; without this, a team's
+    stream of small jobs kept its gang waiting for hours: test_cohort_hold.py), but not
+    while the team's quota is lent out: the gang, which must borrow, may not reclaim
+    (preemption rule 1), so holding them would leave the team's guaranteed quota with
+    the borrowers."""
+    if not p.preempting or p.settled(book, flavor) >= book.quota(flavor).nominal:
+        return False
+    return any(
+        other is not book and p.settled(other, flavor) > other.quota(flavor).nominal
+        for other in p.ledger.peers(book)
+    )
+
+
 def _held(p: Pass, job: PendingJob, held: Reservation) -> Wait:
     """Return `reserved` for a job a quota or cohort hold stops; info[3] says whether its
     quota would refuse it now anyway (then it could not start now even if it ended before
@@ -128,8 +147,9 @@ class Backfill(Gate):
     def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
         """Return `reserved` if the job would use quota held for an earlier job.
 
-        That is its team's quota (a quota hold), or, if it would borrow, its
-        cohort's lendable quota (a cohort hold). With the reclaim backoff on,
+        That is its team's quota (a quota hold), or its cohort's lendable quota (a
+        cohort hold) if it would borrow or the hold is its own team's (_lent_out). With
+        the reclaim backoff on,
         return `backoff` if it would borrow while a job of its team and flavor
         backs off after a requeue.
         """
@@ -139,10 +159,13 @@ class Backfill(Gate):
         if not self.cohort_holds and not self.reclaim_backoff:
             return None
         book = p.ledger.book(job.team)
+        held = self.cohort_holds.get((book.cohort, job.flavor))
+        outlasts = held is not None and p.now + job.max_runtime > held.start
+        if outlasts and held.job.team == job.team and not _lent_out(p, book, job.flavor):
+            return _held(p, job, held)  # its own team's gang needs the quota it would take
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
             return None  # within its nominal quota, which is guaranteed
-        held = self.cohort_holds.get((book.cohort, job.flavor))
-        if held is not None and p.now + job.max_runtime > held.start:
+        if outlasts:
             return _held(p, job, held)
         until = self.cooldowns(p).get((job.team, job.flavor)) if self.reclaim_backoff else None
         return None if until is None else Wait(BACKOFF, (until, 0))

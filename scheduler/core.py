@@ -288,8 +288,7 @@ class Pass:
         if held is None:
             return None
         holder, start = held
-        f = job.flavor
-        if self.settled(book, f) + job.gpus <= book.quota(f).nominal:
+        if self.within_nominal(book, job):
             return None
         return Wait(RESERVED, (holder, start, CLAIM_HOLD))
 
@@ -562,6 +561,12 @@ class Pass:
         if pool is None or (pool.stops is None and not self._stopping_at_start):
             return used  # nothing stops in this pool (yet): no need to build the view
         return used - self.stops(pool).quota.get(book, 0)
+
+    def within_nominal(self, book: TeamBook, job: PendingJob) -> bool:
+        """Return whether the job fits its team's nominal quota of its flavor once the
+        team's stopping jobs have stopped (`settled`): the one test of "within nominal"
+        for the pass order, claims, holds and reclaim alike."""
+        return self.settled(book, job.flavor) + job.gpus <= book.quota(job.flavor).nominal
 
     def held(self, book: TeamBook, flavor: str) -> int:
         """Return the GPUs a team holds, without those charged to its waiting preemptors."""

@@ -473,7 +473,9 @@ def _reserved(
     if nodes == 0:  # a quota hold within the team (scheduler.backfill)
         held = f"which needs the team's quota from {_at(p, start)}"
     elif nodes == COHORT_HOLD:  # a hold of the cohort's lendable quota
-        held = f"which needs the cohort's idle quota from {_at(p, start)}"
+        hold = p.gate.cohort_holds.get((p.ledger.book(job.team).cohort, job.flavor))
+        mine = f"team {job.team}'s quota and " if hold and hold.job.team == job.team else ""
+        held = f"which needs {mine}the cohort's idle quota from {_at(p, start)}"
     else:
         held = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
     if refused:  # its quota cannot take it now either (Backfill's _held)

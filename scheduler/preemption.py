@@ -1018,7 +1018,7 @@ def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
         return None
     if p.budget_wait(job) is not None:
         return None  # its team's GPU-hour budget cannot take it (now): no claim either
-    if p.settled(book, job.flavor) + job.gpus > book.quota(job.flavor).nominal:
+    if not p.within_nominal(book, job):
         return None  # no longer within its nominal quota: no claim
     return pool, book
 

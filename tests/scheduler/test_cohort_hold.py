@@ -42,10 +42,10 @@ def test_the_first_cohort_busy_job_holds_the_cohorts_idle_quota():
     assert verdict(plan, 1).estimated_start >= NOW + 180
 
 
-def test_jobs_within_nominal_quota_are_never_held_back():
+def test_other_teams_jobs_within_nominal_quota_are_never_held_back():
     c = lender_cluster()
     c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50)
-    c.job(2, "b", workers=1, gpus=2, submitted=NOW - 40, runtime=3600)  # within b's nominal 4
+    c.job(2, "l", workers=1, gpus=2, submitted=NOW - 40, runtime=3600)  # within l's nominal 8
     plan = schedule(c.snapshot())
     assert 2 in [a.job_id for a in plan.admissions]
 
@@ -76,3 +76,72 @@ def test_without_the_hold_the_gang_starves(monkeypatch):
     c = lender_cluster()
     c.job(1, "b", workers=1, gpus=8, submitted=NOW - 1)
     assert run_stream(Sim(c, explain=False), steps=120) is None
+
+
+def own_stream_cluster():
+    """16 GPUs; lender l (nominal 12) runs 8 ten-hour jobs within its quota on n1, so
+    it can lend 4; team b (nominal 4) runs one 1-GPU job on n0 that ends in 5 min and
+    wants a gang of 8: it must borrow 4, all l can lend, once its job has ended."""
+    c = Cluster().nodes_(2)
+    c.team("b", nominal=4, cohort="co").team("l", nominal=12, cohort="co")
+    for i in range(8):
+        c.run(100 + i, "l", on={"n1": 1}, started=NOW - 600, runtime=36_000)
+    c.run(99, "b", on={"n0": 1}, started=NOW - 600, runtime=900)
+    return c
+
+
+def own_stream(sim, steps, every=60.0):
+    """b submits a 1-GPU, 30-minute job every `every` s (each within b's nominal quota
+    when b runs little); return when b's gang (job 1) starts, or None."""
+    ids = count(10_000)
+    for n in range(steps):
+        now = NOW + n * every
+        sim.submit(make_job(next(ids), "b", gpus=1, submitted=now, runtime=1800))
+        sim.step(now)
+        if 1 in sim.started:
+            return sim.started[1]
+    return None
+
+
+def test_a_gang_that_must_borrow_starts_despite_its_own_teams_later_small_jobs():
+    """The team's later jobs within its nominal quota take the quota its earlier gang
+    needs: each one it runs is one GPU more the gang would have to borrow. Without the
+    hold holding them too, every job b submits after the gang took its quota and the gang
+    waited for l's ten-hour jobs; held like the team's later borrowers (and as a GPU
+    reservation holds them, Backfill.quota_taken), they wait until the gang has started
+    and it starts when job 99 ends."""
+    c = own_stream_cluster()
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 1)
+    started = own_stream(Sim(c, explain=False), steps=600)
+    assert started == NOW + 300
+
+
+def test_the_teams_later_jobs_that_end_by_the_hold_still_start():
+    c = own_stream_cluster()
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50)
+    c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=3600)  # outlasts the hold
+    c.job(3, "b", workers=1, gpus=1, submitted=NOW - 30, runtime=240)  # ends by NOW + 300
+    plan = schedule(c.snapshot())
+    assert reasons(plan)[1] == "cohort_busy"
+    assert reasons(plan)[2] == "reserved"
+    assert 3 in [a.job_id for a in plan.admissions]
+    said = verdict(plan, 2).message
+    assert "it would delay job 1, which needs team b's quota and the cohort's idle quota" in said
+    assert "if its max runtime were at most 5 min" in said
+
+
+def test_the_teams_later_jobs_are_not_held_while_its_quota_is_lent_out():
+    """b's gang of 16 must borrow 8 (nominal 8). While l borrows b's idle quota, b's later
+    job within nominal starts (or reclaims) as usual: the gang, which must borrow, may not
+    reclaim, so holding the job would leave b's guaranteed quota with l. With l within its
+    own quota, the same job would only take quota the gang needs, and waits."""
+    for l_jobs, held in ((12, False), (8, True)):
+        c = Cluster().nodes_(2)
+        c.team("b", nominal=8, cohort="co").team("l", nominal=8, cohort="co")
+        for i in range(l_jobs):
+            c.run(100 + i, "l", on={f"n{i // 8}": 1}, started=NOW - 600, runtime=36_000)
+        c.job(1, "b", workers=2, gpus=8, submitted=NOW - 50)
+        c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=36_000)
+        plan = schedule(c.snapshot())
+        assert reasons(plan)[1] == "cohort_busy", l_jobs
+        assert (2 not in [a.job_id for a in plan.admissions]) is held, l_jobs

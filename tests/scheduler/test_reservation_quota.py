@@ -165,10 +165,11 @@ def test_a_job_held_for_the_quota_is_estimated_after_the_reserved_job():
 def _held_gangs(draw):
     """A cohort where only the reserved gang's team a has nominal quota among the teams
     with jobs (l lends and runs nothing; b and d borrow; x is outside the cohort), on
-    2-4 nodes; a's gang is the earliest pending job, b's and d's jobs come after it.
-    (a's own later jobs within its nominal quota are never held back by a cohort hold,
-    test_cohort_hold.py: once a short borrower let through makes the gang wait for
-    quota for a pass, one of them may take the quota it needs.)"""
+    2-4 nodes; a's gang is the earliest pending job, a's, b's and d's jobs come after it.
+    (a's own later jobs, within its nominal quota or not, are held by a reservation and
+    by a's cohort hold alike: when a short borrower let through made the gang wait for
+    quota for a pass, one of them took the quota it needed before the cohort hold held
+    them too, test_cohort_hold.py.)"""
     c = Cluster().nodes_(draw(st.integers(2, 4)))
     c.team("a", nominal=draw(st.sampled_from([0, 4, 8, 16])), cohort="c")
     c.team("l", nominal=draw(st.sampled_from([0, 8, 16, 24])), cohort="c")
@@ -186,7 +187,7 @@ def _held_gangs(draw):
     workers = draw(st.integers(1, 2))
     c.job(1, "a", workers=workers, gpus=draw(st.sampled_from([4, 8])), submitted=NOW - 500)
     for i in range(draw(st.integers(1, 8))):
-        team = draw(st.sampled_from("bd"))
+        team = draw(st.sampled_from("abd"))
         gpus = draw(st.integers(1, 8))
         runtime = draw(st.integers(1, 300)) * MIN
         c.job(10 + i, team, gpus=gpus, runtime=runtime, submitted=NOW - 400 + i)
