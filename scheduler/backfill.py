@@ -33,8 +33,8 @@ start only if they end by then. Without the hold, a gang larger than its
 team's nominal quota waits for several GPUs of idle cohort quota at once,
 while every single GPU that comes back is borrowed at once by a smaller job.
 Other teams' jobs within their nominal quota are never held back: that quota is
-guaranteed. The gang's own team's later jobs are, within nominal or not, unless
-its quota is lent out (_lent_out).
+guaranteed. The gang's own team's later jobs are, within nominal or not, when
+the hold's time rests on quota sure to come back by then (_sure_hold).
 """
 
 from __future__ import annotations
@@ -92,20 +92,51 @@ class Reservation:
         self.counted: set[int] = set()
 
 
-def _lent_out(p: Pass, book, flavor: str) -> bool:
-    """Return whether a team below its nominal quota has lent it out and may reclaim it:
-    the policy preempts and a peer of its cohort borrows (settled, Pass.settled).
+def _sure_hold(p: Pass, job: PendingJob, held: Reservation) -> bool:
+    """Return whether a cohort hold holds a later job of its own team, within nominal
+    or not: the hold's gang would fit its team's headroom at the hold's start with only
+    what is sure to come back by then (_released: its own team's jobs ending, and of the
+    other teams' only the GPUs they borrow, which the hold keeps from other borrowers).
 
-    A cohort hold holds its own team's later jobs that would outlast it, within nominal
-    or not (each GPU they take is one more its gang must borrow; without this, a team's
-    stream of small jobs kept its gang waiting for hours: test_cohort_hold.py), but not
-    while the team's quota is lent out: the gang, which must borrow, may not reclaim
-    (preemption rule 1), so holding them would leave the team's guaranteed quota with
-    the borrowers."""
-    if not p.preempting or p.settled(book, flavor) >= book.quota(flavor).nominal:
+    Each GPU such a job takes is one more the gang must borrow, and a job that outlasts
+    the hold may hold GPUs the gang needs then: without this, a team's stream of small
+    jobs within its nominal quota kept its earlier gang waiting for hours
+    (test_cohort_hold.py), as Slurm's backfill would not let them. When the gang needs a
+    lender's own quota back too (its jobs within nominal ending), the lender may take it
+    again and move the hold's time, so holding the team's jobs keeps nothing sure for
+    the gang (a review's cases: the team's guaranteed quota idle all day, and a priority
+    preemption instead of a start); they start, or reclaim, as before. Nor is a job
+    held that may reclaim (_may_reclaim)."""
+    ledger, f = p.ledger, job.flavor
+    book = ledger.book(held.job.team)
+    if _may_reclaim(p, job, book):
         return False
+    at_start = {}
+    for other, k in _released(p, held).items():
+        sure = k if other is book else min(k, other.used(f) - other.quota(f).nominal)
+        if sure > 0:
+            at_start[other] = -sure
+    return ledger.headroom_with(book, f, at_start) >= held.job.gpus
+
+
+def _may_reclaim(p: Pass, job: PendingJob, book) -> bool:
+    """Return whether a job of a team below its nominal quota may need to reclaim it: the
+    policy preempts, the job does not fit the team's headroom or the free GPUs now (as
+    placed: a count of free GPUs held back an 8-GPU job that fits no node), and a
+    peer of its cohort borrows (settled). Its team's quota is lent out then, and a job
+    within nominal reclaims it rather than wait for its own team's gang, which, having
+    to borrow, may not (preemption rule 1). A peer borrowing while the job fits the idle
+    quota and free GPUs takes nothing a reclaim would give back (a review's case)."""
+    if not p.preempting:
+        return False
+    f = job.flavor
+    pool = p.pools.get(f)
+    if pool is None:
+        return False
+    if p.ledger.headroom(book, f) >= job.gpus and p.choose(pool, job) is not None:
+        return False  # placed where it fits now (counted free GPUs: fragmented, a replay's)
     return any(
-        other is not book and p.settled(other, flavor) > other.quota(flavor).nominal
+        other is not book and p.settled(other, f) > other.quota(f).nominal
         for other in p.ledger.peers(book)
     )
 
@@ -148,7 +179,8 @@ class Backfill(Gate):
         """Return `reserved` if the job would use quota held for an earlier job.
 
         That is its team's quota (a quota hold), or its cohort's lendable quota (a
-        cohort hold) if it would borrow or the hold is its own team's (_lent_out). With
+        cohort hold) if it would borrow, or the hold is its own team's and rests on
+        quota sure to come back (_sure_hold). With
         the reclaim backoff on,
         return `backoff` if it would borrow while a job of its team and flavor
         backs off after a requeue.
@@ -161,8 +193,8 @@ class Backfill(Gate):
         book = p.ledger.book(job.team)
         held = self.cohort_holds.get((book.cohort, job.flavor))
         outlasts = held is not None and p.now + job.max_runtime > held.start
-        if outlasts and held.job.team == job.team and not _lent_out(p, book, job.flavor):
-            return _held(p, job, held)  # its own team's gang needs the quota it would take
+        if outlasts and held.job.team == job.team and _sure_hold(p, job, held):
+            return _held(p, job, held)
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
             return None  # within its nominal quota, which is guaranteed
         if outlasts:

@@ -564,8 +564,9 @@ class Pass:
 
     def within_nominal(self, book: TeamBook, job: PendingJob) -> bool:
         """Return whether the job fits its team's nominal quota of its flavor once the
-        team's stopping jobs have stopped (`settled`): the one test of "within nominal"
-        for the pass order, claims, holds and reclaim alike."""
+        team's stopping jobs have stopped (`settled`): the test of "within nominal" for
+        the pass order, claims and the claim hold alike. (Backfill's holds ask whether a
+        job would borrow now, on the ledger as it stands: docs/scheduling.md.)"""
         return self.settled(book, job.flavor) + job.gpus <= book.quota(job.flavor).nominal
 
     def held(self, book: TeamBook, flavor: str) -> int:

@@ -13,7 +13,16 @@ from itertools import count
 
 from scheduler import schedule
 from scheduler.backfill import Backfill
-from tests.scheduler.helpers import NOW, Cluster, Sim, make_job, reasons, verdict
+from tests.scheduler.helpers import (
+    NOW,
+    Cluster,
+    Sim,
+    admitted,
+    make_job,
+    preempted,
+    reasons,
+    verdict,
+)
 
 
 def lender_cluster():
@@ -130,18 +139,50 @@ def test_the_teams_later_jobs_that_end_by_the_hold_still_start():
     assert "if its max runtime were at most 5 min" in said
 
 
-def test_the_teams_later_jobs_are_not_held_while_its_quota_is_lent_out():
-    """b's gang of 16 must borrow 8 (nominal 8). While l borrows b's idle quota, b's later
-    job within nominal starts (or reclaims) as usual: the gang, which must borrow, may not
-    reclaim, so holding the job would leave b's guaranteed quota with l. With l within its
-    own quota, the same job would only take quota the gang needs, and waits."""
-    for l_jobs, held in ((12, False), (8, True)):
-        c = Cluster().nodes_(2)
-        c.team("b", nominal=8, cohort="co").team("l", nominal=8, cohort="co")
-        for i in range(l_jobs):
-            c.run(100 + i, "l", on={f"n{i // 8}": 1}, started=NOW - 600, runtime=36_000)
-        c.job(1, "b", workers=2, gpus=8, submitted=NOW - 50)
-        c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=36_000)
-        plan = schedule(c.snapshot())
-        assert reasons(plan)[1] == "cohort_busy", l_jobs
-        assert (2 not in [a.job_id for a in plan.admissions]) is held, l_jobs
+def _gang_of_16(l_jobs):
+    """b (nominal 8) wants a gang of 16, so must borrow 8 of l's (nominal 8); l runs
+    `l_jobs` 1-GPU ten-hour jobs, the first 8 within its quota on n0; b's job 2 (1 GPU,
+    ten hours) comes after the gang."""
+    c = Cluster().nodes_(2)
+    c.team("b", nominal=8, cohort="co").team("l", nominal=8, cohort="co")
+    for i in range(l_jobs):
+        c.run(100 + i, "l", on={f"n{i // 8}": 1}, started=NOW - 600, runtime=36_000)
+    c.job(1, "b", workers=2, gpus=8, submitted=NOW - 50)
+    c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=36_000)
+    return c
+
+
+def test_the_teams_later_jobs_are_not_held_when_the_gang_needs_a_lenders_own_quota():
+    """The gang needs l's quota back, l's own jobs within its nominal quota, and l may take
+    it again the moment it comes back: holding b's later jobs for it kept b's guaranteed
+    quota idle all day (a review's case). They start as before."""
+    plan = schedule(_gang_of_16(8).snapshot())
+    assert reasons(plan)[1] == "cohort_busy"
+    assert 2 in admitted(plan)
+
+
+def test_the_teams_later_jobs_still_reclaim_its_quota_lent_out():
+    """l borrows all of b's quota (16 jobs on 16 GPUs): b's job 2 may reclaim it, which
+    b's gang, having to borrow, may not; it reclaims rather than wait for the gang."""
+    plan = schedule(_gang_of_16(16).snapshot())
+    assert reasons(plan)[1] == "cohort_busy"
+    assert reasons(plan)[2] == "waiting_for_preemption"
+    assert len(preempted(plan)) == 1
+
+
+def test_the_teams_later_jobs_are_held_when_a_borrower_gives_the_gang_its_quota_back():
+    """b (nominal 4) needs 4 of l's quota for its gang of 8; l (nominal 12) runs 8 within it
+    and m (nominal 0) borrows 1 GPU of l's idle quota for 5 minutes. m's GPU comes back,
+    as borrowed GPUs do while the hold keeps other borrowers out, and b's own job 99 ends
+    then: b's later jobs that would outlast that wait for the gang, though m borrows
+    (a review's case: a peer borrowing another lender's quota is no lent-out quota of
+    b's to reclaim)."""
+    c = own_stream_cluster()
+    c.team("m", nominal=0, cohort="co")
+    c.run(98, "m", on={"n0": 1}, started=NOW - 600, runtime=900)
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50)
+    c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=3600)
+    plan = schedule(c.snapshot())
+    assert reasons(plan)[1] == "cohort_busy"
+    assert reasons(plan)[2] == "reserved"
+    assert Sim(c, explain=False).start_of(1, 60.0, 20) == NOW + 300

@@ -162,23 +162,25 @@ def test_fewest_jobs_when_work_lost_is_equal():
 # -- 2. no lending and reclaiming in one pass ---------------------------------------
 
 
-def a_waits_behind_its_borrowing_head(c, lender_nominal):
+def a_waits_behind_its_borrowing_head(c, lender_nominal, runtime=HOUR):
     """Teams a (nominal 8, high share), b (nominal 0) and d (a lender) of one cohort;
     b's 8-GPU job 20, a's 2x8 job 1 (it would borrow, so b comes first) and a's 8-GPU
-    job 2 (within a's nominal quota)."""
+    job 2 (within a's nominal quota, `runtime` long)."""
     c.team("a", nominal=8, cohort="c", decayed={"h100": 8 * 7 * 24 * HOUR})
     c.team("b", nominal=0, cohort="c")
     c.team("d", nominal=lender_nominal, cohort="c")
     c.job(20, "b", gpus=8)
     c.job(1, "a", workers=2, gpus=8, priority=5)
-    c.job(2, "a", gpus=8)
+    c.job(2, "a", gpus=8, runtime=runtime)
     return c
 
 
 def test_idle_quota_a_team_waits_for_is_not_lent_in_the_same_pass():
     """b (low share) is considered before a's within-nominal job, because a's first job
-    would borrow. Lent to b, a's quota would be reclaimed from b's older job at once."""
-    c = a_waits_behind_its_borrowing_head(Cluster().nodes_(2), lender_nominal=8)
+    would borrow. Lent to b, a's quota would be reclaimed from b's older job at once.
+    (a's job 2 ends by the time b's job 10 gives a's gang its quota back, +50 min, so
+    a's cohort hold lets it through; a longer one waits for the gang: test_cohort_hold.)"""
+    c = a_waits_behind_its_borrowing_head(Cluster().nodes_(2), lender_nominal=8, runtime=2400)
     c.run(10, "b", on={"n0": 8})
     plan = schedule(c.snapshot())
     assert plan.preemptions == ()
@@ -186,6 +188,11 @@ def test_idle_quota_a_team_waits_for_is_not_lent_in_the_same_pass():
     v = verdict(plan, 20)
     assert v.reason_code == "cohort_busy"
     assert "8 GPUs of idle quota are kept for teams within their nominal quota" in v.message
+    c = a_waits_behind_its_borrowing_head(Cluster().nodes_(2), lender_nominal=8)
+    c.run(10, "b", on={"n0": 8})
+    plan = schedule(c.snapshot())
+    assert (admitted(plan), preempted(plan)) == ([], [])
+    assert "it would delay job 1, which needs team a's quota" in verdict(plan, 2).message
 
 
 def test_a_borrower_admitted_in_a_pass_is_never_its_victim():
