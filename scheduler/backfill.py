@@ -34,7 +34,7 @@ team's nominal quota waits for several GPUs of idle cohort quota at once,
 while every single GPU that comes back is borrowed at once by a smaller job.
 Other teams' jobs within their nominal quota are never held back: that quota is
 guaranteed. The gang's own team's later jobs are, within nominal or not, when
-the hold's time rests on quota sure to come back by then (_sure_hold).
+they would take quota the gang is sure to have by then (_takes_own_gangs).
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ COHORT_HOLD = -1
 CLAIM_HOLD = -2
 # ... and of the quota a GPU reservation's job needs (Backfill.quota_taken).
 RESERVED_QUOTA = -3
+# ... and of a cohort hold of the job's own team's gang, on quota sure to come back
+# (Backfill.blocked, _takes_own_gangs).
+OWN_HOLD = -4
 # Kinds of projection events (reserve): GPUs taken, GPUs given back, GPUs counted as
 # held without being taken (out of the index already). At one time: notes, gives, takes.
 TAKE, GIVE, NOTE = 0, 1, 2
@@ -69,7 +72,7 @@ MAX_TRIES = 4
 class Reservation:
     """GPUs promised to a blocked job from time `start` on."""
 
-    __slots__ = ("job", "start", "need", "nodes", "place", "released", "seen", "counted")
+    __slots__ = ("job", "start", "need", "nodes", "place", "released", "seen", "counted", "whole")
 
     def __init__(
         self,
@@ -90,33 +93,93 @@ class Reservation:
         self.released: dict | None = None
         self.seen = (0, 0)
         self.counted: set[int] = set()
+        # a cohort hold's gang at the later of its time and when its GPUs are free
+        # (_whole), built when first needed; None while not built, False if never
+        self.whole: Reservation | bool | None = None
 
 
-def _sure_hold(p: Pass, job: PendingJob, held: Reservation) -> bool:
-    """Return whether a cohort hold holds a later job of its own team, within nominal
-    or not: the hold's gang would fit its team's headroom at the hold's start with only
-    what is sure to come back by then (_released: its own team's jobs ending, and of the
-    other teams' only the GPUs they borrow, which the hold keeps from other borrowers).
+def _takes_own_gangs(p: Pass, job: PendingJob, held: Reservation) -> bool:
+    """Return whether a later job of a cohort hold's own team, within nominal or not,
+    would take quota the hold's gang is sure to have at the hold's start: the gang would
+    fit its team's headroom then with only what is sure to come back by then given back
+    (_released: its own team's jobs ending, and of the other teams' only the GPUs they
+    borrow, which the hold keeps from other borrowers), and would not with the job
+    charged too (as Backfill.quota_taken asks of a GPU reservation); "then" is the later
+    of the hold's time and when the gang's GPUs are free (_whole).
 
-    Each GPU such a job takes is one more the gang must borrow, and a job that outlasts
-    the hold may hold GPUs the gang needs then: without this, a team's stream of small
-    jobs within its nominal quota kept its earlier gang waiting for hours
-    (test_cohort_hold.py), as Slurm's backfill would not let them. When the gang needs a
-    lender's own quota back too (its jobs within nominal ending), the lender may take it
-    again and move the hold's time, so holding the team's jobs keeps nothing sure for
-    the gang (a review's cases: the team's guaranteed quota idle all day, and a priority
-    preemption instead of a start); they start, or reclaim, as before. Nor is a job
-    held that may reclaim (_may_reclaim)."""
-    ledger, f = p.ledger, job.flavor
-    book = ledger.book(held.job.team)
-    if _may_reclaim(p, job, book):
+    Each GPU such a job takes is one more the gang must borrow: without this, a team's
+    stream of small jobs within its nominal quota kept its earlier gang waiting for
+    hours (test_cohort_hold.py), as Slurm's backfill would not let them. Not held (the
+    review helpers' cases, each in test_cohort_hold.py):
+    - a job that may reclaim (_may_reclaim): its team's quota is lent out;
+    - any job when the gang needs a lender's own quota back too (its jobs within
+      nominal ending): the lender may take it again and move the hold's time, and held,
+      the team's guaranteed quota sat idle all day;
+    - any job when the hold's time is now: a release is overdue (a job stopping past
+      its grace period), and held, the team's jobs waited as long as it stayed stuck;
+    - a job the gang's quota holds as well: held, it waited 5 h for nothing;
+    - a job that ends before the gang's GPUs are free (_whole): the hold's time is
+      quota only, and the quota is asked at the later of the two.
+    A job that leaves the gang its quota is still held if it would sit on GPUs the gang
+    needs then (_takes_gpus)."""
+    if held.start <= p.now or _may_reclaim(p, job, p.ledger.book(job.team)):
         return False
+    whole = _whole(p, held)
+    if whole is None or p.now + job.max_runtime <= whole.start:
+        return False  # it ends before the gang's GPUs are free: it delays nothing
+    ledger, f = p.ledger, job.flavor
+    book, need = ledger.book(held.job.team), held.job.gpus
     at_start = {}
-    for other, k in _released(p, held).items():
+    for other, k in _released(p, whole).items():
         sure = k if other is book else min(k, other.used(f) - other.quota(f).nominal)
         if sure > 0:
             at_start[other] = -sure
-    return ledger.headroom_with(book, f, at_start) >= held.job.gpus
+    if ledger.headroom_with(book, f, at_start) < need:
+        return False
+    at_start[book] = at_start.get(book, 0) + job.gpus
+    if ledger.headroom_with(book, f, at_start) < need:
+        return True
+    return _takes_gpus(p, job, whole)
+
+
+def _takes_gpus(p: Pass, job: PendingJob, whole: Reservation) -> bool:
+    """Return whether the job, placed now as it would be, would take free GPUs the hold's
+    gang will need at its start (whole.need: those it would leave a node short of).
+    With its quota kept but not its GPUs, a team's 3-minute job let through sat on the
+    node the gang needed, and the gang started a pass late (the reservation property of
+    test_reservation_quota.py). Asked of where it would go, not of whether it fits
+    elsewhere: it is placed without the gang's GPUs hidden."""
+    need = {n: k for n, k in whole.need.items() if k > 0}
+    if not need:
+        return False
+    pool = p.pools[job.flavor]
+    where = p.choose(pool, job)
+    if where is None:
+        return False
+    tx = Transaction()
+    try:
+        nodes = placement.take(pool.index, where, job.workers, job.gpus_per_worker, tx)
+        return any(n in need and pool.index.free[n] < need[n] for n, _ in nodes or ())
+    finally:
+        tx.rollback()
+
+
+def _whole(p: Pass, held: Reservation) -> Reservation | None:
+    """Return a cohort hold's gang as it could start: at the later of the hold's time and
+    the time its GPUs are free (reserve, after the flavor's GPU reservations), or None if
+    they never are; one projection per hold and pass. The hold's time is quota only:
+    held to it, a team's job waited 5 h for a gang that fit no node for 20 h (a review's
+    case)."""
+    if held.whole is None:
+        f = held.job.flavor
+        pool = p.pools.get(f)
+        gpus = None if pool is None else reserve(p, held.job, pool, p.gate.held_for(f))
+        if gpus is None:
+            held.whole = False
+        else:  # at the later time, with the GPUs its placement then needs free now
+            start = max(held.start, gpus.start)
+            held.whole = Reservation(held.job, start, gpus.need, COHORT_HOLD, gpus.place)
+    return held.whole or None
 
 
 def _may_reclaim(p: Pass, job: PendingJob, book) -> bool:
@@ -141,17 +204,17 @@ def _may_reclaim(p: Pass, job: PendingJob, book) -> bool:
     )
 
 
-def _held(p: Pass, job: PendingJob, held: Reservation) -> Wait:
+def _held(p: Pass, job: PendingJob, held: Reservation, kind: int | None = None) -> Wait:
     """Return `reserved` for a job a quota or cohort hold stops; info[3] says whether its
     quota would refuse it now anyway (then it could not start now even if it ended before
     the hold's time, and its sentence says so, not that it could). Still `reserved`: told
     `quota` or `cohort_busy`, a job within its nominal quota would reclaim, and take the
     team's quota the hold keeps for its gang (the core's benchmark: 5% more preemptions,
-    6% fewer admissions)."""
+    6% fewer admissions). `kind`: info[2] instead of the hold's own (OWN_HOLD)."""
     refused = False
     if p.config.explain:  # for the sentence only: its quota's headroom now
         refused = p.ledger.headroom(p.ledger.book(job.team), job.flavor) < job.gpus
-    return Wait(RESERVED, (held.job.id, held.start, held.nodes, refused))
+    return Wait(RESERVED, (held.job.id, held.start, held.nodes if kind is None else kind, refused))
 
 
 class Backfill(Gate):
@@ -179,8 +242,8 @@ class Backfill(Gate):
         """Return `reserved` if the job would use quota held for an earlier job.
 
         That is its team's quota (a quota hold), or its cohort's lendable quota (a
-        cohort hold) if it would borrow, or the hold is its own team's and rests on
-        quota sure to come back (_sure_hold). With
+        cohort hold) if it would borrow, or the hold is its own team's and it would take
+        quota the hold's gang is sure to have (_takes_own_gangs: info[2] OWN_HOLD). With
         the reclaim backoff on,
         return `backoff` if it would borrow while a job of its team and flavor
         backs off after a requeue.
@@ -193,8 +256,8 @@ class Backfill(Gate):
         book = p.ledger.book(job.team)
         held = self.cohort_holds.get((book.cohort, job.flavor))
         outlasts = held is not None and p.now + job.max_runtime > held.start
-        if outlasts and held.job.team == job.team and _sure_hold(p, job, held):
-            return _held(p, job, held)
+        if outlasts and held.job.team == job.team and _takes_own_gangs(p, job, held):
+            return _held(p, job, held, OWN_HOLD)
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
             return None  # within its nominal quota, which is guaranteed
         if outlasts:

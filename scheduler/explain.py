@@ -27,7 +27,7 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from .arrays import Slots
-from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA, cohort_free_at, reserve
+from .backfill import CLAIM_HOLD, COHORT_HOLD, OWN_HOLD, RESERVED_QUOTA, cohort_free_at, reserve
 from .model import PendingJob, Verdict
 from .reasons import (
     ARRAY_LIMIT,
@@ -147,8 +147,8 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         elif wait.code == BUDGET_EXHAUSTED:
             out[job.id] = _budget_start(job, *wait.info)
             continue
-        elif wait.code == RESERVED and wait.info[2] == RESERVED_QUOTA:
-            floor = max(floor, _quota_back_at(p, job, wait.info[0], quota_back))
+        elif wait.code == RESERVED and wait.info[2] in (RESERVED_QUOTA, OWN_HOLD):
+            floor = max(floor, _quota_back_at(p, job, wait.info[:3], quota_back))
         elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
@@ -435,18 +435,26 @@ def _cohort_busy(
     return f"{text}; would start when {gpus(short)} of the cohort {'is' if short == 1 else 'are'} freed"
 
 
-def _quota_back_at(p: Pass, job: PendingJob, holder: int, cache: dict) -> float:
-    """Return when a job held for a GPU reservation's quota (Backfill.quota_taken) can
-    take its team's quota: not before the reservation, with its job charged from then
-    on (backfill.cohort_free_at); if the replay never gets there, the end of the
-    reserved job's max runtime. Floored at the reservation's start alone, a job was
-    told +8 min and started after the reserved gang's 2 h (a review's case). One
-    replay per reservation, team and size."""
+def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
+    """Return when a job held for the quota of a GPU reservation's job (Backfill.quota_taken)
+    or of its own team's gang under a cohort hold (OWN_HOLD) can take its team's quota:
+    not before the reservation or hold, with its job charged from then on
+    (backfill.cohort_free_at); if the replay never gets there, the end of that job's max
+    runtime. Floored at the reservation's start alone, a job was told +8 min and started
+    after the reserved gang's 2 h (a review's case; +5 min and +65 min under a cohort
+    hold). `held`: the wait's (holder, start, kind). One replay per holder, team and
+    size."""
+    holder, _, kind = held
     key = (holder, job.team, job.gpus)
     if key not in cache:
         cache[key] = p.now
-        for res in p.gate.held_for(job.flavor):
-            if res.job.id == holder:
+        gate = p.gate
+        if kind == OWN_HOLD:
+            holds = [gate.cohort_holds.get((p.ledger.book(job.team).cohort, job.flavor))]
+        else:
+            holds = gate.held_for(job.flavor)
+        for res in holds:
+            if res is not None and res.job.id == holder:
                 at = cohort_free_at(p, job, res)
                 cache[key] = res.start + res.job.max_runtime if at == math.inf else at
     return cache[key]
@@ -460,6 +468,13 @@ def _reserved(
             f"{_needs(p, job)}; it would take team {job.team} past its nominal quota while "
             f"job {holder} waits for the jobs it preempted to stop (by {_at(p, start)}); "
             f"it waits until job {holder} has started"
+        )
+    if nodes == OWN_HOLD:  # its own team's gang under a cohort hold (scheduler.backfill)
+        return (
+            f"{_needs(p, job)}; it would take quota that job {holder} of team {job.team} needs "
+            f"from {_at(p, start)}, when the team's jobs that end by then and GPUs other "
+            f"teams borrow have come back; it could start now if its max runtime were at "
+            f"most {duration(max(0.0, start - p.now))}"
         )
     if nodes == RESERVED_QUOTA:  # the quota a GPU reservation's job needs
         held = (

@@ -125,7 +125,11 @@ def held_from_borrowing(wait: Wait) -> bool:
     `reserved` by a cohort hold (info[2] == COHORT_HOLD), its team's waiting preemptor
     (CLAIM_HOLD, Pass.claim_wait) or the quota a GPU reservation's job needs
     (RESERVED_QUOTA, Backfill.quota_taken), or the reclaim backoff (`backoff` from the
-    gate; a job in its own requeue backoff is not considered at all)."""
+    gate; a job in its own requeue backoff is not considered at all). Not a job its own
+    team's gang holds (OWN_HOLD): its lower-priority victims are its team's jobs, whose
+    ends the hold counts on, and preempting one that would end before the hold for one
+    that outlasts it takes the gang's quota (a review's case: one more preemption, and
+    the gang started 10 min later)."""
     if wait.code == BACKOFF:
         return True
     return (
@@ -143,7 +147,8 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | 
     takes the place of as many or more GPUs of its own queue's lower-priority jobs,
     and is within its nominal quota once they stop (rule 1), borrows nothing more:
     its team's usage does not grow, so the hold's job (another team's, or a
-    higher-priority one of its own) is not delayed. Without this, a high-priority
+    higher-priority one of its own) is not delayed by its usage (not a job its own
+    team's gang holds, OWN_HOLD: held_from_borrowing). Without this, a high-priority
     job whose team filled its nominal quota with its own low-priority jobs waited for
     them to end whenever a borrower held the cohort's idle quota (10,000 s in a
     replay, tests/sim/test_preemptors.py). Only victims of its own queue, and never

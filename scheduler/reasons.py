@@ -125,7 +125,8 @@ class Wait(NamedTuple):
                            the usage messages give: Pass.said)
       reserved: (reserved job id, reserved start, its number of nodes; 0 for a
                 team's quota hold, COHORT_HOLD, CLAIM_HOLD, RESERVED_QUOTA (the quota
-                of a GPU reservation's job) [, for a quota or cohort
+                of a GPU reservation's job), OWN_HOLD (its own team's gang's cohort
+                hold, on quota sure to come back) [, for a quota or cohort
                 hold: whether its quota refuses it now anyway])
       priority: ("took", jobs admitted ahead, their GPUs) | ("limit", jobs considered)
       capacity codes: (free GPUs, most free on a node, worker slots, best domain's

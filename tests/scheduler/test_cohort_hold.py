@@ -14,6 +14,7 @@ from itertools import count
 from scheduler import schedule
 from scheduler.backfill import Backfill
 from tests.scheduler.helpers import (
+    HOUR,
     NOW,
     Cluster,
     Sim,
@@ -135,8 +136,10 @@ def test_the_teams_later_jobs_that_end_by_the_hold_still_start():
     assert reasons(plan)[2] == "reserved"
     assert 3 in [a.job_id for a in plan.admissions]
     said = verdict(plan, 2).message
-    assert "it would delay job 1, which needs team b's quota and the cohort's idle quota" in said
+    assert "it would take quota that job 1 of team b needs from 1970-01-12T13:51:40Z" in said
     assert "if its max runtime were at most 5 min" in said
+    # it starts when b's quota can take it with the gang charged from its start, not then
+    assert verdict(plan, 2).estimated_start == NOW + 300 + 3600
 
 
 def _gang_of_16(l_jobs):
@@ -186,3 +189,99 @@ def test_the_teams_later_jobs_are_held_when_a_borrower_gives_the_gang_its_quota_
     assert reasons(plan)[1] == "cohort_busy"
     assert reasons(plan)[2] == "reserved"
     assert Sim(c, explain=False).start_of(1, 60.0, 20) == NOW + 300
+
+
+def _b_and_lender(l_jobs, runtime=40 * HOUR):
+    """b (nominal 4) wants a gang of 8 on 2 nodes; lender l (nominal 12) runs `l_jobs`
+    1-GPU jobs within its quota on n1."""
+    c = Cluster().nodes_(2)
+    c.team("b", nominal=4, cohort="co").team("l", nominal=12, cohort="co")
+    for i in range(l_jobs):
+        c.run(100 + i, "l", on={"n1": 1}, started=NOW - 600, runtime=runtime)
+    return c
+
+
+def test_a_later_job_the_gangs_quota_holds_too_is_not_held():
+    """At the hold's start (+5 h) b's two jobs have ended: its gang and job 2 borrow 5
+    together, and l lends 5. Held, job 2 waited 5 h for nothing (a review's case)."""
+    c = _b_and_lender(7)
+    for i in (98, 99):
+        c.run(i, "b", on={"n0": 1}, started=NOW - 600, runtime=5 * HOUR + 600)
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50)
+    c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=10 * HOUR)
+    plan = schedule(c.snapshot())
+    assert reasons(plan)[1] == "cohort_busy"
+    assert admitted(plan) == [2]
+
+
+def test_an_overdue_release_holds_nothing():
+    """b's job 99 has been stopping for an hour past its grace period: the hold's time is
+    "now" at every pass, so every later job of b was held for as long as it stayed stuck
+    (a review's case). A hold at now is no sure time: they start."""
+    c = _b_and_lender(8)
+    c.run(99, "b", on={"n0": 1}, started=NOW - 7200, stopping=True, stop_requested=NOW - HOUR)
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50)
+    c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=HOUR)
+    for later in (0, HOUR):
+        plan = schedule(c.snapshot(now=NOW + later))
+        assert reasons(plan)[1] == "cohort_busy"
+        assert admitted(plan) == [2], later
+
+
+def test_a_held_job_does_not_preempt_its_own_teams_jobs_the_hold_counts_on():
+    """b's gang and job 2 have priority 5; b's job 99 (priority 0) ends in 5 min, when the
+    gang's quota is there. Held, job 2 preempted job 99 by priority and kept its GPU for
+    4 h: one more preemption, and the gang started later (a review's case)."""
+    c = _b_and_lender(8, runtime=36_000)
+    c.run(99, "b", on={"n0": 1}, started=NOW - 600, runtime=900)
+    c.run(98, "b", on={"n0": 1}, started=NOW - 600, runtime=7200)  # ends at +1 h 50
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50, priority=5)
+    c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=4 * HOUR, priority=5)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == []
+    assert reasons(plan)[2] == "reserved"
+    sim = Sim(c, explain=False)
+    assert sim.start_of(1, 600.0, 30) == NOW + 6600  # when job 98 ends
+    assert sim.preempted == []
+
+
+def test_a_later_job_that_ends_before_the_gangs_gpus_are_free_is_not_held():
+    """The gang's quota is there at +5 h, but x (outside the cohort) holds half of n0 and
+    n2 for 20 h, so no node has 8 free GPUs before then. Held to the quota's time, b's
+    8-hour job waited 5 h for a gang that started after 20 h (a review's case)."""
+    c = Cluster().nodes_(3)
+    c.team("b", nominal=4, cohort="co").team("l", nominal=12, cohort="co")
+    c.team("x", nominal=8)
+    for n in ("n0", "n2"):
+        c.run(200 + int(n[1]), "x", on={n: 4}, started=NOW - 600, runtime=20 * HOUR)
+    for i in range(8):
+        c.run(100 + i, "l", on={"n1": 1}, started=NOW - 600, runtime=40 * HOUR)
+    c.run(99, "b", on={"n0": 1}, started=NOW - 600, runtime=5 * HOUR + 600)
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50)
+    c.job(2, "b", workers=1, gpus=2, submitted=NOW - 40, runtime=8 * HOUR)
+    plan = schedule(c.snapshot())
+    assert reasons(plan)[1] == "cohort_busy"
+    assert admitted(plan) == [2]
+
+
+def test_a_later_job_that_would_sit_on_the_gangs_gpus_is_held():
+    """The reservation property's case (FIFO + backfill): a's 2x8 gang, short of quota
+    for one pass, waits under a cohort hold whose quota a's 3-minute job leaves it; but
+    placed by best fit the job took the one free GPU of n1, which the gang needs in 2
+    min, and the gang started a pass late. It waits now, and the gang starts on time."""
+    c = Cluster().nodes_(4)
+    c.team("a", nominal=8, cohort="c").team("l", nominal=24, cohort="c")
+    c.team("b", nominal=0, cohort="c").team("x", nominal=32)
+    for i, team, node, k, ends in (
+        (100, "a", "n0", 1, 120), (101, "b", "n0", 2, 180), (102, "a", "n0", 1, 60),
+        (103, "a", "n1", 1, 120), (104, "a", "n1", 3, 120), (105, "b", "n1", 1, 120),
+        (106, "x", "n2", 5, 60), (107, "b", "n3", 6, 120), (108, "a", "n3", 1, 60),
+    ):  # fmt: skip
+        c.run(i, team, on={node: k}, started=NOW - HOUR, runtime=HOUR + ends)
+    c.job(1, "a", workers=2, gpus=8, submitted=NOW - 500)
+    c.job(10, "a", gpus=2, runtime=120, submitted=NOW - 400)
+    c.job(11, "b", gpus=1, runtime=180, submitted=NOW - 399)
+    c.job(12, "a", gpus=4, runtime=60, submitted=NOW - 398)
+    c.job(13, "a", gpus=1, runtime=180, submitted=NOW - 397)
+    sim = Sim(c, policy="fifo-backfill")
+    assert sim.start_of(1, 60.0, 6) == NOW + 120

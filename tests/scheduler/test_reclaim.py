@@ -192,7 +192,7 @@ def test_idle_quota_a_team_waits_for_is_not_lent_in_the_same_pass():
     c.run(10, "b", on={"n0": 8})
     plan = schedule(c.snapshot())
     assert (admitted(plan), preempted(plan)) == ([], [])
-    assert "it would delay job 1, which needs team a's quota" in verdict(plan, 2).message
+    assert "it would take quota that job 1 of team a needs" in verdict(plan, 2).message
 
 
 def test_a_borrower_admitted_in_a_pass_is_never_its_victim():
