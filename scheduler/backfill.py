@@ -72,7 +72,18 @@ MAX_TRIES = 4
 class Reservation:
     """GPUs promised to a blocked job from time `start` on."""
 
-    __slots__ = ("job", "start", "need", "nodes", "place", "released", "seen", "counted", "whole")
+    __slots__ = (
+        "job",
+        "start",
+        "need",
+        "nodes",
+        "place",
+        "released",
+        "seen",
+        "counted",
+        "whole",
+        "before",
+    )
 
     def __init__(
         self,
@@ -96,6 +107,7 @@ class Reservation:
         # a cohort hold's gang at the later of its time and when its GPUs are free
         # (_whole), built when first needed; None while not built, False if never
         self.whole: Reservation | bool | None = None
+        self.before = 0  # how many GPU reservations its flavor had when it was set
 
 
 def _takes_own_gangs(p: Pass, job: PendingJob, held: Reservation) -> bool:
@@ -166,14 +178,17 @@ def _takes_gpus(p: Pass, job: PendingJob, whole: Reservation) -> bool:
 
 def _whole(p: Pass, held: Reservation) -> Reservation | None:
     """Return a cohort hold's gang as it could start: at the later of the hold's time and
-    the time its GPUs are free (reserve, after the flavor's GPU reservations), or None if
-    they never are; one projection per hold and pass. The hold's time is quota only:
-    held to it, a team's job waited 5 h for a gang that fit no node for 20 h (a review's
-    case)."""
+    the time its GPUs are free (reserve, after the flavor's GPU reservations set before
+    the hold: those of jobs after it in pass order would push it back, and let its
+    team's jobs through as ending by then), or None if they never are; one projection
+    per hold and pass, not updated by the pass's later admissions. The hold's time is
+    quota only: held to it, a team's job waited 5 h for a gang that fit no node for
+    20 h (a review's case)."""
     if held.whole is None:
         f = held.job.flavor
         pool = p.pools.get(f)
-        gpus = None if pool is None else reserve(p, held.job, pool, p.gate.held_for(f))
+        earlier = p.gate.held_for(f)[: held.before]
+        gpus = None if pool is None else reserve(p, held.job, pool, earlier)
         if gpus is None:
             held.whole = False
         else:  # at the later time, with the GPUs its placement then needs free now
@@ -257,7 +272,7 @@ class Backfill(Gate):
         held = self.cohort_holds.get((book.cohort, job.flavor))
         outlasts = held is not None and p.now + job.max_runtime > held.start
         if outlasts and held.job.team == job.team and _takes_own_gangs(p, job, held):
-            return _held(p, job, held, OWN_HOLD)
+            return _held(p, job, held.whole or held, OWN_HOLD)  # at the gang's start
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
             return None  # within its nominal quota, which is guaranteed
         if outlasts:
@@ -336,7 +351,8 @@ class Backfill(Gate):
             return
         start = cohort_free_at(p, job)
         if start != math.inf:
-            self.cohort_holds[key] = Reservation(job, start, {}, COHORT_HOLD)
+            held = self.cohort_holds[key] = Reservation(job, start, {}, COHORT_HOLD)
+            held.before = len(self.held_for(job.flavor))
 
     def _admit_short(
         self, p: Pass, job: PendingJob, pool: Pool, held_for: list[Reservation]

@@ -449,8 +449,9 @@ def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
     if key not in cache:
         cache[key] = p.now
         gate = p.gate
-        if kind == OWN_HOLD:
-            holds = [gate.cohort_holds.get((p.ledger.book(job.team).cohort, job.flavor))]
+        if kind == OWN_HOLD:  # the gang as it can start (backfill._whole)
+            hold = gate.cohort_holds.get((p.ledger.book(job.team).cohort, job.flavor))
+            holds = [hold and (hold.whole or hold)]
         else:
             holds = gate.held_for(job.flavor)
         for res in holds:

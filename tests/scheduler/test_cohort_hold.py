@@ -285,3 +285,66 @@ def test_a_later_job_that_would_sit_on_the_gangs_gpus_is_held():
     c.job(13, "a", gpus=1, runtime=180, submitted=NOW - 397)
     sim = Sim(c, policy="fifo-backfill")
     assert sim.start_of(1, 60.0, 6) == NOW + 120
+
+
+def _gang_behind_x(runtime):
+    """As above, with the gang running 2 h and b's job 2 (2 GPUs) `runtime` long: the
+    gang's quota is there at +5 h, its GPUs at +19 h 50 min."""
+    c = Cluster().nodes_(3)
+    c.team("b", nominal=4, cohort="co").team("l", nominal=12, cohort="co")
+    c.team("x", nominal=8)
+    for n in ("n0", "n2"):
+        c.run(200 + int(n[1]), "x", on={n: 4}, started=NOW - 600, runtime=20 * HOUR)
+    for i in range(8):
+        c.run(100 + i, "l", on={"n1": 1}, started=NOW - 600, runtime=40 * HOUR)
+    c.run(99, "b", on={"n0": 1}, started=NOW - 600, runtime=5 * HOUR + 600)
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50, runtime=2 * HOUR)
+    c.job(2, "b", workers=1, gpus=2, submitted=NOW - 40, runtime=runtime)
+    return c
+
+
+def test_a_held_jobs_sentence_and_estimate_are_at_the_gangs_start():
+    """Held to the gang's start (+19 h 50 min, when its GPUs are free), a 21-hour job was
+    told it could start if it ran at most 5 h (the quota's time), and estimated at +7 h
+    where it started after 21 h 50 min (a review's case); a 19-hour job starts now."""
+    assert admitted(schedule(_gang_behind_x(19 * HOUR).snapshot())) == [2]
+    c = _gang_behind_x(21 * HOUR)
+    v = verdict(schedule(c.snapshot()), 2)
+    assert v.reason_code == "reserved"
+    assert "it could start now if its max runtime were at most 19 h 50 min" in v.message
+    assert Sim(c, explain=False).start_of(2, 600.0, 200) == v.estimated_start == NOW + 78600
+
+
+def test_a_job_within_nominal_that_fits_no_node_reclaims_rather_than_wait():
+    """b's job 2 (8 GPUs, within b's nominal 10) fits b's headroom and 15 free GPUs, but
+    no node holds 8 of them while m borrows l's 6 on n0: counted by free GPUs it looked
+    placeable and was held behind b's gang; placed, it reclaims m's job (a review's case,
+    the replays' reclaim latency of 28 min on Dec 11 / 72)."""
+    c = Cluster().nodes_(3)
+    c.team("b", nominal=10, cohort="c").team("l", nominal=6, cohort="c")
+    c.team("m", nominal=0, cohort="c").team("x", nominal=8)
+    c.run(100, "m", on={"n0": 6}, started=NOW - 600, runtime=2 * HOUR + 600)
+    c.run(101, "b", on={"n1": 1}, started=NOW - 600, runtime=1200)
+    c.run(102, "x", on={"n2": 1}, started=NOW - 600, runtime=40 * HOUR)
+    c.job(1, "b", workers=2, gpus=8, submitted=NOW - 50)
+    c.job(2, "b", workers=1, gpus=8, submitted=NOW - 40, runtime=4 * HOUR)
+    plan = schedule(c.snapshot())
+    assert reasons(plan)[1] == "cohort_busy"
+    assert reasons(plan)[2] == "waiting_for_preemption"
+    assert preempted(plan) == [100]
+
+
+def test_a_gpu_reservation_of_a_later_job_does_not_move_the_gangs_start():
+    """FIFO + backfill: l's job 11, after a's gang in submit order, gets the flavor's GPU
+    reservation; counted in the gang's projection it pushed the gang's start back past
+    a's 3-hour job 12, which was let through as ending by then, and the gang started
+    after 3 h instead of 20 min (a review's case)."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("l", nominal=12, cohort="c")
+    c.team("b", nominal=0, cohort="c").team("x", nominal=8)
+    c.run(100, "x", on={"n0": 6}, started=NOW - 600, runtime=1800)
+    c.run(101, "b", on={"n1": 7}, started=NOW - 600, runtime=1260)
+    c.job(1, "a", workers=2, gpus=8, runtime=2 * HOUR, submitted=NOW - 500)
+    c.job(11, "l", gpus=8, runtime=5 * HOUR, submitted=NOW - 400)
+    c.job(12, "a", gpus=1, runtime=3 * HOUR, submitted=NOW - 300)
+    assert Sim(c, policy="fifo-backfill").start_of(1, 60.0, 40) == NOW + 1200
