@@ -249,17 +249,7 @@ def test_a_later_job_that_ends_before_the_gangs_gpus_are_free_is_not_held():
     """The gang's quota is there at +5 h, but x (outside the cohort) holds half of n0 and
     n2 for 20 h, so no node has 8 free GPUs before then. Held to the quota's time, b's
     8-hour job waited 5 h for a gang that started after 20 h (a review's case)."""
-    c = Cluster().nodes_(3)
-    c.team("b", nominal=4, cohort="co").team("l", nominal=12, cohort="co")
-    c.team("x", nominal=8)
-    for n in ("n0", "n2"):
-        c.run(200 + int(n[1]), "x", on={n: 4}, started=NOW - 600, runtime=20 * HOUR)
-    for i in range(8):
-        c.run(100 + i, "l", on={"n1": 1}, started=NOW - 600, runtime=40 * HOUR)
-    c.run(99, "b", on={"n0": 1}, started=NOW - 600, runtime=5 * HOUR + 600)
-    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50)
-    c.job(2, "b", workers=1, gpus=2, submitted=NOW - 40, runtime=8 * HOUR)
-    plan = schedule(c.snapshot())
+    plan = schedule(_gang_behind_x(8 * HOUR).snapshot())
     assert reasons(plan)[1] == "cohort_busy"
     assert admitted(plan) == [2]
 
@@ -288,8 +278,10 @@ def test_a_later_job_that_would_sit_on_the_gangs_gpus_is_held():
 
 
 def _gang_behind_x(runtime):
-    """As above, with the gang running 2 h and b's job 2 (2 GPUs) `runtime` long: the
-    gang's quota is there at +5 h, its GPUs at +19 h 50 min."""
+    """b (nominal 4) wants a gang of 8 (2 h) and must borrow 4 of l's; its quota is there
+    at +5 h when b's job 99 ends, but x (outside the cohort) holds half of n0 and n2 for
+    20 h, so no node has 8 free GPUs before +19 h 50 min; b's job 2 (2 GPUs) is
+    `runtime` long."""
     c = Cluster().nodes_(3)
     c.team("b", nominal=4, cohort="co").team("l", nominal=12, cohort="co")
     c.team("x", nominal=8)
