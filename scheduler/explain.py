@@ -126,7 +126,8 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     gate = p.gate
     reserved = {res.job.id: res.start for f in gate.reservations for res in gate.held_for(f)}
     for res in (*gate.quota_holds.values(), *gate.cohort_holds.values()):
-        reserved[res.job.id] = max(res.start, reserved.get(res.job.id, p.now))
+        start = (res.whole or res).start if res.nodes == COHORT_HOLD else res.start
+        reserved[res.job.id] = max(start, reserved.get(res.job.id, p.now))  # backfill._whole
     out: dict[int, float | None] = {}
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     wholes: dict = {}  # gang shape -> when its workers fit whole (_whole_workers)

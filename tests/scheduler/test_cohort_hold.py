@@ -340,3 +340,13 @@ def test_a_gpu_reservation_of_a_later_job_does_not_move_the_gangs_start():
     c.job(11, "l", gpus=8, runtime=5 * HOUR, submitted=NOW - 400)
     c.job(12, "a", gpus=1, runtime=3 * HOUR, submitted=NOW - 300)
     assert Sim(c, policy="fifo-backfill").start_of(1, 60.0, 40) == NOW + 1200
+
+
+def test_the_gangs_estimate_is_its_start_when_its_gpus_come_later_than_its_quota():
+    """Its quota is back at +5 h, its GPUs at +19 h 50 min: told +5 h beside its team's
+    job held to +19 h 50 min (a review's case), it is now estimated at its start."""
+    c = _gang_behind_x(21 * HOUR)
+    plan = schedule(c.snapshot())
+    assert verdict(plan, 2).reason_code == "reserved"
+    assert verdict(plan, 1).estimated_start == NOW + 71400
+    assert Sim(c, explain=False).start_of(1, 600.0, 200) == NOW + 71400
