@@ -200,11 +200,12 @@ def _whole(p: Pass, held: Reservation) -> Reservation | None:
 def _may_reclaim(p: Pass, job: PendingJob, book) -> bool:
     """Return whether a job of a team below its nominal quota may need to reclaim it: the
     policy preempts, the job does not fit the team's headroom or the free GPUs now (as
-    placed: a count of free GPUs held back an 8-GPU job that fits no node), and a
-    peer of its cohort borrows (settled). Its team's quota is lent out then, and a job
-    within nominal reclaims it rather than wait for its own team's gang, which, having
-    to borrow, may not (preemption rule 1). A peer borrowing while the job fits the idle
-    quota and free GPUs takes nothing a reclaim would give back (a review's case)."""
+    placed: a count of free GPUs held back an 8-GPU job that fits no node), and there
+    are GPUs it may reclaim (Pass.reclaimable: borrowing peers' preemptible jobs). Its
+    team's quota is lent out then, and a job within nominal reclaims it rather than wait
+    for its own team's gang, which, having to borrow, may not (preemption rule 1). A
+    peer borrowing while the job fits the idle quota and free GPUs takes nothing a
+    reclaim would give back (a review's case)."""
     if not p.preempting:
         return False
     f = job.flavor
@@ -213,10 +214,7 @@ def _may_reclaim(p: Pass, job: PendingJob, book) -> bool:
         return False
     if p.ledger.headroom(book, f) >= job.gpus and p.choose(pool, job) is not None:
         return False  # placed where it fits now (counted free GPUs: fragmented, a replay's)
-    return any(
-        other is not book and p.settled(other, f) > other.quota(f).nominal
-        for other in p.ledger.peers(book)
-    )
+    return bool(p.reclaimable(pool, book))
 
 
 def _held(p: Pass, job: PendingJob, held: Reservation, kind: int | None = None) -> Wait:

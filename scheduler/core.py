@@ -148,7 +148,7 @@ class Pass:
         self._running: list[Running] | None = None
         self._own = charge_running(snapshot.running, self.ledger)
         self._stopping_at_start = any(r.stopping for r in snapshot.running)
-        self._reclaim: dict[tuple[str, str], dict[int, int]] = {}  # Pass._reclaimable
+        self._reclaim: dict[tuple[str, str], dict[int, int]] = {}  # Pass.reclaimable
         # Every pending job in queue order (for positions); `pending` are the ones
         # the policy orders, `backing_off` those not eligible yet (scheduler.requeue),
         # `old_attempts` the eligible ones whose previous attempt is still stopping.
@@ -449,7 +449,7 @@ class Pass:
 
     def _beside_reclaim(self, pool: Pool, key: tuple[str, str], shapes: list, most: int) -> int:
         """Return the free GPUs a team's waiting jobs within nominal that do not fit the
-        free GPUs would use together with GPUs they may reclaim (`_reclaimable`): as many
+        free GPUs would use together with GPUs they may reclaim (`reclaimable`): as many
         of each shape as the free and reclaimable GPUs hold, workers placed most free
         node first. Without this, the 4 free GPUs beside a borrower's 4-GPU job were "not
         what an 8-GPU job waits for": lent to a borrower, and the job then reclaimed two
@@ -458,7 +458,7 @@ class Pass:
         held to one block may be kept more than it could use, for the rest of the pass.
         Counts up to `most`; one pass over the nodes per shape."""
         team = self.ledger.book(key[0])
-        reclaimable = self._reclaimable(pool, team)
+        reclaimable = self.reclaimable(pool, team)
         if not reclaimable:
             return 0
         free = pool.index.free
@@ -483,7 +483,7 @@ class Pass:
                 break
         return used
 
-    def _reclaimable(self, pool: Pool, team: TeamBook) -> dict[int, int]:
+    def reclaimable(self, pool: Pool, team: TeamBook) -> dict[int, int]:
         """Return node -> GPUs a within-nominal job of the team could reclaim there: the
         preemptible jobs of its cohort's other teams that borrow, as many of each team as
         preemption may take (a team's victims but its largest add up to less than what it

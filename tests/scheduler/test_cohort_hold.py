@@ -350,3 +350,20 @@ def test_the_gangs_estimate_is_its_start_when_its_gpus_come_later_than_its_quota
     assert verdict(plan, 2).reason_code == "reserved"
     assert verdict(plan, 1).estimated_start == NOW + 71400
     assert Sim(c, explain=False).start_of(1, 600.0, 200) == NOW + 71400
+
+
+def test_a_non_preemptible_borrower_gives_the_team_nothing_to_reclaim():
+    """As the stream case, with m (nominal 0) borrowing one GPU non-preemptibly: b's job
+    2 cannot reclaim it, so b's quota counts as lent out no more than with m's job
+    absent, and job 2 (which fits no free GPU on its own node, but waits behind the gang
+    either way) is held as when nobody borrows."""
+    c = own_stream_cluster()
+    c.team("m", nominal=0, cohort="co")
+    for i in range(7):  # n0 full: b's job 2 fits no free GPU, so it "may need to reclaim"
+        c.run(90 + i, "m", on={"n0": 1}, started=NOW - 600, runtime=900, preemptible=False)
+    c.job(1, "b", workers=1, gpus=8, submitted=NOW - 50)
+    c.job(2, "b", workers=1, gpus=1, submitted=NOW - 40, runtime=3600)
+    plan = schedule(c.snapshot())
+    assert reasons(plan)[1] == "cohort_busy"
+    assert reasons(plan)[2] == "reserved"
+    assert preempted(plan) == []
