@@ -52,6 +52,7 @@ from .state import (
     build_pools,
     build_running,
     charge_running,
+    mark_ending,
 )
 
 
@@ -562,12 +563,19 @@ class Pass:
             return used  # nothing stops in this pool (yet): no need to build the view
         return used - self.stops(pool).quota.get(book, 0)
 
-    def within_nominal(self, book: TeamBook, job: PendingJob) -> bool:
+    def within_nominal(self, book: TeamBook, job: PendingJob, ending: bool = False) -> bool:
         """Return whether the job fits its team's nominal quota of its flavor once the
         team's stopping jobs have stopped (`settled`): the test of "within nominal" for
         the pass order, claims and the claim hold alike. (Backfill's holds ask whether a
-        job would borrow now, on the ledger as it stands: docs/scheduling.md.)"""
-        return self.settled(book, job.flavor) + job.gpus <= book.quota(job.flavor).nominal
+        job would borrow now, on the ledger as it stands: docs/scheduling.md.)
+
+        `ending`: and once its jobs that end before a victim could stop have ended
+        (Running.ending), as a preemptor that waits for them counted them (a claim)."""
+        used = self.settled(book, job.flavor)
+        pool = self.pools.get(job.flavor)
+        if ending and pool is not None and self.preempting:
+            used -= self.stops(pool).ending_quota.get(book, 0)
+        return used + job.gpus <= book.quota(job.flavor).nominal
 
     def held(self, book: TeamBook, flavor: str) -> int:
         """Return the GPUs a team holds, without those charged to its waiting preemptors."""
@@ -595,6 +603,9 @@ class Pass:
             pool.stops = Stops(pool)
             for r in self.stopping_in(pool.flavor):
                 pool.stops.add(r)
+            for r in self.running_in(pool.flavor):
+                if r.ending:
+                    pool.stops.end(r)
         return pool.stops
 
     def misfit(self, pool: Pool, job: PendingJob, view: int) -> bool:
@@ -760,6 +771,8 @@ class Pass:
         """Return the running and stopping jobs with where their GPUs are, by id."""
         if self._running is None:
             self._running = build_running(self._running_jobs, self.pools, self.ledger, self.now)
+            if self.preempting:
+                mark_ending(self._running, self.now)
         return self._running
 
     def team_queues(self) -> list[tuple[str, list[PendingJob]]]:

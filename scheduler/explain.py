@@ -353,14 +353,21 @@ def _fifo_blocked(p: Pass, job: PendingJob, blocker: int, code: str) -> str:
     return f"{_needs(p, job)}; job {blocker} ahead of it waits ({code}) and nothing may pass it"
 
 
-def _waiting(p: Pass, job: PendingJob, ids: tuple, end: float, new: int) -> str:
-    """Its new victims (the first `new` ids) and the other stopping jobs it waits for."""
+def _waiting(p: Pass, job: PendingJob, ids: tuple, end: float, new: int, ending: int) -> str:
+    """Its new victims (the first `new` ids), the other stopping jobs it waits for, and
+    the running jobs (the last `ending` ids) that reach their max run time before any
+    victim could stop (preemption rule 2: preempting would not free GPUs sooner)."""
     parts = []
     if new:
         parts.append(f"{new} job(s) it preempted ({_listed(ids[:new])})")
-    if len(ids) > new:
-        what = "stopping jobs" if not new else f"{len(ids) - new} stopping job(s)"
-        parts.append(f"{what} ({_listed(ids[new:])})")
+    stopping = ids[new : len(ids) - ending]
+    if stopping:
+        what = "stopping jobs" if not new else f"{len(stopping)} stopping job(s)"
+        parts.append(f"{what} ({_listed(stopping)})")
+    if ending:
+        parts.append(
+            f"{ending} job(s) that reach their max run time ({_listed(ids[len(ids) - ending :])})"
+        )
     if not parts:
         parts.append("stopping jobs")
     return f"{_needs(p, job)}; waits for {' and '.join(parts)} to free their GPUs by {_at(p, end)}"

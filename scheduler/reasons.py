@@ -115,7 +115,8 @@ class Wait(NamedTuple):
       backoff: (when it becomes eligible, how many times it was requeued)
       fifo_blocked: (id of the blocked job ahead, its reason code)
       waiting_for_preemption: (ids waited for, its victims first, their latest end,
-                               how many of the ids are its victims)
+                               how many of the ids are its victims, how many of them,
+                               last, are running jobs that reach their max run time)
       quota, cohort_busy: (team usage, nominal, usage limit, GPUs it may still take,
                            why: () | ("kept", idle quota kept for teams within nominal
                                      [, of it on the free GPUs, the free GPUs: when

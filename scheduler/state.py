@@ -153,7 +153,7 @@ def _unique(gpus: tuple[GpuId, ...], stale: set) -> list[GpuId]:
 class Running:
     """A running or stopping job during the pass, with where its GPUs are."""
 
-    __slots__ = ("job", "book", "pool", "_nodes", "end", "stopping")
+    __slots__ = ("job", "book", "pool", "_nodes", "end", "stopping", "ending")
 
     def __init__(self, job: RunningJob, book: TeamBook, pool: Pool | None, now: float) -> None:
         self.job = job
@@ -161,6 +161,7 @@ class Running:
         self.pool = pool  # its flavor's pool, None if the flavor has no nodes
         self._nodes: list[tuple[int, int]] | None = None
         self.stopping = job.stopping
+        self.ending = False  # counted as coming free by the pass's preemptors (Stops.end)
         if job.stopping:
             asked = now if job.stop_requested_at is None else job.stop_requested_at
             self.end = max(now, stops_by(asked, job.grace_period))  # overdue: any moment now
@@ -191,6 +192,14 @@ class Stops:
     beyond the reservations of their node (`surplus`) are free for the next
     preemptor: what an earlier victim frees beyond its preemptor's need is
     counted once, by whoever uses it (scheduler.preemption).
+
+    Running jobs that end by themselves (their max runtime) before any victim of
+    the pass could have stopped (Running.ending) are kept apart (`end`): on
+    `ending_jobs`, their GPUs on `ending_on` (and `jobs_on`), their quota on
+    `ending_quota`; not on `jobs`, `on` or `quota` (what Pass.settled subtracts). Only a preemptor that would
+    otherwise need victims counts them (scheduler.preemption, rule 2). A reservation
+    draws on a node's stopping GPUs first, then on its free GPUs (hidden), then on
+    its ending GPUs (`ending_surplus`).
     """
 
     __slots__ = (
@@ -203,6 +212,9 @@ class Stops:
         "hidden",
         "by_job",
         "hidden_total",
+        "ending_on",
+        "ending_quota",
+        "ending_jobs",
     )
 
     def __init__(self, pool: Pool) -> None:
@@ -215,6 +227,9 @@ class Stops:
         self.hidden: dict[int, int] = {}
         self.by_job: dict[int, dict[int, int]] = {}  # preemptor -> node -> GPUs
         self.hidden_total = 0
+        self.ending_on: dict[int, int] = {}
+        self.ending_quota: dict[TeamBook, int] = {}  # team -> GPUs its ending jobs hold
+        self.ending_jobs: list[Running] = []
 
     def add(self, r: Running) -> None:
         """Count a stopping job's GPUs and quota as coming free."""
@@ -224,6 +239,19 @@ class Stops:
             self.on[node] = self.on.get(node, 0) + k
             self.jobs_on.setdefault(node, []).append(r)
             self._rehide(node)
+
+    def end(self, r: Running) -> None:
+        """Count a running job that ends by itself before any victim could stop, apart."""
+        self.ending_quota[r.book] = self.ending_quota.get(r.book, 0) + r.job.gpus
+        self.ending_jobs.append(r)
+        for node, k in r.nodes:
+            self.ending_on[node] = self.ending_on.get(node, 0) + k
+            self.jobs_on.setdefault(node, []).append(r)
+
+    def ending_surplus(self, node: int) -> int:
+        """Return the ending GPUs of a node that no reservation draws on."""
+        drawn = self.resv.get(node, 0) - self.on.get(node, 0) - self.hidden.get(node, 0)
+        return max(0, self.ending_on.get(node, 0) - max(0, drawn))
 
     def surplus(self, node: int) -> int:
         """Return the stopping GPUs of a node that no preemptor has reserved."""
@@ -241,11 +269,14 @@ class Stops:
         return [j for j, on in self.by_job.items() if node in on]
 
     def _rehide(self, node: int) -> None:
+        index = self.pool.index
+        hidden = self.hidden.get(node, 0)
         want = max(0, self.resv.get(node, 0) - self.on.get(node, 0))
-        delta = want - self.hidden.get(node, 0)
+        if self.ending_on:  # the rest of it is ending GPUs
+            want = min(want, index.free[node] + hidden)
+        delta = want - hidden
         if not delta:
             return
-        index = self.pool.index
         if delta > 0:
             index.take(node, delta)
         else:
@@ -253,6 +284,28 @@ class Stops:
         self.hidden[node] = want
         self.hidden_total += delta
         self.pool.invalidate()
+
+
+def mark_ending(running: list[Running], now: float) -> None:
+    """Mark the running jobs that end by themselves before any victim of this pass could
+    have stopped (Running.ending; preemption rule 2): their max runtime ends no later
+    than now plus the shortest grace period of their flavor's preemptible running jobs.
+    Not a job past its max runtime: the portal stops it (a timeout), not a clock."""
+    grace: dict[str, float] = {}
+    for r in running:
+        if r.job.preemptible and not r.stopping:
+            f = r.job.flavor
+            grace[f] = min(grace.get(f, r.job.grace_period), r.job.grace_period)
+    if not grace:
+        return
+    for r in running:
+        g = grace.get(r.job.flavor)
+        if (
+            g is not None
+            and not r.stopping
+            and now <= r.job.started_at + r.job.max_runtime <= now + g
+        ):
+            r.ending = True
 
 
 class Started:

@@ -225,7 +225,8 @@ class Sim:
     preempted jobs stop after their grace period and go back to the queue, after a
     requeue backoff of `backoff` = (base, max) seconds (none by default). `early`:
     fractions of the grace period after which the victims stop, in turn (their workers
-    exit sooner, as in the portal); none: the whole grace period."""
+    exit sooner, as in the portal); none: the whole grace period. `runs`: job id -> how
+    long it runs when it ends before its max runtime (most jobs do)."""
 
     def __init__(self, cluster: Cluster, backoff=(0.0, 0.0), early=(), **config) -> None:
         self.config = PolicyConfig(**config)
@@ -240,6 +241,7 @@ class Sim:
         self.stop_at: dict[int, float] = {}
         self.started: dict[int, float] = {}  # job id -> first start time
         self.preempted: list[int] = []
+        self.runs: dict[int, float] = {}
         for r in cluster.running:
             self.running[r.id] = r
 
@@ -293,7 +295,10 @@ class Sim:
     def _finish(self, now: float) -> None:
         for r in list(self.running.values()):
             stopped = r.id in self.stop_at and self.stop_at[r.id] <= now
-            if stopped or r.started_at + r.max_runtime <= now:
+            if (
+                stopped
+                or r.started_at + min(r.max_runtime, self.runs.get(r.id, r.max_runtime)) <= now
+            ):
                 del self.running[r.id]
                 for w in r.placement:
                     self.nodes[w.node]["free"].extend(w.gpus)

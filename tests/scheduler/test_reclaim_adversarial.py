@@ -857,11 +857,12 @@ def test_a_team_replaced_by_its_own_priority_preemptor_keeps_its_idle_quota():
     c.team("a", nominal=16, cohort="c").team("d", nominal=16, cohort="c")
     c.team("b", nominal=0, cohort="c").team("x", nominal=8)
     c.run(10, "a", on={"n0": 8}, runtime=long, started=NOW - 100)
-    c.run(13, "a", on={"n2": 8}, runtime=605)  # ends at NOW + 5
+    c.run(13, "a", on={"n2": 8}, runtime=long)  # ends at NOW + 5 (sim.runs)
     c.run(11, "b", on={"n1": 8}, started=NOW - 3000, runtime=long)
     c.run(12, "x", on={"n3": 8}, preemptible=False, runtime=long)
     c.job(1, "a", gpus=8, priority=10, runtime=long)
     sim = Sim(c)
+    sim.runs[13] = 605.0  # before its max runtime: no pass counts on it ending
     assert preempted(sim.step(NOW)) == [10]
     sim.submit(make_job(2, "a", gpus=8, runtime=long, submitted=NOW + 6))
     sim.submit(make_job(20, "b", gpus=8, runtime=long, submitted=NOW + 7))

@@ -182,7 +182,7 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
             assert victim.preemptible and not victim.stopping
         check_messages(plan, pending, before, nominal)
         if config["explain"]:  # else every verdict has its reason's fixed text
-            check_waits_name_stopping_jobs(plan, sim.running)
+            check_waits_name_stopping_jobs(plan, sim.running, now)
         # A claim falls due at the first pass after its victims' grace period: if its
         # team is still within its nominal quota with it (its stopping jobs left out),
         # it is admitted then, and until then it preempts nothing more.
@@ -397,7 +397,8 @@ def check_messages(plan, pending, before, nominal):
 
 WAITS = re.compile(
     r"waits for (?:(\d+) job\(s\) it preempted \(([\d, .]+)\))?(?: and )?"
-    r"(?:(?:\d+ stopping job\(s\)|stopping jobs) \(([\d, .]+)\))? to free"
+    r"(?:(?:\d+ stopping job\(s\)|stopping jobs) \(([\d, .]+)\))?(?: and )?"
+    r"(?:\d+ job\(s\) that reach their max run time \(([\d, .]+)\))? to free"
 )
 
 
@@ -405,10 +406,11 @@ def _ids(text):
     return [int(i) for i in (text or "").replace(", ...", "").split(", ") if i]
 
 
-def check_waits_name_stopping_jobs(plan, running):
+def check_waits_name_stopping_jobs(plan, running, now=None, grace=30.0):
     """A job told it waits for jobs to stop names jobs that are stopping: "N job(s) it
     preempted" are its victims still stopping (this plan's and earlier ones'), and the
-    others were stopping already and are not its victims."""
+    others were stopping already and are not its victims; the jobs "that reach their
+    max run time" run and do so within a grace period of `now`."""
     by: dict[int, set] = {}
     for r in running.values():
         if r.stopping and r.preempted_by is not None:
@@ -419,8 +421,13 @@ def check_waits_name_stopping_jobs(plan, running):
         if v.reason_code != "waiting_for_preemption":
             continue
         m = WAITS.search(v.message)
-        assert m and (m.group(1) or m.group(3)), v.message
-        new, victims, others = m.groups()
+        assert m and (m.group(1) or m.group(3) or m.group(4)), v.message
+        new, victims, others, ending = m.groups()
+        for i in _ids(ending):
+            r = running[i]
+            assert not r.stopping and i not in by.get(v.job_id, ()), v.message
+            if now is not None:
+                assert now <= r.started_at + r.max_runtime <= now + grace, v.message
         mine = {i for i in by.get(v.job_id, set()) if running[i].stopping}
         assert int(new or 0) == len(mine), (v.message, mine)
         if len(mine) <= 5:
@@ -492,8 +499,8 @@ def test_a_reserved_target_is_kept_across_passes():
 
 def test_a_claim_survives_its_victim_ending_by_itself():
     """Passes every 10 s, grace 30 s. b's job 19 reclaims d's job 12, which ends by itself
-    (its max runtime) 5 s later, before its grace period: no stopping or requeued victim
-    names job 19 any more. Its stored reservation is its claim: it starts at the next
+    (it runs 45 s of its 200 s max runtime) 5 s later, before its grace period: no
+    stopping or requeued victim names job 19 any more. Its stored reservation is its claim: it starts at the next
     pass. Considered as usual instead, it lost b's quota to b's earlier job 18 (which
     then borrowed), waited, and was started only three passes later."""
     c = Cluster()
@@ -510,12 +517,13 @@ def test_a_claim_survives_its_victim_ending_by_itself():
     arrivals += [(0, 4, "b", 2, 2, 200, "h100"), (0, 6, "a", 1, 1, 45, "a100")]
     arrivals += [(1, i, "a", 1, 1, 45, "a100") for i in (7, 8, 9)]
     arrivals += [(2, 10, "a", 1, 1, 45, "h100"), (2, 11, "a", 1, 1, 45, "h100")]
-    arrivals += [(2, 12, "d", 2, 2, 45, "h100"), (3, 13, "a", 1, 1, 45, "h100")]
+    arrivals += [(2, 12, "d", 2, 2, 200, "h100"), (3, 13, "a", 1, 1, 45, "h100")]
     arrivals += [(3, 14, "a", 1, 1, 45, "h100"), (4, 15, "a", 1, 2, 45, "h100")]
     arrivals += [(4, 16, "a", 1, 1, 45, "h100"), (5, 17, "a", 1, 1, 45, "h100")]
     arrivals += [(5, 18, "b", 1, 2, 45, "h100"), (6, 19, "b", 1, 1, 45, "h100")]
     arrivals += [(8, 20, "d", 1, 1, 45, "h100")]
     sim = Sim(c, preemption=True, backfill=False)
+    sim.runs[12] = 45.0
     starts = {}
     for step, plan in scripted(sim, arrivals, every, 10):
         starts.update((a, step) for a in admitted(plan))

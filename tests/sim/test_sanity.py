@@ -119,9 +119,11 @@ def test_a_preempted_job_stops_after_its_grace_period_and_completes_later():
 
 
 def test_a_preempted_job_that_ends_within_its_grace_period_just_completes():
+    """Max runtimes twice the run times: a's jobs end 10 s into their victim's grace."""
     jobs = [job(1, "a", at=0, duration=110, gpus=8), job(2, "a", at=0, duration=110, gpus=8)]
     jobs.append(job(3, "b", at=100, duration=50, gpus=8))
-    sim, s = run(jobs, nodes=2, policy="fairshare", teams=[team("a", 8), team("b", 8)])
+    teams = [team("a", 8), team("b", 8)]
+    sim, s = run(jobs, nodes=2, policy="fairshare", teams=teams, runtime_estimate="double")
     assert s["preemptions"] == 1
     assert s["lost_gpu_hours"] == 0
     assert all(
@@ -129,6 +131,17 @@ def test_a_preempted_job_that_ends_within_its_grace_period_just_completes():
         for r in sim.recs.values()
         if r.job.team == "a"
     )
+
+
+def test_a_job_that_reaches_its_max_runtime_before_a_victim_could_stop_is_waited_for():
+    """The same with exact max runtimes: a's jobs end 10 s after b's job arrives, before
+    a victim's 30 s of grace; preempting one would lose 100 s of its work and free its
+    GPUs 20 s later than it ends by itself (preemption rule 2)."""
+    jobs = [job(1, "a", at=0, duration=110, gpus=8), job(2, "a", at=0, duration=110, gpus=8)]
+    jobs.append(job(3, "b", at=100, duration=50, gpus=8))
+    sim, s = run(jobs, nodes=2, policy="fairshare", teams=[team("a", 8), team("b", 8)])
+    assert s["preemptions"] == 0
+    assert sim.recs[3].waited == pytest.approx(10.0)
 
 
 def test_fifo_policies_never_preempt():

@@ -1,0 +1,161 @@
+"""Preemption rule 2: a running job that reaches its max runtime before any victim could
+stop is waited for, not preempted around (issue 13).
+
+A preempted job stops a grace period after it is told; a job whose max runtime ends
+sooner frees its GPUs sooner by itself (the portal stops it then: a timeout). So a
+preemptor that would need victims counts those jobs' GPUs and quota as coming free
+(Running.ending, Stops.end), preempts fewer jobs or none, and reserves the GPUs
+they free. Replays: 18% of fair share's preemptions were of this kind
+(docs/simulation.md, "Jobs that end by themselves are waited for").
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler import schedule
+from scheduler.model import Quota, Team
+from tests.scheduler.helpers import (
+    HOUR,
+    NOW,
+    Cluster,
+    Sim,
+    admitted,
+    make_job,
+    preempted,
+    reasons,
+    verdict,
+)
+from tests.scheduler.test_runs import scripted
+
+LONG = 100 * HOUR
+
+
+def ends_in(seconds: float, started: float = NOW - 600) -> dict:
+    """Arguments of Cluster.run for a job whose max runtime ends `seconds` from NOW."""
+    return {"started": started, "runtime": NOW + seconds - started}
+
+
+def borrower_cluster(end_in: float, grace: float = 30.0) -> Cluster:
+    """b (nominal 8) borrows a's 8: an 8-GPU job on n0 whose max runtime ends in `end_in`
+    seconds, eight 1-GPU jobs on n1; a's 1x8 job 1 is within its nominal 8."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "b", on={"n0": 8}, grace=grace, **ends_in(end_in))
+    for i in range(8):
+        c.run(20 + i, "b", on={"n1": 1}, started=NOW - 900 + i, runtime=LONG, grace=grace)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    return c
+
+
+def test_a_reclaim_waits_for_a_borrower_that_reaches_its_max_runtime_first():
+    c = borrower_cluster(end_in=10)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == []
+    v = verdict(plan, 1)
+    assert v.reason_code == "waiting_for_preemption"
+    assert "waits for 1 job(s) that reach their max run time (10)" in v.message
+    assert v.estimated_start == NOW + 10
+    assert [(r.job_id, r.nodes) for r in plan.reservations] == [(1, (("n0", 8),))]
+    # b's next job, submitted later, does not take n0 when job 10 has ended
+    sim = Sim(c)
+    sim.step(NOW)
+    sim.submit(make_job(2, "b", gpus=8, runtime=LONG, submitted=NOW + 1))
+    sim.step(NOW + 5)
+    plan = sim.step(NOW + 10)
+    assert admitted(plan) == [1] and sim.preempted == []
+
+
+@pytest.mark.parametrize(
+    ("end_in", "grace"),
+    [
+        (60, 30.0),  # after a victim's grace period: preempting frees GPUs sooner
+        (-5, 30.0),  # past its max runtime: the portal stops it, no clock says when
+        (10, 5.0),  # the victims would stop in 5 s
+    ],
+)
+def test_a_job_that_does_not_end_before_a_victim_could_stop_is_preempted_around(end_in, grace):
+    c = borrower_cluster(end_in=end_in, grace=grace)
+    plan = schedule(c.snapshot())
+    assert preempted(plan), plan.verdicts
+    assert "max run time" not in verdict(plan, 1).message
+
+
+def test_ending_gpus_make_fewer_victims_on_the_same_node():
+    """n0: a 4-GPU borrower ending in 10 s and four long 1-GPU ones; n1: eight long
+    1-GPU ones. a's 1x8 preempts the four on n0 only and starts when they have stopped."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "b", on={"n0": 4}, **ends_in(10))
+    for i in range(4):
+        c.run(20 + i, "b", on={"n0": 1}, started=NOW - 60, runtime=LONG)
+    for i in range(4):
+        c.run(30 + i, "b", on={"n1": 1}, started=NOW - 50, runtime=LONG)
+    c.run(40, "b", on={"n1": 4}, started=NOW - 5000, runtime=LONG)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    sim = Sim(c)
+    plan = sim.step(NOW)
+    assert sorted(preempted(plan)) == [20, 21, 22, 23]
+    assert "and 1 job(s) that reach their max run time (10)" in verdict(plan, 1).message
+    sim.step(NOW + 10)
+    plan = sim.step(NOW + 30)
+    assert admitted(plan) == [1] and len(sim.preempted) == 4
+
+
+def test_a_priority_preemptor_waits_for_its_own_teams_ending_job():
+    """a fills its nominal 8: a low-priority 4-GPU job and a 4-GPU job ending in 10 s.
+    Its priority job 1 (4 GPUs) waits for the ending one instead of preempting the other,
+    and keeps its claim although a is at its nominal until the job has ended."""
+    c = Cluster().nodes_(1)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "a", on={"n0": 4}, runtime=LONG, started=NOW - 60)
+    c.run(11, "a", on={"n0": 4}, **ends_in(10))
+    c.job(1, "a", gpus=4, priority=10, runtime=LONG)
+    sim = Sim(c)
+    plan = sim.step(NOW)
+    assert preempted(plan) == []
+    assert "reach their max run time (11)" in verdict(plan, 1).message
+    sim.step(NOW + 5)  # its claim holds on the pass in between
+    plan = sim.step(NOW + 10)
+    assert admitted(plan) == [1] and sim.preempted == []
+
+
+def test_a_job_that_would_not_preempt_does_not_reserve_ending_gpus():
+    """a is at its nominal and nobody borrows: job 1 has no victim to choose, so it is not
+    a preemptor and waits for GPUs as before; nothing is reserved for it (a stream of
+    such jobs would otherwise jump every backfill reservation)."""
+    c = Cluster().nodes_(1)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "a", on={"n0": 8}, **ends_in(10))
+    c.job(1, "a", gpus=8, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert reasons(plan) == {1: "no_capacity"}
+    assert plan.reservations == ()
+
+
+def test_a_second_preemptor_does_not_count_ending_gpus_another_one_holds():
+    """Found by the random runs (passes every 15 s, victims stop at once). Job 10 reclaims
+    b's job 1 and waits for a's job 7, which ends at +120 s, on n0; a pass later the
+    higher-priority job 11 reclaimed b's job 4 on n1 yet counted n0's ending GPUs too,
+    was admitted first at +120 s onto the GPUs job 10 was promised, and job 10 started a
+    pass after its estimate. Now job 11 takes the GPUs its own victim frees."""
+    c = Cluster()
+    c.node("n0", gpus=4, flavor="h100", block="b0", rack="r0")
+    c.node("n1", gpus=8, flavor="h100", block="b1", rack="r1")
+    c.teams = [
+        Team("a", 1.0, "c", {"h100": Quota(11)}, {}),
+        Team("b", 1.0, "c", {"h100": Quota(0)}, {}),
+    ]
+    arrivals = [(0, i, "b", 1, g, LONG) for i, g in ((1, 1), (2, 2), (3, 4), (4, 4), (5, 1))]
+    arrivals += [(1, 6, "a", 1, 1, 45), (3, 7, "a", 1, 1, 45), (3, 8, "a", 1, 1, 10)]
+    arrivals += [(6, 9, "a", 1, 1, 45), (6, 10, "a", 1, 2, 10), (7, 11, "a", 1, 2, 45, "h100", 1)]
+    sim = Sim(c, early=(0.0,), backfill=False)
+    told, starts = {}, {}
+    for step, plan in scripted(sim, arrivals, 15.0, 10):
+        for a in admitted(plan):
+            starts.setdefault(a, NOW + step * 15.0)
+        for v in plan.verdicts:
+            if v.reason_code == "waiting_for_preemption":
+                told.setdefault(v.job_id, v.estimated_start)
+    assert told[10] == NOW + 120
+    assert starts[10] <= told[10] and starts[11] <= told[11]
