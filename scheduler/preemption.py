@@ -15,7 +15,11 @@ Rules:
 2. Decisions look at the cluster as it will be once every stopping job has
    stopped (`_future`): their quota is free, and so are their GPUs except
    those already reserved for a preemptor. If that is enough, no victim is
-   chosen and the job waits for the stopping jobs.
+   chosen and the job waits for the stopping jobs. A job that would need
+   victims also counts the running jobs that reach their max runtime before
+   any victim could stop (`_ending`, Running.ending): it waits for them,
+   reserving their GPUs, and preempts fewer jobs or none; they are never
+   victims.
 3. Victims are chosen for a concrete target placement, so that the gang fits
    once they stop. A job of another team is a victim only while that team
    still borrows, asked of the set (`_Search.allowed`: its chosen GPUs but the
@@ -235,9 +239,11 @@ def choose(
     try:
         _future(p, pool, stops, tx, book)
         f = job.flavor
-        own = sum(r.job.gpus for r in lower)
+        # Rule 1: it would have to borrow, with its victims and its team's jobs that
+        # reach their max runtime first gone (only the view with victims counts those).
+        own = sum(r.job.gpus for r in lower) + stops.ending_quota.get(book, 0)
         if book.used(f) - own + job.gpus > book.quota(f).nominal:
-            return None  # rule 1: it would have to borrow
+            return None
         if fits(p, job, pool, book):
             return Choice([], _target_gpus(job, pool, tx))
         cands = victim_order(p, f, lower + _borrowed(p, job, book) if reclaim else lower)
@@ -925,6 +931,9 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
     """Stop the new victims, reserve the target's GPUs and charge the preemptor (rule 4)."""
     stops = p.stops(pool)
     stopping = dict(stops.quota)  # before this preemptor's victims: one figure for all
+    if choice.ending:  # and without the jobs it counted as ending, as it decided
+        for b, gpus in stops.ending_quota.items():
+            stopping[b] = stopping.get(b, 0) + gpus
     for r in choice.victims:
         p.preemptions.append(_preemption(p, job, book, r, stopping))
         r.stop(p.now)
@@ -961,6 +970,9 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
         for r in stops.jobs_on.get(n, ())
         if id(r) not in mine and (choice.ending or not r.ending)
     }
+    if choice.ending:  # and those whose quota it may count on, wherever they run
+        shares = p.ledger.shares_quota
+        others.update((id(r), r) for r in stops.ending_jobs if shares(book, r.book))
     if not mine and not others:  # it waits for quota only
         shares = p.ledger.shares_quota
         jobs = [*stops.jobs, *stops.ending_jobs] if choice.ending else stops.jobs
@@ -978,7 +990,8 @@ def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running, stopping: 
 
     Usage figures are what the teams hold now, without the GPUs charged to
     preemptors waiting for victims, and without their jobs that were already
-    stopping before this preemptor's victims (`stopping`; each GPU counted once):
+    stopping before this preemptor's victims or, where it counted them, that reach
+    their max runtime first (`stopping`; each GPU counted once):
     a preemptor whose own team is being reclaimed in the same pass reads "uses 0
     of 4 nominal", not the 8 GPUs of its stopping job, which read as a team far
     above its quota reclaiming; and every victim of one preemptor reads what its
@@ -1030,7 +1043,7 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
         if j.preempted_by is not None:
             links.setdefault(j.preempted_by, [])
     claims = [job for job in p.pending if job.id in links or job.reserved_on]
-    kept = sorted((job for job in claims if job.reserved_on), key=claim_key)
+    kept = sorted((job for job in claims if job.reserved_on), key=lambda j: _kept_key(j, links))
     done = {job.id for job in kept if links.get(job.id) and _keep(p, job, True)}
     done |= {job.id for job in kept if job.id not in done and _keep(p, job, False)}
     done |= {
@@ -1041,6 +1054,15 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
     rest = sorted((job for job in claims if job.id not in done), key=claim_key)
     done |= {job.id for job in rest if _admit_now(p, job)}
     return [job for job in claims if job.id in done]
+
+
+def _kept_key(job: PendingJob, links: dict) -> tuple:
+    """Order stored reservations: preemptors with victims (stopping or requeued) before
+    those that only wait for others' jobs to stop or end, then ordering.claim_key. The
+    quota and GPUs a victim frees are its preemptor's: first by priority, a later job
+    that had waited for its own team's ending job took the quota another preemptor's
+    victim had freed, and that one waited for the ending job instead (test_runs.py)."""
+    return (job.id not in links, *claim_key(job))
 
 
 def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:
@@ -1162,7 +1184,9 @@ def _quota_fits_now(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> boo
 
     Now: without the GPUs charged to the preemptors that wait for stopping jobs,
     which they take only once those jobs' quota is released. Then: with those
-    charges, without the stopping jobs (rule 2's view). The ledger alone counts
+    charges, without the stopping jobs and the jobs that reach their max runtime
+    first (rule 2's view: a charge may count on those ending; left in, a preemptor
+    whose victim had stopped waited for another one's ending job, test_runs.py). The ledger alone counts
     both a waiting preemptor's charge and its victims' quota, and a preemptor
     whose victims have stopped would wait for another one's victims to stop.
     """
@@ -1174,7 +1198,9 @@ def _quota_fits_now(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> boo
         if p.quota_wait(job, book) is not None:
             return False
         tx.rollback()
-        _future(p, pool, p.stops(pool), tx, book)
+        stops = p.stops(pool)
+        _future(p, pool, stops, tx, book)
+        _ending(p, pool, stops, tx, book, kept=True)  # what the charges count on, too
         return p.ledger.headroom(book, job.flavor) >= job.gpus
     finally:
         tx.rollback()

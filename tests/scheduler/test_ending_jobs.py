@@ -159,3 +159,49 @@ def test_a_second_preemptor_does_not_count_ending_gpus_another_one_holds():
                 told.setdefault(v.job_id, v.estimated_start)
     assert told[10] == NOW + 120
     assert starts[10] <= told[10] and starts[11] <= told[11]
+
+
+def test_a_reclaim_message_counts_the_teams_ending_job_as_its_decision_did():
+    """a's 4-GPU job on n0 ends in 10 s; b borrows 4 with 1-GPU jobs, four of them beside
+    it. a's 1x8 job is within its nominal 8 once its own job has ended, so it reclaims
+    the four: the message says a uses 0 of 8, not 4 (which with 8 more is over 8)."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "a", on={"n0": 4}, **ends_in(10))
+    for i in range(12):
+        c.run(20 + i, "b", on={"n0" if i < 4 else "n1": 1}, started=NOW - 60 + i, runtime=LONG)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert sorted(preempted(plan)) == [20, 21, 22, 23]
+    for p in plan.preemptions:
+        assert "needs 8 h100 GPUs and uses 0 of 8 nominal" in p.message, p.message
+
+
+def test_a_victims_quota_goes_to_its_preemptor_before_a_job_that_waits_for_others():
+    """Found by the random runs (passes every 10 s, grace 30 s): a's jobs 15 and 16
+    reclaim one 1-GPU job of b each; a's higher-priority job 17 then waits, without a
+    victim, for the cohort's quota to come back (b's stopping job 5, a's job 14 ending).
+    When 5 has stopped, 17 came first by priority, took the quota 15's victim freed, and
+    15 waited past its estimate for job 14 to end. A preemptor with victims now comes
+    first (preemption._kept_key)."""
+    c = Cluster()
+    for i, gpus in enumerate((4, 4, 8)):
+        c.node(f"n{i}", gpus=gpus, flavor="h100", block=f"b{i}", rack=f"r{i}")
+    c.teams = [
+        Team("a", 1.0, "c", {"h100": Quota(13, None, 5)}, {}),
+        Team("b", 1.0, "c", {"h100": Quota(0)}, {}),
+    ]
+    arrivals = [(0, i, "b", 1, 1, LONG) for i in range(1, 11)]
+    arrivals += [(0, 11, "b", 1, 2, LONG), (0, 12, "b", 1, 4, LONG)]
+    arrivals += [(1, 14, "a", 2, 4, 45), (1, 15, "a", 1, 1, 15), (2, 16, "a", 1, 1, 15)]
+    arrivals += [(3, 17, "a", 1, 1, 15, "h100", 1)]
+    sim = Sim(c, backfill=False)
+    told, starts = {}, {}
+    for step, plan in scripted(sim, arrivals, 10.0, 7):
+        for a in admitted(plan):
+            starts.setdefault(a, NOW + step * 10.0)
+        for v in plan.verdicts:
+            if v.reason_code == "waiting_for_preemption":
+                told.setdefault(v.job_id, v.estimated_start)
+    assert told[15] == NOW + 40 and starts[15] == NOW + 40
+    assert all(starts[j] - told[j] < 10 for j in (15, 16, 17)), (told, starts)
