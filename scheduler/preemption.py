@@ -169,7 +169,10 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | 
     book = p.ledger.book(job.team)
     lower = _lower_priority(p, job, book)
     choice = None
-    if sum(r.job.gpus for r in lower) >= job.gpus:
+    # Its team's jobs that reach their max runtime first make room as victims would
+    # (rule 2; left out, a job needing one of each preempted nothing: a review).
+    ending = p.stops(pool).ending_quota.get(book, 0)
+    if lower and sum(r.job.gpus for r in lower) + ending >= job.gpus:
         # The search's quota is at most what the team uses now (once its stopping jobs
         # stop, as choose sees it): the victims free as many GPUs as the job takes.
         p.own_cap = (book, p.settled(book, job.flavor))

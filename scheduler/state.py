@@ -287,10 +287,17 @@ class Stops:
 
 
 def mark_ending(running: list[Running], now: float) -> None:
-    """Mark the running jobs that end by themselves before any victim of this pass could
-    have stopped (Running.ending; preemption rule 2): their max runtime ends no later
-    than now plus the shortest grace period of their flavor's preemptible running jobs.
-    Not a job past its max runtime: the portal stops it (a timeout), not a clock."""
+    """Mark the running jobs that reach their max runtime before any victim of this pass
+    could have stopped (Running.ending; preemption rule 2): their max runtime ends no
+    later than now plus the shortest grace period g of their flavor's preemptible
+    running jobs, and their own grace period is at most g.
+
+    A job past its max runtime counts too (its end is now): the portal's timeout is
+    about to stop it; left out, a preemptor waiting for it lost its wait between its
+    max runtime and the sweep, and preempted it, or others, after all (a review).
+    Where the job runs into its limit rather than ending first, the timeout frees its
+    GPUs a sweep plus its own grace period after its max runtime (docs/scheduling.md,
+    rule 2): hence at most g of its own, so the wait stays within about two g."""
     grace: dict[str, float] = {}
     for r in running:
         if r.job.preemptible and not r.stopping:
@@ -303,7 +310,8 @@ def mark_ending(running: list[Running], now: float) -> None:
         if (
             g is not None
             and not r.stopping
-            and now <= r.job.started_at + r.job.max_runtime <= now + g
+            and r.job.grace_period <= g
+            and r.job.started_at + r.job.max_runtime <= now + g
         ):
             r.ending = True
 

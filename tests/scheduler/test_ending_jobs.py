@@ -11,6 +11,8 @@ they free. Replays: 18% of fair share's preemptions were of this kind
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler import schedule
@@ -70,7 +72,6 @@ def test_a_reclaim_waits_for_a_borrower_that_reaches_its_max_runtime_first():
     ("end_in", "grace"),
     [
         (60, 30.0),  # after a victim's grace period: preempting frees GPUs sooner
-        (-5, 30.0),  # past its max runtime: the portal stops it, no clock says when
         (10, 5.0),  # the victims would stop in 5 s
     ],
 )
@@ -205,3 +206,105 @@ def test_a_victims_quota_goes_to_its_preemptor_before_a_job_that_waits_for_other
                 told.setdefault(v.job_id, v.estimated_start)
     assert told[15] == NOW + 40 and starts[15] == NOW + 40
     assert all(starts[j] - told[j] < 10 for j in (15, 16, 17)), (told, starts)
+
+
+def test_an_ending_job_whose_own_grace_is_longer_than_the_victims_is_preempted_around():
+    """Timed out at its limit rather than ending, it would stop its grace period later."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "b", on={"n0": 8}, grace=600.0, **ends_in(10))
+    for i in range(8):
+        c.run(20 + i, "b", on={"n1": 1}, started=NOW - 900 + i, runtime=LONG)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) and "max run time" not in verdict(plan, 1).message
+
+
+class PortalSim(Sim):
+    """The portal's timeout: a job that reaches its max runtime keeps running until the
+    monitor's sweep (every `sweep` s from NOW) finds it strictly past it
+    (stop_overdue_jobs), which stops it with its grace period."""
+
+    sweep = 10.0
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.timeout: dict[int, float] = {}
+
+    def _finish(self, now):
+        kept = {}
+        for r in list(self.running.values()):
+            if r.id in self.timeout or (not r.stopping and r.started_at + r.max_runtime <= now):
+                del self.running[r.id]
+                if r.id in self.timeout and self.timeout[r.id] <= now:
+                    for w in r.placement:
+                        self.nodes[w.node]["free"].extend(w.gpus)
+                    continue
+                swept = (now - NOW) % self.sweep == 0
+                if r.id not in self.timeout and r.started_at + r.max_runtime < now and swept:
+                    r = replace(r, stopping=True, stop_requested_at=now)
+                    self.timeout[r.id] = now + r.grace_period
+                kept[r.id] = r
+        super()._finish(now)
+        self.running.update(kept)
+
+
+@pytest.mark.parametrize("every", [10, 15])
+def test_a_job_timed_out_at_its_limit_is_waited_for_until_the_timeout_frees_it(every):
+    """Job 10 does not end at its max runtime (+10 s): the sweep at +20 stops it, and it
+    frees n0 30 s later. Job 1 keeps waiting for it past its max runtime, preempts
+    nothing (before a review: it lost its wait at the first pass after +10 and preempted
+    the eight 1-GPU jobs after all) and starts when n0 is free, at most a sweep and a
+    grace period later than a preemption at NOW would have let it (the trade rule 2
+    makes for the victims' work: docs/scheduling.md)."""
+    c = borrower_cluster(end_in=10)
+    sim = PortalSim(c)
+    for t in range(0, 120, every):
+        sim.step(NOW + t)
+        if 1 in sim.started:
+            break
+    assert sim.preempted == []
+    assert NOW + 50 <= sim.started[1] <= NOW + 10 + PortalSim.sweep + 30 + every
+
+
+def test_a_job_past_its_max_runtime_is_never_a_victim():
+    """The same as test_ending_gpus_make_fewer_victims_on_the_same_node under the portal's
+    timeout, passes every 15 s: at +15 job 10 runs past its max runtime, not yet swept.
+    It was then preempted for the same preemptor (two rounds of victims, and a job that
+    should time out requeued instead)."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "b", on={"n0": 4}, **ends_in(10))
+    for i in range(4):
+        c.run(20 + i, "b", on={"n0": 1}, started=NOW - 60, runtime=LONG)
+    for i in range(4):
+        c.run(30 + i, "b", on={"n1": 1}, started=NOW - 50, runtime=LONG)
+    c.run(40, "b", on={"n1": 4}, started=NOW - 5000, runtime=LONG)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    sim = PortalSim(c)
+    for t in range(0, 120, 15):
+        sim.step(NOW + t)
+        if 1 in sim.started:
+            break
+    assert sorted(sim.preempted) == [20, 21, 22, 23]
+    assert 1 in sim.started and 10 not in sim.pending
+
+
+def test_a_priority_preemptor_needing_a_victim_and_an_ending_own_job_takes_both():
+    """a fills its nominal 8 with a low-priority 4-GPU job and one ending in 10 s; b
+    waits behind a cohort hold. a's priority 8-GPU job preempts the low-priority one,
+    waits for the ending one, and starts when the victim has stopped (it preempted
+    nothing and was told 100 h: a review)."""
+    c = Cluster().node("n0")
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "a", on={"n0": 4}, runtime=LONG, started=NOW - 60)
+    c.run(11, "a", on={"n0": 4}, **ends_in(10))
+    c.job(8, "b", gpus=1, runtime=LONG)
+    c.job(12, "a", gpus=8, priority=1, runtime=LONG)
+    sim = Sim(c)
+    plan = sim.step(NOW)
+    assert preempted(plan) == [10]
+    assert verdict(plan, 12).estimated_start == NOW + 30
+    for t in (10, 20, 30):
+        sim.step(NOW + t)
+    assert sim.started[12] == NOW + 30

@@ -3,7 +3,7 @@
 import pytest
 
 from scheduler import schedule
-from tests.scheduler.helpers import NOW, Cluster, Sim, admitted, preempted, reasons, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, preempted, reasons, verdict
 
 
 def cohort(*teams, nodes=2):
@@ -66,7 +66,15 @@ def victims_borrowers_first_then_lowest_priority_then_least_work_lost():
     c = cohort(("a", 8), ("b", 16), ("x", 8), nodes=4)
     c.run(10, "x", on={"n3": 8}, priority=-5)  # lowest priority, but x is within its nominal
     c.run(11, "b", on={"n0": 8}, priority=1, started=NOW - 10)
-    c.run(12, "b", on={"n1": 8}, priority=0, started=NOW - 5000, checkpointed=NOW - 20)
+    c.run(
+        12,
+        "b",
+        on={"n1": 8},
+        priority=0,
+        started=NOW - 5000,
+        checkpointed=NOW - 20,
+        runtime=2 * HOUR,
+    )
     c.run(13, "b", on={"n2": 8}, priority=0, started=NOW - 3000)
     c.job(1, "a", gpus=8)
     # b borrows 8 of a's quota. Among b's jobs: priority 0 first, then the one

@@ -88,8 +88,8 @@ def test_victims_in_the_block_that_can_host_the_gang():
     c.run(90, "b", on={"n0": 1}, preemptible=False)
     c.run(91, "b", on={"n1": 1}, preemptible=False)
     scattered(c, "b", ["n0", "n1", "n2", "n3"], 7, 100)
-    c.run(92, "b", on={"n2": 1}, started=NOW - 6000)
-    c.run(93, "b", on={"n3": 1}, started=NOW - 6000)
+    c.run(92, "b", on={"n2": 1}, started=NOW - 6000, runtime=100 * HOUR)
+    c.run(93, "b", on={"n3": 1}, started=NOW - 6000, runtime=100 * HOUR)
     c.job(1, "a", workers=2, gpus=8)
     plan = schedule(c.snapshot())
     nodes = set().union(*(on_node(c, v) for v in preempted(plan)))
@@ -143,9 +143,9 @@ def test_target_node_that_loses_least_work():
     """n0: one 8-GPU job 5,000 s into its run; n1: two 4-GPU jobs checkpointed a minute
     ago. Two victims losing 8 GPU-minutes beat one losing 11 GPU-hours."""
     c = lender_and_borrower()
-    c.run(10, "b", on={"n0": 8}, started=NOW - 5000)
-    c.run(11, "b", on={"n1": 4}, started=NOW - 5000, checkpointed=NOW - 60)
-    c.run(12, "b", on={"n1": 4}, started=NOW - 5000, checkpointed=NOW - 60)
+    c.run(10, "b", on={"n0": 8}, started=NOW - 5000, runtime=100 * HOUR)
+    c.run(11, "b", on={"n1": 4}, started=NOW - 5000, checkpointed=NOW - 60, runtime=100 * HOUR)
+    c.run(12, "b", on={"n1": 4}, started=NOW - 5000, checkpointed=NOW - 60, runtime=100 * HOUR)
     c.job(1, "a", gpus=8)
     assert sorted(preempted(schedule(c.snapshot()))) == [11, 12]
 
