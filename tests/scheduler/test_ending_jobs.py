@@ -82,9 +82,9 @@ def test_a_job_that_does_not_end_before_a_victim_could_stop_is_preempted_around(
     assert "max run time" not in verdict(plan, 1).message
 
 
-def test_ending_gpus_make_fewer_victims_on_the_same_node():
-    """n0: a 4-GPU borrower ending in 10 s and four long 1-GPU ones; n1: eight long
-    1-GPU ones. a's 1x8 preempts the four on n0 only and starts when they have stopped."""
+def beside_an_ending_job() -> Cluster:
+    """n0: b's 4-GPU job 10 ending in 10 s and four long 1-GPU ones; n1: four long 1-GPU
+    jobs and an old 4-GPU one of b; a's 1x8 job 1 is within its nominal 8."""
     c = Cluster().nodes_(2)
     c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
     c.run(10, "b", on={"n0": 4}, **ends_in(10))
@@ -94,6 +94,13 @@ def test_ending_gpus_make_fewer_victims_on_the_same_node():
         c.run(30 + i, "b", on={"n1": 1}, started=NOW - 50, runtime=LONG)
     c.run(40, "b", on={"n1": 4}, started=NOW - 5000, runtime=LONG)
     c.job(1, "a", gpus=8, runtime=LONG)
+    return c
+
+
+def test_ending_gpus_make_fewer_victims_on_the_same_node():
+    """a's 1x8 preempts the four 1-GPU jobs beside the ending one on n0 only and starts
+    when they have stopped."""
+    c = beside_an_ending_job()
     sim = Sim(c)
     plan = sim.step(NOW)
     assert sorted(preempted(plan)) == [20, 21, 22, 23]
@@ -134,6 +141,18 @@ def test_a_job_that_would_not_preempt_does_not_reserve_ending_gpus():
     assert plan.reservations == ()
 
 
+def told_and_started(sim, arrivals, every, passes):
+    """Run scripted passes; return each preemptor's first estimate and each job's start."""
+    told, starts = {}, {}
+    for step, plan in scripted(sim, arrivals, every, passes):
+        for a in admitted(plan):
+            starts.setdefault(a, NOW + step * every)
+        for v in plan.verdicts:
+            if v.reason_code == "waiting_for_preemption":
+                told.setdefault(v.job_id, v.estimated_start)
+    return told, starts
+
+
 def test_a_second_preemptor_does_not_count_ending_gpus_another_one_holds():
     """Found by the random runs (passes every 15 s, victims stop at once). Job 10 reclaims
     b's job 1 and waits for a's job 7, which ends at +120 s, on n0; a pass later the
@@ -150,14 +169,7 @@ def test_a_second_preemptor_does_not_count_ending_gpus_another_one_holds():
     arrivals = [(0, i, "b", 1, g, LONG) for i, g in ((1, 1), (2, 2), (3, 4), (4, 4), (5, 1))]
     arrivals += [(1, 6, "a", 1, 1, 45), (3, 7, "a", 1, 1, 45), (3, 8, "a", 1, 1, 10)]
     arrivals += [(6, 9, "a", 1, 1, 45), (6, 10, "a", 1, 2, 10), (7, 11, "a", 1, 2, 45, "h100", 1)]
-    sim = Sim(c, early=(0.0,), backfill=False)
-    told, starts = {}, {}
-    for step, plan in scripted(sim, arrivals, 15.0, 10):
-        for a in admitted(plan):
-            starts.setdefault(a, NOW + step * 15.0)
-        for v in plan.verdicts:
-            if v.reason_code == "waiting_for_preemption":
-                told.setdefault(v.job_id, v.estimated_start)
+    told, starts = told_and_started(Sim(c, early=(0.0,), backfill=False), arrivals, 15.0, 10)
     assert told[10] == NOW + 120
     assert starts[10] <= told[10] and starts[11] <= told[11]
 
@@ -196,14 +208,7 @@ def test_a_victims_quota_goes_to_its_preemptor_before_a_job_that_waits_for_other
     arrivals += [(0, 11, "b", 1, 2, LONG), (0, 12, "b", 1, 4, LONG)]
     arrivals += [(1, 14, "a", 2, 4, 45), (1, 15, "a", 1, 1, 15), (2, 16, "a", 1, 1, 15)]
     arrivals += [(3, 17, "a", 1, 1, 15, "h100", 1)]
-    sim = Sim(c, backfill=False)
-    told, starts = {}, {}
-    for step, plan in scripted(sim, arrivals, 10.0, 7):
-        for a in admitted(plan):
-            starts.setdefault(a, NOW + step * 10.0)
-        for v in plan.verdicts:
-            if v.reason_code == "waiting_for_preemption":
-                told.setdefault(v.job_id, v.estimated_start)
+    told, starts = told_and_started(Sim(c, backfill=False), arrivals, 10.0, 7)
     assert told[15] == NOW + 40 and starts[15] == NOW + 40
     assert all(starts[j] - told[j] < 10 for j in (15, 16, 17)), (told, starts)
 
@@ -272,15 +277,7 @@ def test_a_job_past_its_max_runtime_is_never_a_victim():
     timeout, passes every 15 s: at +15 job 10 runs past its max runtime, not yet swept.
     It was then preempted for the same preemptor (two rounds of victims, and a job that
     should time out requeued instead)."""
-    c = Cluster().nodes_(2)
-    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
-    c.run(10, "b", on={"n0": 4}, **ends_in(10))
-    for i in range(4):
-        c.run(20 + i, "b", on={"n0": 1}, started=NOW - 60, runtime=LONG)
-    for i in range(4):
-        c.run(30 + i, "b", on={"n1": 1}, started=NOW - 50, runtime=LONG)
-    c.run(40, "b", on={"n1": 4}, started=NOW - 5000, runtime=LONG)
-    c.job(1, "a", gpus=8, runtime=LONG)
+    c = beside_an_ending_job()
     sim = PortalSim(c)
     for t in range(0, 120, 15):
         sim.step(NOW + t)
