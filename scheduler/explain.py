@@ -214,7 +214,10 @@ def message(p: Pass, job: PendingJob, wait: Wait, position: int) -> str:
 
 
 def _promised(p: Pass, job: PendingJob) -> str:
-    """Return '; 4 free GPUs are reserved for job 7, which preempted jobs for them', or ''."""
+    """Return '; 4 free GPUs are reserved for job(s) 7, which wait for ...', or ''.
+
+    A holder may have preempted jobs, or wait without victims for jobs that stop or
+    reach their max run time (preemption rule 2): the sentence covers both."""
     pool = p.pools.get(job.flavor)
     stops = pool.stops if pool is not None else None
     if stops is None or not stops.hidden_total:
@@ -222,8 +225,9 @@ def _promised(p: Pass, job: PendingJob) -> str:
     holders = sorted({h for n, k in stops.hidden.items() if k for h in stops.holders(n)})
     listed = ", ".join(str(h) for h in holders[:5]) + (", ..." if len(holders) > 5 else "")
     return (
-        f"; {gpus(stops.hidden_total, 'free')} are reserved for job(s) {listed}, which preempted "
-        f"jobs to free GPUs for them and start when those stop"
+        f"; {gpus(stops.hidden_total, 'free')} are reserved for job(s) {listed}, which wait for "
+        f"jobs they preempted, or that stop or reach their max run time, to free more GPUs "
+        f"beside them"
     )
 
 
