@@ -300,7 +300,7 @@ def _ending(
     a number of GPUs per node: once the jobs ending there have ended on a shared node,
     the first preemptor admitted took the GPUs free for the other one, which then
     waited a pass longer than it was told (a random run of test_runs.py)."""
-    if not stops.ending_on:
+    if not stops.ending_quota:  # ending jobs on cordoned nodes give quota, not GPUs
         return
     f, ledger, cohort = pool.flavor, p.ledger, book.cohort
     for other, gpus in stops.ending_quota.items():
@@ -1124,7 +1124,7 @@ def _keep(p: Pass, job: PendingJob, stopping: bool) -> bool:
     try:
         _future(p, pool, stops, tx, book)
         ok = quota_fits(p, job, book) and _holds(pool, on)
-        ending = not ok and bool(stops.ending_on)
+        ending = not ok and bool(stops.ending_quota)
         if ending:  # it waited for ending jobs (choose), or its victims ended early
             _ending(p, pool, stops, tx, book, kept=True)
             ok = quota_fits(p, job, book) and _holds(pool, on)

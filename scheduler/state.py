@@ -272,7 +272,7 @@ class Stops:
         index = self.pool.index
         hidden = self.hidden.get(node, 0)
         want = max(0, self.resv.get(node, 0) - self.on.get(node, 0))
-        if self.ending_on:  # the rest of it is ending GPUs
+        if self.ending_on.get(node):  # the rest of it is ending GPUs
             want = min(want, index.free[node] + hidden)
         delta = want - hidden
         if not delta:

@@ -305,3 +305,19 @@ def test_a_priority_preemptor_needing_a_victim_and_an_ending_own_job_takes_both(
     for t in (10, 20, 30):
         sim.step(NOW + t)
     assert sim.started[12] == NOW + 30
+
+
+def test_an_ending_job_on_a_cordoned_node_gives_its_quota_back():
+    """n2 is cordoned: b's 8-GPU job 10 there ends in 10 s. a's job 1 needs its quota (the
+    free GPUs are n1's), not its GPUs: it waits for it, as for a stopping job there (it
+    preempted the eight 1-GPU jobs on n0 and named job 10 as well: a review)."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(10, "b", on={"n2": 8}, **ends_in(10))
+    for i in range(8):
+        c.run(20 + i, "b", on={"n0": 1}, started=NOW - 900 + i, runtime=LONG)
+    c.job(1, "a", gpus=8, runtime=LONG)
+    del c.nodes["n2"]
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == []
+    assert "waits for 1 job(s) that reach their max run time (10)" in verdict(plan, 1).message
