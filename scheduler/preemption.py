@@ -275,11 +275,8 @@ def _future(p: Pass, pool: Pool, stops: Stops, tx: Transaction, book: TeamBook) 
     victims are its own team's or its cohort's, its headroom is its cohort's), so
     the others' would be released and restored for nothing.
     """
-    f, ledger, index, resv = pool.flavor, p.ledger, pool.index, stops.resv
-    cohort = book.cohort
-    for other, gpus in stops.quota.items():
-        if other is book or (cohort is not None and other.cohort == cohort):
-            tx.add(ledger, other, f, -gpus)
+    index, resv = pool.index, stops.resv
+    _release_quota(p, pool.flavor, book, stops.quota, tx)
     for node, k in stops.on.items():  # k - reserved: Stops.surplus, inlined (hot)
         k -= resv.get(node, 0)
         if k > 0:
@@ -302,15 +299,21 @@ def _ending(
     waited a pass longer than it was told (a random run of test_runs.py)."""
     if not stops.ending_quota:  # ending jobs on cordoned nodes give quota, not GPUs
         return
-    f, ledger, cohort = pool.flavor, p.ledger, book.cohort
-    for other, gpus in stops.ending_quota.items():
-        if other is book or (cohort is not None and other.cohort == cohort):
-            tx.add(ledger, other, f, -gpus)
+    _release_quota(p, pool.flavor, book, stops.ending_quota, tx)
     held = set() if kept else {n for on in stops.by_job.values() for n in on}
     for node in stops.ending_on:
         k = stops.ending_surplus(node)
         if k > 0 and node not in held:
             tx.give(pool.index, node, k)
+
+
+def _release_quota(p: Pass, f: str, book: TeamBook, quota: dict, tx: Transaction) -> None:
+    """Release, until rollback, the GPUs of flavor `f` that `quota` (team -> GPUs) says
+    come free, for the preemptor's team and its cohort only (rule 2's views)."""
+    ledger, cohort = p.ledger, book.cohort
+    for other, gpus in quota.items():
+        if other is book or (cohort is not None and other.cohort == cohort):
+            tx.add(ledger, other, f, -gpus)
 
 
 def _target_gpus(job: PendingJob, pool: Pool, tx: Transaction) -> dict[int, int]:
@@ -973,11 +976,10 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
         for r in stops.jobs_on.get(n, ())
         if id(r) not in mine and (choice.ending or not r.ending)
     }
+    shares = p.ledger.shares_quota
     if choice.ending:  # and those whose quota it may count on, wherever they run
-        shares = p.ledger.shares_quota
         others.update((id(r), r) for r in stops.ending_jobs if shares(book, r.book))
     if not mine and not others:  # it waits for quota only
-        shares = p.ledger.shares_quota
         jobs = [*stops.jobs, *stops.ending_jobs] if choice.ending else stops.jobs
         others = {id(r): r for r in jobs if shares(book, r.book)} or {id(r): r for r in jobs}
     first = sorted(mine.values(), key=lambda r: stopping_key(r.end, r.job))
@@ -1189,9 +1191,10 @@ def _quota_fits_now(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> boo
     which they take only once those jobs' quota is released. Then: with those
     charges, without the stopping jobs and the jobs that reach their max runtime
     first (rule 2's view: a charge may count on those ending; left in, a preemptor
-    whose victim had stopped waited for another one's ending job, test_runs.py). The ledger alone counts
-    both a waiting preemptor's charge and its victims' quota, and a preemptor
-    whose victims have stopped would wait for another one's victims to stop.
+    whose victim had stopped waited for another one's ending job, test_runs.py).
+    The ledger alone counts both a waiting preemptor's charge and its victims'
+    quota, and a preemptor whose victims have stopped would wait for another
+    one's victims to stop.
     """
     tx = Transaction()
     try:
