@@ -189,6 +189,39 @@ def build_snapshot(
     )
 
 
+def build_fragmented(gangs: int, workers: int = 1, pending: int = 0, nodes: int = 1000) -> Snapshot:
+    """The worst case of placement-aware reclaim: team b borrows every GPU of the
+    cluster as 1-GPU jobs (eight on each node, of mixed ages) and team a, with half the
+    cluster as nominal quota and nothing running, has `gangs` gangs of `workers` x 8
+    GPUs waiting; each must preempt whole nodes. `pending` 1-GPU jobs of b wait too."""
+    rng = random.Random(7)
+    built, running, jid = [], [], 1_000_000
+    for i in range(nodes):
+        built.append(Node(f"n{i:04d}", FLAVORS[0], (), 8, f"r{i // 16}", f"b{i // 32}"))
+        for g in range(8):
+            runtime = rng.choice(RUNTIMES)
+            started = NOW - rng.uniform(0, runtime * 0.9)
+            placed = (WorkerPlacement(0, f"n{i:04d}", (f"n{i:04d}/{g}",)),)
+            running.append(
+                RunningJob(jid, "b", "default", FLAVORS[0], 1, 0, started - 60, started,
+                           runtime, placed, True, False, None, 30.0)
+            )  # fmt: skip
+            jid += 1
+    half = Quota(nodes * 4, None, None)
+    teams = (
+        Team("a", 1.0, "c", {FLAVORS[0]: half}, {}),
+        Team("b", 1.0, "c", {FLAVORS[0]: half}, {}),
+    )
+    jobs = [
+        PendingJob(j, "a", "default", FLAVORS[0], workers, 8, 0, NOW - 60 - j, HOUR, True)
+        for j in range(gangs)
+    ] + [
+        PendingJob(gangs + j, "b", "default", FLAVORS[0], 1, 1, 0, NOW - 3600 - j, HOUR, True)
+        for j in range(pending)
+    ]
+    return Snapshot(NOW, tuple(built), teams, tuple(running), tuple(jobs), PolicyConfig())
+
+
 def with_budgets(snapshot: Snapshot) -> Snapshot:
     """The snapshot with a GPU-hour budget for every team and flavor: every third one
     used up, the others with room (docs/scheduling.md, "GPU-hour budgets")."""
@@ -274,6 +307,10 @@ def main() -> None:
     row("fairshare, 100 budgets", with_budgets(build_snapshot(10_000)), args.repeat)
     row("fifo-backfill", build_snapshot(10_000, policy="fifo-backfill"), args.repeat)
     row("fifo", build_snapshot(10_000, policy="fifo"), args.repeat)
+    # placement-aware reclaim on a cluster fragmented everywhere (issue 13)
+    row("fragmented, 10 x 1x8", build_fragmented(10), args.repeat)
+    row("fragmented, 10 x 2x8", build_fragmented(10, workers=2), args.repeat)
+    row("fragmented, 100 x 1x8", build_fragmented(100, pending=10_000), args.repeat)
     small_overhead(1000)
 
 

@@ -565,12 +565,93 @@ class _Search:
         whole gang, cheapest first (completed for quota, a dearer node can win)."""
         need, found = self.job.gpus, []
         free = self.index.free
-        for node in sorted(self.by_node):
+        bounds = []
+        for node in self.by_node:
+            low = self.bound(node, need - free[node])
+            if low is not None:
+                bounds.append(((*low, node), node))
+        bounds.sort(key=lambda kv: kv[0])
+        for low, node in bounds:
+            if len(found) >= keep and low > found[keep - 1][0]:
+                break  # this node and every later one cost more than the kept ones
             victims = self.walk(node, free[node], need, set())
             if victims is not None:
                 found.append(((self.cost(victims), self.rank(victims), node), victims))
-        found.sort(key=lambda kv: kv[0])
+                found.sort(key=lambda kv: kv[0])
         return [(key[:2], victims) for key, victims in found[:keep]]
+
+    def bound(self, node: int, short: int) -> tuple | None:
+        """Return a lower bound of (cost, rank) of any victims on the node that free
+        `short` more GPUs there, or None if all its candidates together free too few.
+
+        So `single` walks a fragmented cluster's nodes cheapest bound first and stops
+        at the first bound dearer than the sets it keeps, instead of walking them all
+        (1,000 nodes of eight 1-GPU borrowers: a quarter of a second per preemptor;
+        docs/benchmarks.md). The bound of the work lost is `_lost_freeing`; the others:
+        own team only if every candidate is, the lowest priority, as few victims as the
+        largest candidates make, and the first place in victim order."""
+        items = self.by_node.get(node, ())
+        if short <= 0:
+            return (False, -math.inf, 0.0, 0), ()
+        if sum(k for _, k in items) < short:
+            return None
+        count, got = 0, 0
+        for k in sorted((k for _, k in items), reverse=True):
+            if got >= short:
+                break
+            got, count = got + k, count + 1
+        own, prio, first = self._least(items)
+        return (own, prio, _lost_freeing(self._per_gpu(items), short), count), (first,)
+
+    def domain_bound(self, d: int, nodes: list[int]) -> tuple | None:
+        """Return a lower bound of (cost, rank) of any victims after which the gang's
+        workers fit inside domain d, or None if all its candidates together leave too few
+        worker slots; so `_heuristic` searches the domains cheapest bound first and
+        stops at the first bound dearer than the targets it keeps (a 2x8 gang on 1,000
+        fragmented nodes: 2,000 walks per preemptor otherwise).
+
+        Work lost: the cheapest new worker slots, each at what it adds to its node's
+        `_lost_freeing` (a node's next slot costs at least as much as its previous one,
+        so the cheapest slots of all are each node's cheapest first)."""
+        job, index = self.job, self.index
+        q = job.gpus_per_worker
+        need = job.workers - index.dslots[d][q]
+        items = [rk for n in nodes for rk in self.by_node.get(n, ())]
+        if need <= 0 or not items:
+            return None if not items else ((False, -math.inf, 0.0, 0), ())
+        extra = []
+        for n in nodes:
+            on = self.by_node.get(n)
+            if not on:
+                continue
+            free = index.free[n]
+            per = self._per_gpu(on)
+            top = min(free + sum(k for _, k in on), index.cap) // q
+            was = 0.0
+            for slot in range(free // q + 1, top + 1):
+                lost = _lost_freeing(per, slot * q - free)
+                extra.append(lost - was)
+                was = lost
+        if len(extra) < need:
+            return None
+        extra.sort()
+        own, prio, first = self._least(items)
+        return (own, prio, sum(extra[:need]), 1), (first,)
+
+    def _per_gpu(self, items) -> list[tuple[float, int]]:
+        """Return (work lost per GPU, GPUs on the node) of candidates, least first."""
+        now = self.p.now
+        return sorted((max(0.0, now - last_progress(r.job)), k) for r, k in items)
+
+    def _least(self, items) -> tuple[bool, float, int]:
+        """Return the least own-team flag, priority and victim-order place of any
+        non-empty set of these candidates."""
+        book = self.book
+        return (
+            all(r.book is book for r, _ in items),
+            min(r.job.priority for r, _ in items),
+            min(self.order[id(r)] for r, _ in items),
+        )
 
     def domain(self, d: int, nodes: list[int], frugal: int = CHEAPEST) -> tuple | None:
         """Return (cost, victims) to make room for the gang inside domain d, greedily.
@@ -678,6 +759,25 @@ def _most_freed(rks, budget: int, order: dict) -> tuple[list, tuple | None]:
     return chosen_others, final
 
 
+def _lost_freeing(per: list[tuple[float, int]], gpus: int) -> float:
+    """Return a lower bound of the work a set of victims loses to free `gpus` GPUs on a
+    node whose candidates are `per` ((work lost per GPU, GPUs on the node), least first).
+
+    A victim loses its GPUs x the time since its last progress (`_Search.cost`) and
+    frees at most its GPUs on any one node, a gang's on several nodes at most its GPUs
+    in all: so freeing GPUs costs at least the cheapest GPUs' rates, a fractional
+    cover. Shaved by a relative 1e-9 so that float rounding cannot put it above the sum
+    it bounds."""
+    lost, left = 0.0, gpus
+    for rate, k in per:
+        if left <= 0:
+            break
+        take = min(k, left)
+        lost += rate * take
+        left -= take
+    return lost * (1 - 1e-9)
+
+
 def plus(cost: tuple, one: tuple) -> tuple:
     """Return the cost (_Search.cost) of a set of victims with one more, whose own cost is
     `one`: own team's jobs if either has any, the higher priority, the work lost added,
@@ -707,14 +807,21 @@ def _heuristic(p, job, pool, book, search, cands, tx) -> list[Running] | None:
     if job.gpus <= index.cap:
         options += [(cost, 0, victims) for cost, victims in search.single()]
     if job.workers > 1:
+        bounds = []
         for d, nodes in enumerate(pool.domain_nodes()):
-            if sum(len(search.by_node.get(n, ())) for n in nodes):
-                found = next(
-                    filter(None, (search.domain(d, nodes, order) for order in DOMAIN_ORDERS)),
-                    None,
-                )
-                if found is not None:
-                    options.append((found[0], 1 + d, found[1]))
+            low = search.domain_bound(d, nodes)
+            if low is not None:
+                bounds.append((low, 1 + d, nodes))
+        bounds.sort(key=lambda b: b[:2])
+        for low, at, nodes in bounds:  # cheapest bound first, until two targets are dearer
+            if len(options) >= 2 and (low, at) > sorted(o[:2] for o in options)[1]:
+                break
+            found = next(
+                filter(None, (search.domain(at - 1, nodes, order) for order in DOMAIN_ORDERS)),
+                None,
+            )
+            if found is not None:
+                options.append((found[0], at, found[1]))
     options.sort(key=lambda o: (o[0], o[1]))
     best = None  # the two cheapest targets, completed: the cheaper whole set wins
     for _, _, victims in options[:2]:
@@ -785,13 +892,51 @@ def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
             chosen.pop()
 
     grow(0, [], (False, -math.inf, 0.0, 0), {})
-    if checks[0] <= 0:
-        return _heuristic(p, job, pool, book, search, cands, tx)
+    if checks[0] <= 0:  # not every set was tried: the cheapest of what each search finds
+        mark = tx.mark()
+        found = _heuristic(p, job, pool, book, search, cands, tx)
+        if found is not None and (
+            best[1] is None or (search.cost(found), search.rank(found)) <= best[0]
+        ):
+            return found
+        tx.rollback(mark)
+        if best[1] is None:
+            best[1] = _trimmed(p, job, pool, book, search, cands, tx)
     if best[1] is None:
         return None
     for r in best[1]:
         _release(p, r, pool, tx)
     return sorted(best[1], key=lambda r: search.order[id(r)])
+
+
+def _trimmed(p, job, pool, book, search, cands, tx) -> list[Running] | None:
+    """Return the candidates the job needs of all of them, or None if that set is not
+    allowed; nothing stays released.
+
+    The last resort of `_exact_all` when its fit checks ran out before it found a set
+    and the search per target found none either: every candidate released (the job
+    fits then: `_exact_all` checked), then each put back, costliest first, where the
+    job still fits without it. A 3x4 gang whose twelve candidates held a set waited
+    for the borrowers' 100-hour jobs instead (tests/scheduler/test_reclaim_probe.py)."""
+    mark = tx.mark()
+    try:
+        for r in cands:
+            _release(p, r, pool, tx)
+        chosen = list(cands)
+        for r in sorted(cands, key=lambda r: (search.cost([r]), search.order[id(r)]), reverse=True):
+            _reacquire(p, r, pool, tx)
+            if fits(p, job, pool, book):
+                chosen.remove(r)
+            else:
+                _release(p, r, pool, tx)
+    finally:
+        tx.rollback(mark)
+    removed: dict = {}
+    for r in chosen:  # allowed is asked of the set: any order gives the same answer
+        if not search.allowed(r, removed):
+            return None
+        search.add(removed, r)
+    return chosen
 
 
 def _complete(p, job, pool, book, search, victims, cands, tx) -> list[Running] | None:
@@ -979,15 +1124,44 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
     shares = p.ledger.shares_quota
     if choice.ending:  # and those whose quota it may count on, wherever they run
         others.update((id(r), r) for r in stops.ending_jobs if shares(book, r.book))
+    jobs = [*stops.jobs, *stops.ending_jobs] if choice.ending else stops.jobs
     if not mine and not others:  # it waits for quota only
-        jobs = [*stops.jobs, *stops.ending_jobs] if choice.ending else stops.jobs
         others = {id(r): r for r in jobs if shares(book, r.book)} or {id(r): r for r in jobs}
+    else:  # and for the quota of those elsewhere that its decision counted on
+        others.update((id(r), r) for r in _quota_from(p, job, book, mine, others, jobs))
     first = sorted(mine.values(), key=lambda r: stopping_key(r.end, r.job))
     then = sorted(others.values(), key=lambda r: (r.ending, stopping_key(r.end, r.job)))
     ids = tuple(r.job.id for r in (*first, *then))
     end = max((r.end for r in (*first, *then)), default=p.now)
     p.claim(job, end)
     return (ids, end, len(first), sum(r.ending for r in then))
+
+
+def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: dict, jobs) -> list:
+    """Return the stopping (or ending) jobs of its team and cohort, beyond `mine` and
+    `others`, whose quota the preemptor needs: soonest end first, until its quota fits
+    with theirs and its victims' released (its own charge taken back, as it decided).
+    Rule 2's view counts every such job's quota as free: a priority preemptor whose
+    team's cancelled 8-GPU job was still stopping elsewhere, with 10 minutes of grace,
+    was told it would start when its victim stopped, 30 s later."""
+    shares, f = p.ledger.shares_quota, job.flavor
+    rest = [r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others]
+    if not rest:
+        return []
+    tx, needed = Transaction(), []
+    try:
+        tx.add(p.ledger, book, f, -job.gpus)
+        for r in (*mine.values(), *others.values()):
+            if shares(book, r.book):
+                tx.add(p.ledger, r.book, f, -r.job.gpus)
+        for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
+            if quota_fits(p, job, book):
+                break
+            tx.add(p.ledger, r.book, f, -r.job.gpus)
+            needed.append(r)
+    finally:
+        tx.rollback()
+    return needed
 
 
 def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running, stopping: dict) -> Preemption:

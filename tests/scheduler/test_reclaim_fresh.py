@@ -1,0 +1,104 @@
+"""Issue 13's promises, cases a fresh adversarial tester found that the earlier tables
+(test_reclaim*.py, test_victim_sets.py, test_runs.py, test_ending_jobs.py) missed: each
+failed before its fix (docs/scheduling.md, Preemption rules 3 and 4).
+"""
+
+from __future__ import annotations
+
+from scheduler import schedule
+from tests.scheduler.helpers import (
+    HOUR,
+    NOW,
+    Cluster,
+    Sim,
+    preempted,
+    verdict,
+)
+
+LONG = 100 * HOUR
+
+
+# -- a preemptor's wait names every stopping job its decision counted on ---------------
+
+
+def test_a_priority_preemptor_is_told_when_the_quota_it_counts_on_comes_back():
+    """Team d (nominal 4, no cohort) has a cancelled 8-GPU job 100 still stopping on n0
+    (600 s grace, told to stop now) and a priority-0 4-GPU job 103 on n1 (a 4-GPU
+    node). Its priority-1 4-GPU job 1 counts job 100 as gone (rule 2's view) and
+    preempts job 103 to fit d's nominal quota; its target is n1, where 103 runs.
+
+    It cannot start before job 100 has stopped (d holds 8 of 4 until then): it starts
+    600 s later, and its first verdict names job 100 and says so. Before the fix it
+    said "waits for 1 job(s) it preempted (103) to free their GPUs by <now + 30 s>",
+    with the team's claim hold dated the same: a preemptor with victims listed only
+    them and the stopping jobs on its target's nodes, not those of its team or cohort
+    elsewhere whose quota it counted on (`preemption._quota_from`). A random run hit
+    the same in a cohort: d's priority preemptor told "+30 s" in the pass where a
+    reclaimed d's jobs (120 s of grace), started at +120 s."""
+    c = Cluster().node("n0", gpus=8).node("n1", gpus=4)
+    c.team("d", nominal=4)
+    c.run(100, "d", on={"n0": 8}, runtime=LONG, grace=600.0, stopping=True, stop_requested=NOW)
+    c.run(103, "d", on={"n1": 4}, runtime=LONG, grace=30.0)
+    c.job(1, "d", gpus=4, priority=1, runtime=LONG)
+    sim = Sim(c)
+    sim.stop_at[100] = NOW + 600  # the Sim stops only the victims it made itself
+    first = sim.step(NOW)
+    assert preempted(first) == [103]
+    told = verdict(first, 1)
+    started = None
+    for step in range(1, 25):
+        sim.step(NOW + 30 * step)
+        if 1 in sim.started:
+            started = sim.started[1]
+            break
+    assert started == NOW + 600
+    assert "(100)" in told.message, told.message  # names the stopping job it waits for
+    assert told.estimated_start >= NOW + 600, told.estimated_start - NOW
+
+
+# -- reclaim under fragmentation: a set exists, none is taken --------------------------
+
+
+def test_a_3x4_gang_reclaims_when_twelve_candidates_hold_a_set():
+    """Block b0: n0 (4 GPUs), n2 and n4 (8 each); n1 alone in b1. b (nominal 0) borrows
+    12, d (nominal 6) borrows 2, all with small preemptible jobs; x (outside the
+    cohort) and one non-preemptible job of d sit beside them. a (nominal 14, using
+    none) submits a 3x4 gang. Twelve candidates, so the search is meant to be exact.
+
+    A set exists (found by brute force over all 4,096): b's 17, 18 and d's 19, 20
+    clear n2 (two workers), b's 24, 25 free 4 GPUs of n4 beside its free one (the
+    third worker), and b's 10 on n0 gives back the last GPU of quota; each team still
+    borrows before each of its victims if taken largest last. The exact search
+    (`preemption._exact_all`) spends its 1,024 fit checks before it finds one and the
+    search per target's greedy orders find none; before `_trimmed`, a was told
+    `cohort_busy` and waited for the borrowers' 100-hour jobs. Now it preempts, and
+    starts once its victims have stopped."""
+    c = Cluster()
+    for name, gpus, block in [("n0", 4, "b0"), ("n1", 8, "b1"), ("n2", 8, "b0"), ("n4", 8, "b0")]:
+        c.node(name, gpus=gpus, block=block, rack=block)
+    c.team("a", nominal=14, cohort="c").team("b", nominal=0, cohort="c")
+    c.team("d", nominal=6, cohort="c").team("x", nominal=2)
+    for i, team, node, k, age, pre in [
+        (10, "b", "n0", 1, 700, True),
+        (11, "x", "n0", 2, 1400, True),
+        (12, "d", "n0", 1, 3400, True),
+        (13, "b", "n1", 1, 4000, True),
+        (15, "b", "n1", 2, 4700, True),
+        (17, "b", "n2", 1, 4600, True),
+        (18, "b", "n2", 4, 800, True),
+        (19, "d", "n2", 1, 1800, True),
+        (20, "d", "n2", 2, 2800, True),
+        (22, "d", "n4", 2, 2900, False),
+        (23, "d", "n4", 1, 100, True),
+        (24, "b", "n4", 1, 300, True),
+        (25, "b", "n4", 2, 500, True),
+        (26, "d", "n4", 1, 1700, True),
+    ]:
+        c.run(i, team, on={node: k}, started=NOW - age, runtime=LONG, preemptible=pre)
+    c.job(1, "a", workers=3, gpus=4, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert plan.preemptions, verdict(plan, 1).message
+    assert verdict(plan, 1).reason_code == "waiting_for_preemption"
+    assert not {22, 11} & set(preempted(plan))  # non-preemptible, outside the cohort
+    sim = Sim(c)
+    assert sim.start_of(1, every=30.0, passes=3) == NOW + 30.0
