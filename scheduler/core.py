@@ -389,7 +389,11 @@ class Pass:
         the GPUs its own lower-priority jobs hold, which one of them may preempt
         (a priority-1 8-GPU job of a team using 2 of its nominal 9 with priority-0
         jobs: lent out, the idle 7 went to a borrower, and the job then reclaimed
-        that borrower's older job in the same pass).
+        that borrower's older job in the same pass), and with its jobs that end
+        before a victim could stop gone, as preemption's rule 1 counts them (counted
+        with them, a team whose 4-GPU job ended 10 s later was not kept for; its
+        idle 4 were lent, and its 8-GPU job reclaimed the borrower's older 8-GPU job
+        in the same pass: tests/scheduler/test_reclaim_fresh.py).
         """
         if self.demand is None:
             self.demand = self._demand()
@@ -402,7 +406,8 @@ class Pass:
                 continue
             q = other.quota(flavor)
             used = self.settled(other, flavor)
-            if used + self.smallest[key] > q.nominal and used + self._lower(key) > q.nominal:
+            least = self.ended(other, flavor) + min(self.smallest[key], self._lower(key))
+            if least > q.nominal:
                 continue
             k = min(want, max(0, contribution(q, used)))
             if k:
@@ -571,11 +576,17 @@ class Pass:
 
         `ending`: and once its jobs that end before a victim could stop have ended
         (Running.ending), as a preemptor that waits for them counted them (a claim)."""
-        used = self.settled(book, job.flavor)
-        pool = self.pools.get(job.flavor)
-        if ending and pool is not None and self.preempting:
-            used -= self.stops(pool).ending_quota.get(book, 0)
+        used = self.ended(book, job.flavor) if ending else self.settled(book, job.flavor)
         return used + job.gpus <= book.quota(job.flavor).nominal
+
+    def ended(self, book: TeamBook, flavor: str) -> int:
+        """Return `settled` less the team's jobs that end before a victim could stop
+        (Running.ending): what rule 1 of preemption counts the team as using."""
+        used = self.settled(book, flavor)
+        pool = self.pools.get(flavor)
+        if pool is not None and self.preempting:
+            used -= self.stops(pool).ending_quota.get(book, 0)
+        return used
 
     def held(self, book: TeamBook, flavor: str) -> int:
         """Return the GPUs a team holds, without those charged to its waiting preemptors."""

@@ -593,15 +593,16 @@ class _Search:
         items = self.by_node.get(node, ())
         if short <= 0:
             return (False, -math.inf, 0.0, 0), ()
-        if sum(k for _, k in items) < short:
+        total = sum(k for _, k in items)
+        if total < short:
             return None
         count, got = 0, 0
         for k in sorted((k for _, k in items), reverse=True):
             if got >= short:
                 break
             got, count = got + k, count + 1
-        own, prio, first = self._least(items)
-        return (own, prio, _lost_freeing(self._per_gpu(items), short), count), (first,)
+        own, prio, first, per = self._least(items)
+        return (own, prio, _lost_freeing(per, short), count), (first,)
 
     def domain_bound(self, d: int, nodes: list[int]) -> tuple | None:
         """Return a lower bound of (cost, rank) of any victims after which the gang's
@@ -625,7 +626,7 @@ class _Search:
             if not on:
                 continue
             free = index.free[n]
-            per = self._per_gpu(on)
+            per = self._least(on)[3]
             top = min(free + sum(k for _, k in on), index.cap) // q
             was = 0.0
             for slot in range(free // q + 1, top + 1):
@@ -635,23 +636,23 @@ class _Search:
         if len(extra) < need:
             return None
         extra.sort()
-        own, prio, first = self._least(items)
+        own, prio, first, _ = self._least(items)
         return (own, prio, sum(extra[:need]), 1), (first,)
 
-    def _per_gpu(self, items) -> list[tuple[float, int]]:
-        """Return (work lost per GPU, GPUs on the node) of candidates, least first."""
-        now = self.p.now
-        return sorted((max(0.0, now - last_progress(r.job)), k) for r, k in items)
-
-    def _least(self, items) -> tuple[bool, float, int]:
+    def _least(self, items) -> tuple[bool, float, int, list[tuple[float, int]]]:
         """Return the least own-team flag, priority and victim-order place of any
-        non-empty set of these candidates."""
-        book = self.book
-        return (
-            all(r.book is book for r, _ in items),
-            min(r.job.priority for r, _ in items),
-            min(self.order[id(r)] for r, _ in items),
-        )
+        non-empty set of these candidates, and their (work lost per GPU, GPUs on the
+        node), least first (`_lost_freeing`)."""
+        book, order, now = self.book, self.order, self.p.now
+        own, prio, first, per = True, math.inf, math.inf, []
+        for r, k in items:
+            job = r.job
+            own = own and r.book is book
+            prio = min(prio, job.priority)
+            first = min(first, order[id(r)])
+            per.append((max(0.0, now - last_progress(job)), k))
+        per.sort()
+        return own, prio, first, per
 
     def domain(self, d: int, nodes: list[int], frugal: int = CHEAPEST) -> tuple | None:
         """Return (cost, victims) to make room for the gang inside domain d, greedily.
@@ -1145,15 +1146,17 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
     team's cancelled 8-GPU job was still stopping elsewhere, with 10 minutes of grace,
     was told it would start when its victim stopped, 30 s later."""
     shares, f = p.ledger.shares_quota, job.flavor
-    rest = [r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others]
-    if not rest:
-        return []
     tx, needed = Transaction(), []
     try:
         tx.add(p.ledger, book, f, -job.gpus)
         for r in (*mine.values(), *others.values()):
             if shares(book, r.book):
                 tx.add(p.ledger, r.book, f, -r.job.gpus)
+        if quota_fits(p, job, book):
+            return []
+        rest = [
+            r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others
+        ]
         for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
             if quota_fits(p, job, book):
                 break

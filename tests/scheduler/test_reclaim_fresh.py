@@ -11,6 +11,7 @@ from tests.scheduler.helpers import (
     NOW,
     Cluster,
     Sim,
+    admitted,
     preempted,
     verdict,
 )
@@ -102,3 +103,42 @@ def test_a_3x4_gang_reclaims_when_twelve_candidates_hold_a_set():
     assert not {22, 11} & set(preempted(plan))  # non-preemptible, outside the cohort
     sim = Sim(c)
     assert sim.start_of(1, every=30.0, passes=3) == NOW + 30.0
+
+
+# -- one pass never lends quota and reclaims it ------------------------------------------
+
+
+def _lent_then_reclaimed() -> Cluster:
+    """Cohort c: d (nominal 8, weight 0.1, so it goes after e) runs a 4-GPU job 100 on
+    n0 that reaches its max run time in 10 s; e (nominal 8) runs an 8-GPU job 101 on
+    n1, exactly its nominal quota; n2's 4 GPUs are free. d submits an 8-GPU job 1
+    (within nominal only once job 100 has ended), e a 4-GPU job 2 (it would borrow 4
+    of d's idle quota)."""
+    c = Cluster().node("n0", gpus=4).node("n1", gpus=8).node("n2", gpus=4)
+    c.team("d", nominal=8, cohort="c", weight=0.1).team("e", nominal=8, cohort="c")
+    c.run(100, "d", on={"n0": 4}, started=NOW - 590, runtime=600.0)
+    c.run(101, "e", on={"n1": 8}, started=NOW - 600, runtime=LONG)
+    c.job(1, "d", gpus=8, runtime=LONG)
+    c.job(2, "e", gpus=4, runtime=LONG)
+    return c
+
+
+def test_one_pass_does_not_lend_quota_and_reclaim_it_when_the_lender_counts_ending_jobs():
+    """ "One pass never lends and reclaims the same quota" (docs/scheduling.md), also
+    when the lender's job is within its nominal quota only once its team's jobs that
+    reach their max run time first have ended (rule 2).
+
+    Team e uses exactly its nominal 8 when the pass begins: it borrows nothing. e's job
+    2 comes first (lower share). Before the fix it borrowed d's idle 4, since
+    `Pass.kept_for_others` counted d with its ending job (4 + 8 > 8: nothing kept),
+    and then d's job 1, whose rule 1 counts the ending job, found e borrowing and
+    reclaimed e's 8-GPU job 101 in the same pass ("team e borrows (12 used of 8
+    nominal)", 4 of them lent a moment before): e lost 4,800 GPU-seconds of work to
+    swap one job for a smaller one. Now d's idle 4 are kept for job 1."""
+    plan = schedule(_lent_then_reclaimed().snapshot())
+    assert admitted(plan) == [] and preempted(plan) == []
+    assert "kept for teams within their nominal quota" in verdict(plan, 2).message
+    sim = Sim(_lent_then_reclaimed())
+    for step in range(4):  # nor in the passes after job 100 has ended
+        plan = sim.step(NOW + 10.0 * step)
+        assert not (admitted(plan) and preempted(plan)), (step, admitted(plan), preempted(plan))
