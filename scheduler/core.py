@@ -406,9 +406,10 @@ class Pass:
                 continue
             q = other.quota(flavor)
             used = self.settled(other, flavor)
-            least = self.ended(other, flavor) + min(self.smallest[key], self._lower(key))
-            if least > q.nominal:
-                continue
+            if used + self.smallest[key] > q.nominal:
+                least = min(self.smallest[key], self._lower(key))
+                if used + least > q.nominal and self.ended(other, flavor) + least > q.nominal:
+                    continue
             k = min(want, max(0, contribution(q, used)))
             if k:
                 kept += k
