@@ -406,6 +406,7 @@ class Pass:
                 continue
             q = other.quota(flavor)
             used = self.settled(other, flavor)
+            # `ended` <= `used`, so the first tests only spare building the pass's Stops
             if used + self.smallest[key] > q.nominal:
                 least = min(self.smallest[key], self._lower(key))
                 if used + least > q.nominal and self.ended(other, flavor) + least > q.nominal:

@@ -94,6 +94,7 @@ EXACT_CHECKS = 1024
 
 # The orders of a domain walk (_Search.domain), tried in turn until one finds room.
 CHEAPEST, BUDGET, GPUS = 0, 1, 2
+NO_COST = (False, -math.inf, 0.0, 0)  # the cost of no victims (_Search.cost), below every set
 DOMAIN_ORDERS = (CHEAPEST, BUDGET, GPUS)
 
 # A job blocked for one of these may try preemption.
@@ -503,7 +504,7 @@ class _Search:
                 else:
                     removed[r.book] = was
 
-        grow(0, 0, (False, -math.inf, 0.0, 0), [], dict(self.removed))
+        grow(0, 0, NO_COST, [], dict(self.removed))
         return best[1]
 
     def _walk(self, items, free: int, goal: int, taken: set) -> tuple[list | None, bool]:
@@ -586,13 +587,12 @@ class _Search:
 
         So `single` walks a fragmented cluster's nodes cheapest bound first and stops
         at the first bound dearer than the sets it keeps, instead of walking them all
-        (1,000 nodes of eight 1-GPU borrowers: a quarter of a second per preemptor;
-        docs/benchmarks.md). The bound of the work lost is `_lost_freeing`; the others:
+        (1,000 nodes of eight 1-GPU borrowers: 0.1 s per preemptor; docs/benchmarks.md). The bound of the work lost is `_lost_freeing`; the others:
         own team only if every candidate is, the lowest priority, as few victims as the
         largest candidates make, and the first place in victim order."""
         items = self.by_node.get(node, ())
-        if short <= 0:
-            return (False, -math.inf, 0.0, 0), ()
+        if short <= 0:  # defensive: a node the gang fits would have placed it
+            return NO_COST, ()
         total = sum(k for _, k in items)
         if total < short:
             return None
@@ -618,8 +618,10 @@ class _Search:
         q = job.gpus_per_worker
         need = job.workers - index.dslots[d][q]
         items = [rk for n in nodes for rk in self.by_node.get(n, ())]
-        if need <= 0 or not items:
-            return None if not items else ((False, -math.inf, 0.0, 0), ())
+        if not items:
+            return None
+        if need <= 0:  # defensive: a domain the gang fits would have placed it
+            return NO_COST, ()
         extra = []
         for n in nodes:
             on = self.by_node.get(n)
@@ -814,7 +816,7 @@ def _heuristic(p, job, pool, book, search, cands, tx) -> list[Running] | None:
             if low is not None:
                 bounds.append((low, 1 + d, nodes))
         bounds.sort(key=lambda b: b[:2])
-        for low, at, nodes in bounds:  # cheapest bound first, until two targets are dearer
+        for low, at, nodes in bounds:  # cheapest first, until the two kept targets cost less
             if len(options) >= 2 and (low, at) > sorted(o[:2] for o in options)[1]:
                 break
             found = next(
@@ -840,7 +842,8 @@ def _heuristic(p, job, pool, book, search, cands, tx) -> list[Running] | None:
 
 def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
     """Return the cheapest allowed set of victims after which the job fits, or None if
-    there is none (released in tx, as _victims does): with few candidates, every set.
+    there is none (released in tx, as _victims does): with few candidates, every set,
+    unless that takes more than EXACT_CHECKS fit checks (`_handed_over`).
 
     Branch and bound, candidates cheapest first: a set costs at least what its subsets
     cost, so a branch is cut once it costs as much as the best set found, and not grown
@@ -892,22 +895,35 @@ def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
                 tx.rollback(mark)
             chosen.pop()
 
-    grow(0, [], (False, -math.inf, 0.0, 0), {})
-    if checks[0] <= 0:  # not every set was tried: the cheapest of what each search finds
-        mark = tx.mark()
-        found = _heuristic(p, job, pool, book, search, cands, tx)
-        if found is not None and (
-            best[1] is None or (search.cost(found), search.rank(found)) <= best[0]
-        ):
-            return found
-        tx.rollback(mark)
-        if best[1] is None:
-            best[1] = _trimmed(p, job, pool, book, search, cands, tx)
+    grow(0, [], NO_COST, {})
+    if checks[0] <= 0:
+        return _handed_over(p, job, pool, book, search, cands, tx, best)
     if best[1] is None:
         return None
     for r in best[1]:
         _release(p, r, pool, tx)
     return sorted(best[1], key=lambda r: search.order[id(r)])
+
+
+def _handed_over(p, job, pool, book, search, cands, tx, best: list) -> list[Running] | None:
+    """Return the victims of an exact search that ran out of fit checks, released in tx
+    as `_exact_all` does, or None (nothing released): not every set was tried, so the
+    cheaper of the set it had found by then (`best`: [(cost, rank), victims] or
+    [None, None]) and the search per target's; if neither found one, `_trimmed`'s, if
+    that is allowed. So it may miss a cheaper set, or, rarely, every set (Known limits)."""
+    mark = tx.mark()
+    found = _heuristic(p, job, pool, book, search, cands, tx)
+    if found is not None and (
+        best[1] is None or (search.cost(found), search.rank(found)) <= best[0]
+    ):
+        return found
+    tx.rollback(mark)
+    chosen = best[1] if best[1] is not None else _trimmed(p, job, pool, book, search, cands, tx)
+    if chosen is None:
+        return None
+    for r in chosen:
+        _release(p, r, pool, tx)
+    return sorted(chosen, key=lambda r: search.order[id(r)])
 
 
 def _trimmed(p, job, pool, book, search, cands, tx) -> list[Running] | None:
@@ -917,19 +933,15 @@ def _trimmed(p, job, pool, book, search, cands, tx) -> list[Running] | None:
     The last resort of `_exact_all` when its fit checks ran out before it found a set
     and the search per target found none either: every candidate released (the job
     fits then: `_exact_all` checked), then each put back, costliest first, where the
-    job still fits without it. A 3x4 gang whose twelve candidates held a set waited
-    for the borrowers' 100-hour jobs instead (tests/scheduler/test_reclaim_probe.py)."""
+    job still fits without it. It trims for the fit alone, so a set that is not allowed
+    is given up, though another might be. A 3x4 gang whose twelve candidates held a
+    set waited for the borrowers' 100-hour jobs instead
+    (tests/scheduler/test_reclaim_fresh.py)."""
     mark = tx.mark()
     try:
         for r in cands:
             _release(p, r, pool, tx)
-        chosen = list(cands)
-        for r in sorted(cands, key=lambda r: (search.cost([r]), search.order[id(r)]), reverse=True):
-            _reacquire(p, r, pool, tx)
-            if fits(p, job, pool, book):
-                chosen.remove(r)
-            else:
-                _release(p, r, pool, tx)
+        chosen = _put_back(p, job, pool, book, search, list(cands), tx)
     finally:
         tx.rollback(mark)
     removed: dict = {}
@@ -964,13 +976,20 @@ def _complete(p, job, pool, book, search, victims, cands, tx) -> list[Running] |
         chosen += extra
     if not fits(p, job, pool, book):
         return None
+    chosen = _put_back(p, job, pool, book, search, chosen, tx)  # a subset of an allowed
+    chosen.sort(key=lambda r: search.order[id(r)])  # set is allowed
+    return chosen
+
+
+def _put_back(p, job, pool, book, search, chosen: list, tx) -> list[Running]:
+    """Put each released victim back, costliest first, where the job still fits without
+    it (Kueue's `minimalPreemptions`); return the ones it needs, still released in tx."""
     for r in sorted(chosen, key=lambda r: (search.cost([r]), search.order[id(r)]), reverse=True):
-        _reacquire(p, r, pool, tx)  # a subset of an allowed set is allowed
+        _reacquire(p, r, pool, tx)
         if fits(p, job, pool, book):
             chosen.remove(r)
         else:
             _release(p, r, pool, tx)
-    chosen.sort(key=lambda r: search.order[id(r)])
     return chosen
 
 
@@ -1141,7 +1160,9 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
 def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: dict, jobs) -> list:
     """Return the stopping (or ending) jobs of its team and cohort, beyond `mine` and
     `others`, whose quota the preemptor needs: soonest end first, until its quota fits
-    with theirs and its victims' released (its own charge taken back, as it decided).
+    with theirs and its victims' released (its own charge taken back, as it decided),
+    then without each of the earlier ones it fits without (a peer's job that frees
+    cohort quota, where its team's own nominal quota is what binds).
     Rule 2's view counts every such job's quota as free: a priority preemptor whose
     team's cancelled 8-GPU job was still stopping elsewhere, with 10 minutes of grace,
     was told it would start when its victim stopped, 30 s later."""
@@ -1162,6 +1183,12 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
                 break
             tx.add(p.ledger, r.book, f, -r.job.gpus)
             needed.append(r)
+        for r in reversed(needed[:-1]):  # the last one was needed: then the others?
+            tx.add(p.ledger, r.book, f, r.job.gpus)
+            if quota_fits(p, job, book):
+                needed.remove(r)
+            else:
+                tx.add(p.ledger, r.book, f, -r.job.gpus)
     finally:
         tx.rollback()
     return needed

@@ -142,3 +142,31 @@ def test_one_pass_does_not_lend_quota_and_reclaim_it_when_the_lender_counts_endi
     for step in range(4):  # nor in the passes after job 100 has ended
         plan = sim.step(NOW + 10.0 * step)
         assert not (admitted(plan) and preempted(plan)), (step, admitted(plan), preempted(plan))
+
+
+def test_a_preemptor_names_only_the_stopping_jobs_whose_quota_it_needs():
+    """Cohort c: a and b, nominal 8 each. a's job 100 (8 GPUs over four nodes) stops with
+    10 minutes of grace, b's job 101 with 30 s; a's priority-1 4-GPU job 1 preempts a's
+    job 103. What binds is a's own nominal quota (8 used + 4 until job 100 has
+    stopped), not the cohort's: job 101 frees b's quota, which a does not need. Its
+    wait names 103 and 100 and not 101 (a review's case: soonest end first, 101 was
+    listed too)."""
+    c = Cluster()
+    for n in ["n0", "n3", "n4", "n5", "n1", "n2"]:
+        c.node(n, gpus=4)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.run(
+        100, "a", on={"n0": 2, "n3": 2, "n4": 2, "n5": 2}, per_worker=2, runtime=LONG,
+        grace=600.0, stopping=True, stop_requested=NOW,
+    )  # fmt: skip
+    for i, n in enumerate(["n0", "n3", "n4", "n5"]):
+        c.run(110 + i, "b", on={n: 2}, runtime=LONG, preemptible=False)
+    c.run(101, "b", on={"n2": 2}, runtime=LONG, grace=30.0, stopping=True, stop_requested=NOW)
+    c.run(102, "b", on={"n2": 2}, runtime=LONG, preemptible=False)
+    c.run(103, "a", on={"n1": 4}, runtime=LONG, grace=30.0)
+    c.job(1, "a", gpus=4, priority=1, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == [103]
+    told = verdict(plan, 1)
+    assert "(103)" in told.message and "(100)" in told.message and "101" not in told.message
+    assert told.estimated_start == NOW + 600.0

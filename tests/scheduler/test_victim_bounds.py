@@ -2,7 +2,7 @@
 
 On a fragmented cluster (every node holding small borrowed jobs) the placement-aware
 victim search walked every node for a one-node target and every node of every block
-for a gang (a quarter of a second per preemptor on 1,000 nodes; docs/benchmarks.md).
+for a gang (0.1-0.2 s per preemptor on 1,000 nodes; docs/benchmarks.md).
 `_Search.bound` and `_Search.domain_bound` now bound what any victims on a node or in
 a block can cost, and the search stops at the first bound dearer than the targets it
 keeps. The property: with the bounds switched to the trivial one (every target
@@ -31,35 +31,51 @@ def _trivial(search, *args):
 
 @st.composite
 def fragmented(draw):
-    """A cohort where borrowers hold small jobs spread over every node, and lenders'
-    gangs within their nominal quota that need victims on several nodes."""
-    cap = draw(st.sampled_from([4, 8]))
+    """A cohort where borrowers hold small jobs spread over every node (some over two
+    nodes), the lender's own lower-priority jobs among them, and the lender's gangs
+    within its nominal quota that need victims on several nodes; node sizes mixed,
+    many equal ages (ties)."""
     count = draw(st.integers(14, 40))  # more candidates than the exact search takes
     per_block = draw(st.sampled_from([4, 8, 40]))
-    c = Cluster().nodes_(count, gpus=cap, per_block=per_block)
-    total = cap * count
+    caps = [draw(st.sampled_from([4, 8, 8])) for _ in range(count)]
+    c = Cluster()
+    for i, cap in enumerate(caps):
+        b = f"b{i // per_block}"
+        c.node(f"n{i}", gpus=cap, rack=b.replace("b", "r"), block=b)
+    total = sum(caps)
     c.team("a", nominal=total // 2, cohort="c").team("b", nominal=total // 4, cohort="c")
     c.team("d", nominal=total - total // 2 - total // 4, cohort="c")
+    left = {f"n{i}": cap - draw(st.integers(0, 1)) for i, cap in enumerate(caps)}
     jid = 1000
     for i in range(count):
-        left = cap - draw(st.integers(0, 1))
-        while left > 0:
-            k = min(left, draw(st.sampled_from([1, 1, 2, 4])))
+        name = f"n{i}"
+        while left[name] > 0:
+            k = min(left[name], draw(st.sampled_from([1, 1, 2, 4])))
+            on = {name: k}
+            other = f"n{(i + 1) % count}"
+            if draw(st.integers(0, 5)) == 0 and left[other] >= k and other != name:
+                on[other] = k  # a gang of two workers over two nodes
+                left[other] -= k
             c.run(
                 jid,
-                draw(st.sampled_from(["b", "b", "d"])),
-                on={f"n{i}": k},
-                started=NOW - draw(st.integers(0, 20)) * 300,
+                draw(st.sampled_from(["b", "b", "d", "a"])),
+                on=on,
+                per_worker=k,
+                started=NOW - draw(st.sampled_from([0, 300, 300, 600, 3600, 7200])),
+                checkpointed=draw(st.sampled_from([None, None, NOW - 100])),
                 priority=draw(st.integers(0, 1)),
                 runtime=LONG,
                 preemptible=draw(st.integers(0, 19)) > 0,
             )
             jid += 1
-            left -= k
-    shapes = [(1, cap), (2, cap), (1, cap // 2), (3, cap // 2), (4, 2), (2, 1)]
+            left[name] -= k
+    shapes = [(1, 8), (2, 8), (1, 4), (3, 4), (4, 2), (2, 1)]
     for j in range(draw(st.integers(1, 4))):
         workers, per = draw(st.sampled_from(shapes))
-        c.job(j + 1, "a", workers=workers, gpus=per, runtime=LONG, submitted=NOW - 60 * j)
+        c.job(
+            j + 1, "a", workers=workers, gpus=per, priority=draw(st.integers(0, 2)),
+            runtime=LONG, submitted=NOW - 60 * j,
+        )  # fmt: skip
     return c.snapshot()
 
 
