@@ -587,9 +587,10 @@ class _Search:
 
         So `single` walks a fragmented cluster's nodes cheapest bound first and stops
         at the first bound dearer than the sets it keeps, instead of walking them all
-        (1,000 nodes of eight 1-GPU borrowers: 0.1 s per preemptor; docs/benchmarks.md). The bound of the work lost is `_lost_freeing`; the others:
-        own team only if every candidate is, the lowest priority, as few victims as the
-        largest candidates make, and the first place in victim order."""
+        (1,000 nodes of eight 1-GPU borrowers: 0.1 s per preemptor; docs/benchmarks.md).
+        The bound of the work lost is `_lost_freeing`; the others: own team only if
+        every candidate is, the lowest priority, as few victims as the largest
+        candidates make, and the first place in victim order."""
         items = self.by_node.get(node, ())
         if short <= 0:  # defensive: a node the gang fits would have placed it
             return NO_COST, ()
@@ -976,8 +977,9 @@ def _complete(p, job, pool, book, search, victims, cands, tx) -> list[Running] |
         chosen += extra
     if not fits(p, job, pool, book):
         return None
-    chosen = _put_back(p, job, pool, book, search, chosen, tx)  # a subset of an allowed
-    chosen.sort(key=lambda r: search.order[id(r)])  # set is allowed
+    # a subset of an allowed set is allowed: what it does not need goes back
+    chosen = _put_back(p, job, pool, book, search, chosen, tx)
+    chosen.sort(key=lambda r: search.order[id(r)])
     return chosen
 
 
