@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from . import placement
 from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA
 from .model import PendingJob, Preemption
-from .ordering import claim_key, last_progress, stopping_key, victim_key
+from .ordering import claim_key, last_progress, queue_key, stopping_key, victim_key
 from .quota import contribution
 from .reasons import (
     BACKOFF,
@@ -1269,11 +1269,17 @@ def honour_reservations(p: Pass) -> list[PendingJob]:
 
 def _kept_key(job: PendingJob, links: dict) -> tuple:
     """Order stored reservations: preemptors with victims (stopping or requeued) before
-    those that only wait for others' jobs to stop or end, then ordering.claim_key. The
-    quota and GPUs a victim frees are its preemptor's: first by priority, a later job
-    that had waited for its own team's ending job took the quota another preemptor's
-    victim had freed, and that one waited for the ending job instead (test_runs.py)."""
-    return (job.id not in links, *claim_key(job))
+    those that only wait for others' jobs to stop or end, then in queue order
+    (ordering.queue_key). The quota and GPUs a victim frees are its preemptor's: first
+    by priority, a later job that had waited for its own team's ending job took the
+    quota another preemptor's victim had freed, and that one waited for the ending job
+    instead (test_runs.py). Kept targets are disjoint GPUs, so the largest-first order
+    of claim_key (best fit, for the preemptors placed afresh) buys nothing here; but
+    where two claims share quota, the later one decided counting the earlier one's
+    charge: a 2-GPU preemptor that also counted its cohort's job ending 15 s later was
+    admitted first and took the quota a 1-GPU preemptor of its team, submitted a pass
+    before, had freed, which then waited for the ending job (a random run at 20x)."""
+    return (job.id not in links, *queue_key(job))
 
 
 def _claims(p: Pass, job: PendingJob) -> tuple[Pool, TeamBook] | None:

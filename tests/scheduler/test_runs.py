@@ -497,6 +497,32 @@ def test_a_reserved_target_is_kept_across_passes():
     assert all(len(steps) == 1 for steps in rounds.values()), rounds
 
 
+def test_kept_claims_are_honoured_in_queue_order():
+    """Found by the random runs at 20x (make fuzz-scheduler). Cohort c: a (nominal 1), d
+    (3), b (0); b's flood borrows all 4 GPUs of quota as 1-GPU jobs on n0. a's job 16
+    reclaims one; d's job 17 (1 GPU) reclaims job 3 at pass 2; d's job 18 (2 GPUs)
+    reclaims job 2 at pass 3, counting a's job 16, which reaches its max runtime 30 s
+    later, as ending. At pass 4 both victims have stopped: 17's quota is free now, 18's
+    only once job 16 has ended. Largest first (claim_key), 18 was admitted and took the
+    quota 17's victim had freed, and 17 waited for job 16 instead. In queue order, each
+    starts at the first pass after its own wait."""
+    c = Cluster()
+    c.node("n0", gpus=4, block="b0", rack="r0")
+    for i in range(1, 5):
+        c.node(f"n{i}", gpus=8, block=f"b{i}", rack=f"r{i}")
+    c.team("a", nominal=1, cohort="c").team("d", nominal=3, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    sizes = [1] * 6 + [2] * 4 + [4] * 5
+    arrivals = [(0, i, "b", 1, k, 100 * HOUR) for i, k in enumerate(sizes, start=1)]
+    arrivals += [(1, 16, "a", 1, 1, 45), (2, 17, "d", 1, 1, 45), (3, 18, "d", 1, 2, 45)]
+    sim = Sim(c, early=(0.5, 1.0), preemption=True, backfill=False, explain=False)
+    for step, plan in scripted(sim, arrivals, 15.0, 6):
+        if step == 3:
+            assert preempted(plan) == [2]
+    assert sim.started[17] == NOW + 60.0  # pass 4: its victim has stopped
+    assert sim.started[18] == NOW + 75.0  # pass 5: a's job 16 has ended
+
+
 def test_a_claim_survives_its_victim_ending_by_itself():
     """Passes every 10 s, grace 30 s. b's job 19 reclaims d's job 12, which ends by itself
     (it runs 45 s of its 200 s max runtime) 5 s later, before its grace period: no
