@@ -266,7 +266,10 @@ class Sim:
             tuple(self.pending.values()),
             self.config,
         )
-        plan = schedule(snapshot)
+        return self.apply(schedule(snapshot), now)
+
+    def apply(self, plan: Plan, now: float) -> Plan:
+        """Stop the plan's victims (after their grace period), start its admissions."""
         for p in plan.preemptions:
             self.running[p.job_id] = replace(
                 self.running[p.job_id],

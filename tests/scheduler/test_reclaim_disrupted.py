@@ -94,21 +94,7 @@ class DSim(Sim):
         for a in plan.admissions:  # only GPUs the snapshot lists free
             for w in a.placement:
                 assert set(w.gpus) <= free, (a.job_id, w)
-        for p in plan.preemptions:
-            self.running[p.job_id] = replace(
-                self.running[p.job_id],
-                stopping=True,
-                preempted_by=p.preemptor_id,
-                stop_requested_at=now,
-            )
-            share = self.early[self._stops % len(self.early)] if self.early else 1.0
-            self._stops += 1
-            self.stop_at[p.job_id] = now + self.running[p.job_id].grace_period * share
-            self.preempted.append(p.job_id)
-        for a in plan.admissions:
-            self._start(self.pending.pop(a.job_id), a, now)
-        self._reserve(plan)
-        return plan
+        return self.apply(plan, now)
 
     def _start(self, job, adm, now):
         super()._start(job, adm, now)
