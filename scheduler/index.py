@@ -53,6 +53,7 @@ class FreeIndex:
         "dheaps",
         "dslots",
         "delta",
+        "touched",
     )
 
     def __init__(self, free: list[int], dom: list[int], ndom: int, cap: int) -> None:
@@ -76,6 +77,9 @@ class FreeIndex:
                 self.dheaps[d][c].append(i)
         # dslots[d][p]: workers of p GPUs that fit on domain d's nodes right now.
         self.dslots = [_slots(dc, cap) for dc in self.dcnt]
+        # Nodes whose count changed since the owner last looked (None: not recorded);
+        # scheduler.state.Stops keeps its future view in step with them.
+        self.touched: set[int] | None = None
 
     def copy(self) -> FreeIndex:
         """Return an independent index with the same counts (for projections)."""
@@ -84,6 +88,8 @@ class FreeIndex:
     def _move(self, i: int, old: int, new: int) -> None:
         """Move node i from `old` to `new` free GPUs in every summary (heaps lazily)."""
         d = self.dom[i]
+        if self.touched is not None:
+            self.touched.add(i)
         self.free[i] = new
         self.total += new - old
         cnt, dc = self.cnt, self.dcnt[d]
@@ -97,6 +103,12 @@ class FreeIndex:
             heappush(self.dheaps[d][new], i)
         dslots = self.dslots
         dslots[d] = list(map(add, dslots[d], self.delta[old][new]))
+
+    def set(self, i: int, c: int) -> None:
+        """Set node i's free GPUs to c."""
+        old = self.free[i]
+        if c != old:
+            self._move(i, old, c)
 
     def take(self, i: int, k: int) -> None:
         """Mark k free GPUs of node i as used."""

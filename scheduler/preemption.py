@@ -271,18 +271,16 @@ def choose(
 def _future(p: Pass, pool: Pool, stops: Stops, tx: Transaction, book: TeamBook) -> None:
     """Make the pass look as it will once every stopping job has stopped (rule 2), until rollback.
 
-    Their quota is released; their GPUs are given back to the free index, but
-    only those no preemptor has reserved yet. Only the quota of the preemptor's
+    Their quota is released; their GPUs are free, but only those no preemptor has
+    reserved yet: the pool's index is the stops' future index (Stops.future). Only the quota of the preemptor's
     team and of its cohort is released: choose reads no other team's usage (its
     victims are its own team's or its cohort's, its headroom is its cohort's), so
     the others' would be released and restored for nothing.
     """
-    index, resv = pool.index, stops.resv
+    if pool.index is not stops.index:
+        raise RuntimeError("rule 2's view is already in place")
     _release_quota(p, pool.flavor, book, stops.quota, tx)
-    for node, k in stops.on.items():  # k - reserved: Stops.surplus, inlined (hot)
-        k -= resv.get(node, 0)
-        if k > 0:
-            tx.give(index, node, k)
+    tx.view(pool, stops.future())
 
 
 def _ending(

@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import Pass
+from scheduler.index import FreeIndex
 from scheduler.model import Quota, Team
 from scheduler.placement import DOMAIN, take
 from scheduler.quota import Ledger, contribution
@@ -111,3 +112,70 @@ def test_headroom_is_the_largest_allowed_admission(specs):
         room = ledger.headroom(ledger.book(t.name), "h100")
         for g in range(1, 40):
             assert allowed(t, teams, usage, g) == (g <= room), (t.name, g, room)
+
+
+def _summary(ix):
+    """Everything a placement question reads from an index, and its answers."""
+    shapes = [(w, q) for w in (1, 2, 3) for q in (1, 2, 4, 8)]
+    return (
+        list(ix.free),
+        ix.total,
+        list(ix.cnt),
+        [list(s) for s in ix.dslots],
+        list(ix.dfree),
+        [ix.best_node(k) for k in range(1, ix.cap + 1)],
+        [ix.best_domain(w, q) for w, q in shapes],
+    )
+
+
+@given(st.data())
+@settings(max_examples=examples(150), deadline=None)
+def test_the_future_index_is_free_now_plus_each_nodes_surplus(data):
+    """Stops.future, kept in step with the pool's index, stop by stop and reservation by
+    reservation, answers as the index built afresh from free + surplus would; and rule
+    2's view (Transaction.view) is undone with the changes made in it."""
+    c = Cluster().nodes_(6, per_block=3)
+    c.team("a", nominal=48)
+    jid = 0
+    for n in range(6):
+        left = 8 - data.draw(st.integers(0, 3), label=f"free on n{n}")
+        while left:
+            k = data.draw(st.integers(1, left))
+            c.run(jid := jid + 1, "a", on={f"n{n}": k})
+            left -= k
+    p = Pass(c.snapshot())
+    pool = p.pools["h100"]
+    stops = p.stops(pool)
+    real, taken = pool.index, {}
+    todo = list(p.running)
+    for _ in range(data.draw(st.integers(1, 25), label="steps")):
+        op = data.draw(st.sampled_from(["take", "give", "stop", "reserve", "look"]))
+        node = data.draw(st.integers(0, 5), label="node")
+        if op == "take" and real.free[node]:
+            k = data.draw(st.integers(1, real.free[node]))
+            real.take(node, k)
+            taken[node] = taken.get(node, 0) + k
+        elif op == "give" and taken.get(node):
+            k = data.draw(st.integers(1, taken[node]))
+            real.give(node, k)
+            taken[node] -= k
+        elif op == "stop" and todo:
+            stops.add(todo.pop(data.draw(st.integers(0, len(todo) - 1))))
+        elif op == "reserve" and stops.surplus(node) + real.free[node]:
+            k = data.draw(st.integers(1, stops.surplus(node) + real.free[node]))
+            stops.reserve(1000 + jid, {node: k})
+            jid += 1
+        elif op == "look":
+            expected = [real.free[n] + stops.surplus(n) for n in range(6)]
+            fresh = FreeIndex(expected, real.dom, len(real.dfree), real.cap)
+            future = stops.future()
+            assert _summary(future) == _summary(fresh)
+            before = _summary(real)
+            tx = Transaction()
+            tx.view(pool, future)
+            assert pool.index is future
+            if future.free[node]:
+                tx.take(pool.index, node, future.free[node])
+            tx.rollback()
+            assert pool.index is real and _summary(real) == before
+            assert _summary(future) == _summary(fresh)
