@@ -7,6 +7,8 @@ instants are never written as offsets ("+3593 s") but as absolute UTC instants
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def duration(seconds: float | None) -> str:
     """Return '45 s', '12 min', '3 h 20 min' or '2 d 4 h'; '—' for None."""
@@ -25,6 +27,7 @@ def duration(seconds: float | None) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+@lru_cache(maxsize=4096)  # a pass's reasons name the same few instants thousands of times
 def instant(t: float) -> str:
     """Return epoch seconds `t` as an ISO 8601 UTC instant: '2026-12-01T10:06:00Z'.
 
