@@ -135,6 +135,7 @@ class Pass:
         "_own",
         "_stopping_at_start",
         "_reclaim",
+        "victim_keys",
     )
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -150,6 +151,7 @@ class Pass:
         self._own = charge_running(snapshot.running, self.ledger)
         self._stopping_at_start = any(r.stopping for r in snapshot.running)
         self._reclaim: dict[tuple[str, str], dict[int, int]] = {}  # Pass.reclaimable
+        self.victim_keys: dict[int, tuple] = {}  # job id -> ordering.job_victim_key
         # Every pending job in queue order (for positions); `pending` are the ones
         # the policy orders, `backing_off` those not eligible yet (scheduler.requeue),
         # `old_attempts` the eligible ones whose previous attempt is still stopping.

@@ -91,8 +91,12 @@ def victim_key(job: RunningJob, team_borrowing: bool, max_age: float = math.inf)
     5. newest first: (submitted_at, id) reversed, so the job that has waited
        least is the one sent back to the queue
     """
+    return (0 if team_borrowing else 1, job_victim_key(job, max_age))
+
+
+def job_victim_key(job: RunningJob, max_age: float = math.inf) -> tuple:
+    """Return victim_key's steps 2-5, the job's own part (a pass keys each job once)."""
     return (
-        0 if team_borrowing else 1,
         job.priority,
         job.started_at - job.submitted_at >= max_age,
         -last_progress(job),

@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from . import placement
 from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA
 from .model import PendingJob, Preemption
-from .ordering import claim_key, last_progress, queue_key, stopping_key, victim_key
+from .ordering import claim_key, job_victim_key, last_progress, queue_key, stopping_key
 from .quota import contribution
 from .reasons import (
     BACKOFF,
@@ -360,9 +360,13 @@ def victim_order(p: Pass, flavor: str, victims: list[Running]) -> list[Running]:
     """Return the victims sorted by ordering.victim_key."""
     cfg = p.config
     aged = cfg.max_age if cfg.age_weight > 0 and cfg.max_age > 0 else math.inf
-    keyed = [(victim_key(r.job, p.ledger.borrowing(r.book, flavor), aged), r) for r in victims]
-    keyed.sort(key=lambda kv: kv[0])
-    return [r for _, r in keyed]
+    borrowing, keys = {}, p.victim_keys
+    for r in victims:  # victim_key, with each team's and job's part worked out once
+        if r.book not in borrowing:
+            borrowing[r.book] = 0 if p.ledger.borrowing(r.book, flavor) else 1
+        if r.job.id not in keys:
+            keys[r.job.id] = job_victim_key(r.job, aged)
+    return sorted(victims, key=lambda r: (borrowing[r.book], keys[r.job.id]))
 
 
 def _lower_priority(p: Pass, job: PendingJob, book: TeamBook) -> list[Running]:
