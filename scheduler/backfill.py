@@ -40,6 +40,7 @@ they would take quota the gang is sure to have by then (_takes_own_gangs).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import placement
@@ -64,6 +65,19 @@ OWN_HOLD = -4
 # Kinds of projection events (reserve): GPUs taken, GPUs given back, GPUs counted as
 # held without being taken (out of the index already). At one time: notes, gives, takes.
 TAKE, GIVE, NOTE = 0, 1, 2
+# Wait.info[3] of `reserved` from a hold, for the sentence only (explain on): the latest
+# end with which the job would start now (Backfill.start_by, a float), or why none would:
+# its team's quota or the cohort refuses it now; the idle quota it would borrow is kept
+# this pass for teams within nominal (Pass.kept_for_others); its team's quota is claimed
+# by its waiting preemptor (Pass.claim_wait); its team backs off from borrowing; or no
+# free GPU it may use holds it now.
+QUOTA_REFUSES, QUOTA_KEPT, QUOTA_CLAIMED, BACKING_OFF, NO_ROOM = (
+    "quota",
+    "kept",
+    "claimed",
+    "backoff",
+    "gpus",
+)
 # Give up reserving for a flavor after this many jobs could not get a reservation
 # (each costs a replay of the release events).
 MAX_TRIES = 4
@@ -217,19 +231,6 @@ def _may_reclaim(p: Pass, job: PendingJob, book) -> bool:
     return bool(p.reclaimable(pool, book))
 
 
-def _held(p: Pass, job: PendingJob, held: Reservation, kind: int | None = None) -> Wait:
-    """Return `reserved` for a job a quota or cohort hold stops; info[3] says whether its
-    quota would refuse it now anyway (then it could not start now even if it ended before
-    the hold's time, and its sentence says so, not that it could). Still `reserved`: told
-    `quota` or `cohort_busy`, a job within its nominal quota would reclaim, and take the
-    team's quota the hold keeps for its gang (the core's benchmark: 5% more preemptions,
-    6% fewer admissions). `kind`: info[2] instead of the hold's own (OWN_HOLD)."""
-    refused = False
-    if p.config.explain:  # for the sentence only: its quota's headroom now
-        refused = p.ledger.headroom(p.ledger.book(job.team), job.flavor) < job.gpus
-    return Wait(RESERVED, (held.job.id, held.start, held.nodes if kind is None else kind, refused))
-
-
 class Backfill(Gate):
     """Jobs pass a blocked one only if they do not delay its reservation.
 
@@ -256,27 +257,94 @@ class Backfill(Gate):
 
         That is its team's quota (a quota hold), or its cohort's lendable quota (a
         cohort hold) if it would borrow, or the hold is its own team's and it would take
-        quota the hold's gang is sure to have (_takes_own_gangs: info[2] OWN_HOLD). With
-        the reclaim backoff on,
-        return `backoff` if it would borrow while a job of its team and flavor
-        backs off after a requeue.
+        quota the hold's gang is sure to have (_takes_own_gangs: info[2] OWN_HOLD, at
+        the gang's start). With the reclaim backoff on, return `backoff` if it would
+        borrow while a job of its team and flavor backs off after a requeue. info[3]:
+        for the sentence, when it could start now (start_by).
+
+        Still `reserved` when its quota refuses it now as well: told `quota` or
+        `cohort_busy`, a job within its nominal quota would reclaim, and take the team's
+        quota the hold keeps for its gang (the core's benchmark: 5% more preemptions,
+        6% fewer admissions).
         """
+        hit = self._hold(p, job)
+        if hit is None or isinstance(hit, Wait):
+            return hit
+        held, kind = hit
+        bound = self.start_by(p, job, held.start) if p.config.explain else None
+        return Wait(RESERVED, (held.job.id, held.start, kind, bound))
+
+    def _hold(self, p: Pass, job: PendingJob) -> tuple[Reservation, int] | Wait | None:
+        """Return the hold that stops the job and its kind (Reservation.nodes, or
+        OWN_HOLD), the reclaim backoff's wait, or None (blocked)."""
         held = self.quota_holds.get((job.team, job.flavor))
         if held is not None and p.now + job.max_runtime > held.start:
-            return _held(p, job, held)
+            return held, held.nodes
         if not self.cohort_holds and not self.reclaim_backoff:
             return None
         book = p.ledger.book(job.team)
         held = self.cohort_holds.get((book.cohort, job.flavor))
         outlasts = held is not None and p.now + job.max_runtime > held.start
         if outlasts and held.job.team == job.team and _takes_own_gangs(p, job, held):
-            return _held(p, job, held.whole or held, OWN_HOLD)  # at the gang's start
+            return held.whole or held, OWN_HOLD
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
             return None  # within its nominal quota, which is guaranteed
         if outlasts:
-            return _held(p, job, held)
+            return held, held.nodes
         until = self.cooldowns(p).get((job.team, job.flavor)) if self.reclaim_backoff else None
         return None if until is None else Wait(BACKOFF, (until, 0))
+
+    def start_by(self, p: Pass, job: PendingJob, end: float) -> float | str:
+        """Return the latest end, at most `end`, with which the job would start now as
+        this pass stands (every hold it meets, its quota, the GPU reservations of its
+        flavor and the free GPUs), or why none would (QUOTA_REFUSES, QUOTA_KEPT,
+        NO_ROOM): the sentence's "it could start now if its max runtime were at most".
+
+        For the sentence only (explain on), and it changes nothing: asked of the job
+        with a shorter max runtime, each hold it still meets moves `end` to that hold's
+        start. Told the hold's own time, jobs that no free GPU held, that another hold
+        or a GPU reservation stopped sooner, or that their quota refused, were promised
+        a start they would not get (test_verdicts_true.py's property).
+        """
+        wholes = {id(h): h.whole for h in self.cohort_holds.values()}
+        try:  # a quota hold, a cohort hold, its own team's gang: each moves `end` earlier
+            while (hit := self._hold(p, replace(job, max_runtime=end - p.now))) is not None:
+                if isinstance(hit, Wait):
+                    return BACKING_OFF
+                if hit[0].start >= end:
+                    return NO_ROOM
+                end = hit[0].start
+        finally:  # built here, a hold's projection would be older than the pass makes it
+            for h in self.cohort_holds.values():
+                h.whole = wholes.get(id(h), h.whole)
+        if end <= p.now:
+            return NO_ROOM
+        short = replace(job, max_runtime=end - p.now)
+        book = p.ledger.book(job.team)
+        refused = p.quota_or_claim(short, book)
+        if refused is not None:
+            if refused.code == RESERVED:
+                return QUOTA_CLAIMED
+            room = p.ledger.headroom(book, job.flavor)
+            return QUOTA_REFUSES if room < job.gpus else QUOTA_KEPT
+        pool = p.pools.get(job.flavor)
+        if pool is None:
+            return NO_ROOM
+        held = self.held_for(job.flavor)
+        first = min((r.start for r in held), default=math.inf)
+        if end > first:  # it outlasts a GPU reservation: _admit_long's rules
+            if self.quota_taken(p, short, pool) is None and p.choose(pool, short) is not None:
+                return end
+            end = first
+            if end <= p.now:
+                return NO_ROOM
+        if not held or not pool.holding:
+            return end if p.choose(pool, job) is not None else NO_ROOM
+        lift(pool)  # it ends before every reservation: _admit_short's rules
+        try:
+            return end if p.choose(pool, job) is not None else NO_ROOM
+        finally:
+            restore(pool)
 
     def cooldowns(self, p: Pass) -> dict[tuple[str, str], float]:
         """Return (team, flavor) -> when the last of its requeued jobs' backoffs ends.
@@ -391,14 +459,14 @@ class Backfill(Gate):
         fits = p.choose(pool, job) is not None
         restore(pool)
         if fits:
-            return Wait(RESERVED, (res.job.id, res.start, res.nodes))
+            bound = self.start_by(p, job, res.start) if p.config.explain else None
+            return Wait(RESERVED, (res.job.id, res.start, res.nodes, bound))
         return p.shortfall(job, pool, extra=sum(pool.held.values()))
 
     def quota_taken(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
         """Return `reserved` (RESERVED_QUOTA) if the job, still running at a GPU
         reservation's start, would leave the reserved job's team less quota than the job
-        needs; info[3] says whether the job would fit the GPUs now (asked only for the
-        sentence, with explain on: else None).
+        needs; info[3] is for the sentence, as blocked's (start_by).
 
         A reservation holds GPUs; without this, a job backfilled beside it on GPUs it
         does not need could take the quota it needs (its own team's, or the cohort's
@@ -436,8 +504,8 @@ class Backfill(Gate):
                 continue  # short of quota at its start anyway: holding keeps it nothing
             at_start[book] = at_start.get(book, 0) + job.gpus
             if p.ledger.headroom_with(other, f, at_start) < need:
-                fits = p.choose(pool, job) is not None if p.config.explain else None
-                return Wait(RESERVED, (res.job.id, res.start, RESERVED_QUOTA, fits))
+                bound = self.start_by(p, job, res.start) if p.config.explain else None
+                return Wait(RESERVED, (res.job.id, res.start, RESERVED_QUOTA, bound))
         return None
 
 
@@ -694,7 +762,13 @@ def _reservation(
 
 
 def hold(pool: Pool, held_for: list[Reservation]) -> None:
-    """Hide from long jobs the free GPUs the reservations still need (their sum)."""
+    """Hide from long jobs the free GPUs the reservations still need (their sum).
+
+    A reservation's need on a node is negative where the node gives back more before
+    its start than it takes: that surplus is its own, not the other reservations'.
+    Summed as it was, a second reservation's (backfill_reservations = 2, or a starving
+    job's) un-held GPUs the first needed, and a long job took them (test_backfill.py).
+    """
     index, held = pool.index, {}
     if pool.holding:
         for node, k in pool.held.items():
@@ -702,7 +776,8 @@ def hold(pool: Pool, held_for: list[Reservation]) -> None:
     need: dict[int, int] = {}
     for res in held_for:
         for node, k in res.need.items():
-            need[node] = need.get(node, 0) + k
+            if k > 0:
+                need[node] = need.get(node, 0) + k
     for node, k in need.items():
         k = min(k, index.free[node])
         if k > 0:

@@ -231,7 +231,7 @@ class Pass:
         if wait is None and (over := self.budget_wait(job)) is not None:
             self.waits[job.id] = over  # no reservation, preemption or gate hold (step a)
             return
-        wait = wait or self.gate.blocked(self, job) or self._quota_or_claim(job, book)
+        wait = wait or self.gate.blocked(self, job) or self.quota_or_claim(job, book)
         if wait is None:
             wait = self.gate.try_admit(self, job, pool)
             if wait is None:
@@ -266,7 +266,7 @@ class Pass:
         """Return budget_exhausted if the job could cross its team's GPU-hour budget."""
         return None if self.budgets is None else self.budgets.wait(job)
 
-    def _quota_or_claim(self, job: PendingJob, book: TeamBook) -> Wait | None:
+    def quota_or_claim(self, job: PendingJob, book: TeamBook) -> Wait | None:
         """Return the job's quota wait if its team's limit cannot take it at all (`quota`:
         the true reason, whoever waits), else the claim hold, else the cohort's."""
         wait = self.quota_wait(job, book)

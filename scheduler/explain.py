@@ -27,7 +27,19 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from .arrays import Slots
-from .backfill import CLAIM_HOLD, COHORT_HOLD, OWN_HOLD, RESERVED_QUOTA, cohort_free_at, reserve
+from .backfill import (
+    BACKING_OFF,
+    CLAIM_HOLD,
+    COHORT_HOLD,
+    NO_ROOM,
+    OWN_HOLD,
+    QUOTA_CLAIMED,
+    QUOTA_KEPT,
+    QUOTA_REFUSES,
+    RESERVED_QUOTA,
+    cohort_free_at,
+    reserve,
+)
 from .model import PendingJob, Verdict
 from .reasons import (
     ARRAY_LIMIT,
@@ -474,7 +486,7 @@ def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
 
 
 def _reserved(
-    p: Pass, job: PendingJob, holder: int, start: float, nodes: int, refused: bool = False
+    p: Pass, job: PendingJob, holder: int, start: float, nodes: int, bound=None
 ) -> str:
     if nodes == CLAIM_HOLD:  # a preemptor of its team waiting for its victims
         return (
@@ -483,41 +495,54 @@ def _reserved(
             f"it waits until job {holder} has started"
         )
     if nodes == OWN_HOLD:  # its own team's gang under a cohort hold (scheduler.backfill)
-        return (
-            f"{_needs(p, job)}; it would take quota that job {holder} of team {job.team} needs "
-            f"from {_at(p, start)}, when the team's jobs that end by then and GPUs other "
-            f"teams borrow have come back; it could start now if its max runtime were at "
-            f"most {duration(max(0.0, start - p.now))}"
-        )
-    if nodes == RESERVED_QUOTA:  # the quota a GPU reservation's job needs
         held = (
-            f"{_needs(p, job)}; it would take quota that job {holder} needs when the GPUs "
-            f"reserved for it are free ({_at(p, start)})"
+            f"it would take quota that job {holder} of team {job.team} needs from "
+            f"{_at(p, start)}, when the team's jobs that end by then and GPUs other teams "
+            f"borrow have come back"
         )
-        if not refused:  # info[3] here: whether it fits the free GPUs now
-            return f"{held}; nor do the free GPUs the reservation leaves hold it now"
-        wait = duration(max(0.0, start - p.now))
-        return f"{held}; it could start now if its max runtime were at most {wait}"
-    if nodes == 0:  # a quota hold within the team (scheduler.backfill)
-        held = f"which needs the team's quota from {_at(p, start)}"
-    elif nodes == COHORT_HOLD:  # a hold of the cohort's lendable quota
-        hold = p.gate.cohort_holds.get((p.ledger.book(job.team).cohort, job.flavor))
-        mine = f"team {job.team}'s quota and " if hold and hold.job.team == job.team else ""
-        held = f"which needs {mine}the cohort's idle quota from {_at(p, start)}"
+    elif nodes == RESERVED_QUOTA:  # the quota a GPU reservation's job needs
+        held = (
+            f"it would take quota that job {holder} needs when the GPUs reserved for it are "
+            f"free ({_at(p, start)})"
+        )
     else:
-        held = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
-    if refused:  # its quota cannot take it now either (Backfill's _held)
-        book = p.ledger.book(job.team)
+        if nodes == 0:  # a quota hold within the team (scheduler.backfill)
+            which = f"which needs the team's quota from {_at(p, start)}"
+        elif nodes == COHORT_HOLD:  # a hold of the cohort's lendable quota
+            hold = p.gate.cohort_holds.get((p.ledger.book(job.team).cohort, job.flavor))
+            mine = f"team {job.team}'s quota and " if hold and hold.job.team == job.team else ""
+            which = f"which needs {mine}the cohort's idle quota from {_at(p, start)}"
+        else:
+            which = f"which has GPUs on {nodes} node(s) reserved from {_at(p, start)}"
+        held = f"it would delay job {holder}, {which}"
+    return f"{_needs(p, job)}; {held}; {_sooner(p, job, start if bound is None else bound)}"
+
+
+def _sooner(p: Pass, job: PendingJob, bound: float | str) -> str:
+    """Return whether a job a hold stops could start now if it ended sooner, and by when
+    (Backfill.start_by: the latest end with which it would, or why none would)."""
+    if not isinstance(bound, str):
+        return f"it could start now if its max runtime were at most {duration(max(0.0, bound - p.now))}"
+    if bound == NO_ROOM:
+        return "nor do the free GPUs it may use hold it now"
+    book = p.ledger.book(job.team)
+    if bound == QUOTA_REFUSES:
         stopping = book.used(job.flavor) - p.settled(book, job.flavor)
         until = f" (its stopping jobs hold {stopping} more until they stop)" if stopping else ""
-        return (
-            f"{_needs(p, job)}; it would delay job {holder}, {held}; and {_team(p, job)}{until}"
-            f"{_cohort_room(p, job, book)}, so it could not start now even if it ended sooner"
+        why = f"{_team(p, job)}{until}{_cohort_room(p, job, book)}"
+    elif bound == QUOTA_KEPT:
+        why = (
+            f"the idle quota of cohort {book.cohort} it would borrow is kept in this pass for "
+            f"teams waiting within their nominal quota"
         )
-    return (
-        f"{_needs(p, job)}; it would delay job {holder}, {held}; it could start now if its max "
-        f"runtime were at most {duration(max(0.0, start - p.now))}"
-    )
+    elif bound == QUOTA_CLAIMED:
+        why = (
+            f"it would take team {job.team} past its nominal quota while a job of the team "
+            f"waits for the jobs it preempted to stop"
+        )
+    else:  # BACKING_OFF
+        why = f"team {job.team} may not borrow while its requeued jobs back off"
+    return f"and {why}, so it could not start now even if it ended sooner"
 
 
 def _cohort_room(p: Pass, job: PendingJob, book) -> str:

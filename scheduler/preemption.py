@@ -1196,16 +1196,18 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
 
 
 def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: dict, jobs) -> list:
-    """Return the stopping (or ending) jobs of its own team, beyond `mine` and `others`,
-    whose quota the preemptor needs: soonest end first, until its quota fits with
-    theirs and its victims' released (its own charge taken back, as it decided), then
-    without each of the earlier ones it fits without. Its team's own nominal quota is
-    what such jobs free (a cohort peer's job listed too, where the team's nominal bound,
-    was named for nothing: a review); the cohort's quota binds only where it reclaims,
-    and then its victims free it.
+    """Return the stopping (or ending) jobs of its team and cohort, beyond `mine` and
+    `others`, whose quota the preemptor needs: soonest end first, until its quota fits
+    with theirs and its victims' released (its own charge taken back, as it decided),
+    then without each of the earlier ones it fits without; none if it would not fit
+    even with all of them (its decision asked another test: a priority cap).
     Rule 2's view counts every such job's quota as free: a priority preemptor whose
     team's cancelled 8-GPU job was still stopping elsewhere, with 10 minutes of grace,
-    was told it would start when its victim stopped, 30 s later."""
+    was told it would start when its victim stopped, 30 s later. So does a reclaim: a
+    second preemptor that counted on the quota an earlier preemptor's victim frees
+    beyond that preemptor's need (another team's job, with 90 s of grace) was told 30 s
+    and started at 90 s (test_verdicts_true.py). A peer's job that the team's own
+    nominal quota makes useless is not named: the pruning drops it."""
     shares, f = p.ledger.shares_quota, job.flavor
     tx, needed = Transaction(), []
     try:
@@ -1215,8 +1217,13 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
                 tx.add(p.ledger, r.book, f, -r.job.gpus)
         if quota_fits(p, job, book):
             return []
-        rest = [r for r in jobs if r.book is book and id(r) not in mine and id(r) not in others]
-        if book.used(f) - sum(r.job.gpus for r in rest) > book.quota(f).nominal:
+        rest = [r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others]
+        inner = Transaction()
+        for r in rest:
+            inner.add(p.ledger, r.book, f, -r.job.gpus)
+        enough = quota_fits(p, job, book)
+        inner.rollback()
+        if not enough:
             return []  # none would do: its decision asked another test (a priority cap)
         for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
             if quota_fits(p, job, book):

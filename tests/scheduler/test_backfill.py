@@ -187,3 +187,42 @@ def test_a_second_reservation_keeps_a_long_job_off_the_next_gangs_gpus(policy, l
     else:
         assert admitted(plan) == [4]
         assert reasons(plan) == {1: "no_capacity", 2: "no_capacity", 3: "reserved"}
+
+
+@pytest.mark.parametrize("policy", ["fairshare", "fifo-backfill"])
+def test_a_later_reservations_surplus_does_not_free_an_earlier_ones_gpus(policy):
+    # n0: 4 free now, 4 more at +1000. Job 1 (8 GPUs) is reserved n0 from +1000 and
+    # needs its 4 free GPUs kept. Job 2 (2 GPUs, after job 1 on n0 at +4000) needs none
+    # of them: n0 gives back 4 before its start, 2 more than it takes. That surplus is
+    # not job 1's to lose: a long 2-GPU job must not take 2 of the 4 it needs.
+    c = Cluster().node("n0")
+    c.team("a", nominal=64)
+    c.run(10, on={"n0": 4}, started=NOW - 1000, runtime=2000)
+    c.job(1, gpus=8, runtime=3000)
+    c.job(2, gpus=2, runtime=10_000)
+    c.job(3, gpus=2, runtime=10_000)
+    plan = schedule(c.snapshot(policy=policy, backfill_reservations=2))
+    assert admitted(plan) == []
+    assert verdict(plan, 1).estimated_start == NOW + 1000
+    assert reasons(plan)[3] == "reserved"
+
+
+def test_a_job_no_free_gpu_holds_is_not_told_it_could_start_now_if_shorter():
+    # a uses 12 of 16; job 1 (8 GPUs) holds a's quota from +1000, when job 11 ends. Job 2
+    # (4 GPUs) fits a's quota but no free GPU: n0 and n1 are full. It was told "it could
+    # start now if its max runtime were at most 16 min"; shorter, it would still wait.
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=16).team("e", nominal=8)
+    c.run(10, "a", on={"n0": 8}, runtime=10**6)
+    c.run(11, "a", on={"n1": 4}, started=NOW, runtime=1000)
+    c.run(12, "e", on={"n1": 4}, runtime=10**6)
+    c.job(1, "a", gpus=8)
+    c.job(2, "a", gpus=4, runtime=10**6)
+    plan = schedule(c.snapshot())
+    assert reasons(plan) == {1: "quota", 2: "reserved"}
+    message = verdict(plan, 2).message
+    assert "could start now" not in message
+    assert "which needs the team's quota from 1970-01-12T14:03:20Z" in message  # NOW + 1000
+    assert "nor do the free GPUs it may use hold it now" in message
+    c.pending[-1] = make_job(2, "a", gpus=4, runtime=900)
+    assert reasons(schedule(c.snapshot()))[2] == "no_capacity"

@@ -104,16 +104,21 @@ def test_a_borrower_that_leaves_the_gang_enough_quota_backfills():
     assert _start(Sim(c), 1) == NOW + 8 * MIN
 
 
-def test_a_job_that_does_not_fit_now_is_not_promised_a_start_if_it_were_shorter():
-    """b's 8-GPU job fits only on n2, which the gang needs. It is held for the gang's
-    quota all the same (quota is asked before GPUs), but not told it "could start now if
-    its max runtime were at most 8 min": the GPUs would not take it either."""
+def test_a_job_that_fits_only_on_the_reserved_gpus_is_promised_a_start_only_if_short():
+    """b's 8-GPU job fits only on n2, which the gang needs from +8 min. It is held for the
+    gang's quota all the same (quota is asked before GPUs). Ending by +8 min, it may use
+    the reserved GPUs as well (they come back in time) and starts: so it is told, and
+    it does; a second longer, it does not. Asked of the free GPUs the reservation
+    leaves, it was told it could not start now even if it were shorter."""
     c = _cluster()
     c.job(2, "b", gpus=8, runtime=4 * HOUR, submitted=NOW - 50)
     v = verdict(schedule(c.snapshot()), 2)
     assert "it would take quota that job 1 needs" in v.message, v.message
-    assert "could start now" not in v.message, v.message
-    assert "nor do the free GPUs the reservation leaves hold it now" in v.message
+    assert "it could start now if its max runtime were at most 8 min" in v.message
+    c.pending[-1] = make_job(2, "b", gpus=8, runtime=8 * MIN, submitted=NOW - 50)
+    assert 2 in admitted(schedule(c.snapshot()))
+    c.pending[-1] = make_job(2, "b", gpus=8, runtime=8 * MIN + 1, submitted=NOW - 50)
+    assert 2 not in admitted(schedule(c.snapshot()))
 
 
 def test_quota_the_reservation_gets_back_by_its_start_counts_as_its_own():

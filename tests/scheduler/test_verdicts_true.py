@@ -12,8 +12,11 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from hypothesis import given
+
 from scheduler import schedule
 from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, verdict
+from tests.scheduler.test_properties import ANY_SNAPSHOT, SETTINGS
 
 
 def _time(message: str, pattern: str) -> float:
@@ -265,3 +268,58 @@ def test_a_preemptor_names_its_victims_on_a_cordoned_node():
     assert "waits for 2 job(s) it preempted (11, 12)" in v.message, v.message
     assert "by now" not in v.message
     assert v.estimated_start == NOW + 30
+
+
+_COULD_START = re.compile(r"could start now if its max runtime were at most ((?:\d+ (?:d|h|min|s) ?)+)")
+_UNIT = {"d": 86400, "h": 3600, "min": 60, "s": 1}
+
+
+def _seconds(words: str) -> float:
+    """Return the seconds of a duration in words ('3 h 20 min'), as timewords wrote it."""
+    parts = words.split()
+    return float(sum(int(n) * _UNIT[u] for n, u in zip(parts[::2], parts[1::2], strict=True)))
+
+
+@SETTINGS
+@given(ANY_SNAPSHOT)
+def test_a_job_told_it_could_start_now_if_shorter_does_start_when_it_is(snap):
+    """Every "it could start now if its max runtime were at most D" is true of the
+    snapshot: with that max runtime the job is admitted in the same pass. A review
+    found it said of jobs behind a quota or cohort hold that no free GPU could hold,
+    and of jobs their own quota refused. Working it out changes no plan: the plan with
+    explain off is the same."""
+    snap = replace(snap, config=replace(snap.config, explain=True))
+    plan = schedule(snap)
+    quiet = schedule(replace(snap, config=replace(snap.config, explain=False)))
+    assert (quiet.admissions, quiet.preemptions) == (plan.admissions, plan.preemptions)
+    for v in plan.verdicts:
+        m = _COULD_START.search(v.message)
+        if m is None:
+            continue
+        runtime = max(1.0, _seconds(m.group(1)))
+        pending = tuple(
+            replace(j, max_runtime=runtime) if j.id == v.job_id else j for j in snap.pending
+        )
+        again = schedule(replace(snap, pending=pending))
+        started = {a.job_id for a in again.admissions}
+        assert v.job_id in started, (v.message, verdict(again, v.job_id).message)
+
+
+def test_a_second_preemptor_waits_for_the_earlier_victims_quota_it_counts_on():
+    """b borrows all 6 of the cohort's quota. a's job 1 reclaims 2 by preempting b's job
+    10 (4 GPUs, 90 s of grace); d's job 2 needs 4: job 10's other 2 and 2 more, b's job 11
+    (30 s). It counted on job 10's quota, but named only its own victim and was told it
+    would start in 30 s; it started at 90 s, when job 10 had stopped."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=2, cohort="c").team("d", nominal=4, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    c.run(10, "b", on={"n0": 4}, grace=90, started=NOW - 60, runtime=10 * HOUR)
+    c.run(11, "b", on={"n1": 2}, grace=30, started=NOW - 600, runtime=10 * HOUR)
+    c.job(1, "a", gpus=2)
+    c.job(2, "d", gpus=4)
+    plan = schedule(c.snapshot())
+    assert [(x.job_id, x.preemptor_id) for x in plan.preemptions] == [(10, 1), (11, 2)]
+    v = verdict(plan, 2)
+    assert "waits for 1 job(s) it preempted (11) and 1 stopping job(s) (10)" in v.message, v.message
+    assert _time(v.message, r"by (\S+?)(?:;|$)") == NOW + 90 == Sim(c).start_of(2, 30.0, 10)
+    assert v.estimated_start == NOW + 90
