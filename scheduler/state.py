@@ -330,6 +330,13 @@ def mark_ending(running: list[Running], now: float) -> None:
     later than now plus the shortest grace period g of their flavor's preemptible
     running jobs, and their own grace period is at most g.
 
+    Victims stopping for a preemptor count towards g too: a victim's grace is the
+    horizon its preemptor decided with. Taken from jobs not stopping, g vanished once a
+    preemptor's only victim was stopping, the job ending 10 s later no longer counted,
+    and the preemptor lost its claim and was told it waited for non-preemptible jobs
+    (test_ending_jobs.py). Not a job stopping for another cause (cancelled): its grace
+    is no victim's.
+
     A job past its max runtime counts too (its end is now): the portal's timeout is
     about to stop it; left out, a preemptor waiting for it lost its wait between its
     max runtime and the sweep, and preempted it, or others, after all (a review).
@@ -338,7 +345,7 @@ def mark_ending(running: list[Running], now: float) -> None:
     rule 2): hence at most g of its own, so the wait stays within about two g."""
     grace: dict[str, float] = {}
     for r in running:
-        if r.job.preemptible and not r.stopping:
+        if r.job.preemptible and (not r.stopping or r.job.preempted_by is not None):
             f = r.job.flavor
             grace[f] = min(grace.get(f, r.job.grace_period), r.job.grace_period)
     if not grace:

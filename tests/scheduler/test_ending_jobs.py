@@ -321,3 +321,24 @@ def test_an_ending_job_on_a_cordoned_node_gives_its_quota_back():
     plan = schedule(c.snapshot())
     assert preempted(plan) == []
     assert "waits for 1 job(s) that reach their max run time (10)" in verdict(plan, 1).message
+
+
+def test_a_preemptor_keeps_counting_an_ending_job_once_its_victim_is_stopping():
+    """a's 8-GPU job needs n0: it preempts b's job 10 (grace 30 s) and counts b's
+    non-preemptible job 11, which ends at +20 s. At +10 s job 10 was stopping, the only
+    preemptible job, and the horizon (the shortest grace of the flavor's preemptible
+    jobs) was taken from running jobs not stopping: there was none, so job 11 was no
+    longer ending. The preemptor lost its claim and was told `cohort_busy`: "non-
+    preemptible jobs ... free up ... at the latest" a minute after job 11's end."""
+    c = Cluster().node("n0")
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "b", on={"n0": 4}, grace=30, started=NOW - 60, runtime=10 * HOUR)
+    c.run(11, "b", on={"n0": 4}, grace=0, started=NOW - HOUR + 20, preemptible=False)
+    c.job(1, "a", gpus=8)
+    sim = Sim(c)
+    assert preempted(sim.step(NOW)) == [10]
+    for t in (10, 20):
+        v = verdict(sim.step(NOW + t), 1)
+        assert v.reason_code == "waiting_for_preemption", (t, v.message)
+        assert v.estimated_start == NOW + 30
+    assert admitted(sim.step(NOW + 30)) == [1]
