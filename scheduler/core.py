@@ -312,7 +312,9 @@ class Pass:
         quota exceeds its GPUs (quota lent beyond them, nodes down, teams outside
         the cohort), idle quota left over is no GPU left over, and a borrower on
         the free GPUs those teams wait for would have them reclaim its team's
-        older jobs in the same pass.
+        older jobs in the same pass. That holds of quota a team does not lend too
+        (its lending limit): the borrower took another team's idle quota, and the
+        free GPUs the team within nominal waited for (test_reclaim_fresh.py).
         """
         f = job.flavor
         room = self.ledger.headroom(book, f)
@@ -323,12 +325,12 @@ class Pass:
                 return None
             if not self.ledger.borrowed(book, f, job.gpus):
                 return None
-            kept, parts = self.kept_for_others(book, f)
-            if kept:
+            kept, waited, parts = self.kept_for_others(book, f)
+            if waited:
                 room = self.ledger.headroom(book, f, kept)
-                extra = ("kept", kept)
+                extra = ("kept", kept) if kept else ()
                 free = self._free(f)
-                if free - kept < job.gpus:  # the free GPUs may bind: only those usable
+                if free - waited < job.gpus:  # the free GPUs may bind: only those usable
                     usable = self._usable(parts, f)
                     if free - usable < room:  # they do: say so, not that quota is short
                         room = free - usable
@@ -380,9 +382,11 @@ class Pass:
 
     def kept_for_others(
         self, book: TeamBook, flavor: str
-    ) -> tuple[int, list[tuple[int, tuple[str, str]]]]:
+    ) -> tuple[int, int, list[tuple[int, tuple[str, str]]]]:
         """Return the cohort's idle quota that other teams within nominal wait for in this
-        pass, and its parts: (GPUs, (team, flavor)) per team.
+        pass, the GPUs they wait for (the idle nominal quota their jobs ask for, lent or
+        not: a lending limit keeps quota from borrowers, not GPUs), and the parts of
+        the latter: (GPUs, (team, flavor)) per team.
 
         For each other team: its idle lendable quota, at most what its pending
         jobs that fit its nominal quota and were not considered yet ask for; none
@@ -399,7 +403,7 @@ class Pass:
         """
         if self.demand is None:
             self.demand = self._demand()
-        kept = 0
+        kept = waited = 0
         parts = []
         for other in self.ledger.members.get(book.cohort, ()):
             key = (other.name, flavor)
@@ -413,11 +417,12 @@ class Pass:
                 least = min(self.smallest[key], self._lower(key))
                 if used + least > q.nominal and self.ended(other, flavor) + least > q.nominal:
                     continue
-            k = min(want, max(0, contribution(q, used)))
+            k = min(want, max(0, q.nominal - used))
             if k:
-                kept += k
+                kept += min(k, max(0, contribution(q, used)))
+                waited += k
                 parts.append((k, key))
-        return kept, parts
+        return kept, waited, parts
 
     def _lower(self, key: tuple[str, str]) -> float:
         """Return the fewest GPUs one of a team's waiting jobs not considered yet adds to

@@ -532,8 +532,8 @@ def _sooner(p: Pass, job: PendingJob, bound: float | str) -> str:
         why = f"{_team(p, job)}{until}{_cohort_room(p, job, book)}"
     elif bound == QUOTA_KEPT:
         why = (
-            f"the idle quota of cohort {book.cohort} it would borrow is kept in this pass for "
-            f"teams waiting within their nominal quota"
+            f"the idle quota or free GPUs of cohort {book.cohort} it would borrow are kept in "
+            f"this pass for teams waiting within their nominal quota"
         )
     elif bound == QUOTA_CLAIMED:
         why = (

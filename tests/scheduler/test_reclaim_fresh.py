@@ -5,6 +5,8 @@ failed before its fix (docs/scheduling.md, Preemption rules 3 and 4).
 
 from __future__ import annotations
 
+import pytest
+
 from scheduler import schedule
 from tests.scheduler.helpers import (
     HOUR,
@@ -170,3 +172,26 @@ def test_a_preemptor_names_only_the_stopping_jobs_whose_quota_it_needs():
     told = verdict(plan, 1)
     assert "(103)" in told.message and "(100)" in told.message and "101" not in told.message
     assert told.estimated_start == NOW + 600.0
+
+
+@pytest.mark.parametrize("lending_limit", [None, 0, 2])
+def test_a_borrower_does_not_take_the_free_gpus_of_a_team_that_lends_none(lending_limit):
+    """a (nominal 8) uses 4 and waits with a 4-GPU job; its first job, a 12-GPU gang,
+    would borrow, so b's borrowing 2x4 gang comes first in share order and fits the 8
+    free GPUs on y's idle quota. With a's lending limit at 0, none of a's idle quota was
+    kept for its job (only the lendable part was), so b's gang took the free GPUs and
+    a's job reclaimed b's older job 10 in the same pass: lent, then reclaimed."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8, cohort="c", lending_limit=lending_limit)
+    c.team("b", nominal=0, cohort="c").team("y", nominal=16, cohort="c")
+    c.run(11, "a", on={"n0": 4}, started=NOW - HOUR, runtime=LONG)
+    c.run(10, "b", on={"n1": 4}, started=NOW - HOUR, runtime=LONG)
+    c.job(1, "b", workers=2, gpus=4)
+    c.job(3, "a", workers=3, gpus=4, priority=1)
+    c.job(2, "a", gpus=4)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [2]
+    assert preempted(plan) == []
+    v = verdict(plan, 1)
+    assert v.reason_code == "cohort_busy"
+    assert "4 of the 8 free GPUs are kept for teams within their nominal quota" in v.message
