@@ -37,6 +37,7 @@ from .reasons import (
     COHORT_BUSY,
     NEVER_FITS,
     NO_NODES,
+    PLACED,
     PREVIOUS_ATTEMPT,
     PRIORITY,
     QUOTA,
@@ -314,7 +315,10 @@ class Pass:
         the free GPUs those teams wait for would have them reclaim its team's
         older jobs in the same pass. That holds of quota a team does not lend too
         (its lending limit): the borrower took another team's idle quota, and the
-        free GPUs the team within nominal waited for (test_reclaim_fresh.py).
+        free GPUs the team within nominal waited for (test_reclaim_fresh.py). And it
+        holds of which GPUs, not only how many (_takes_usable): a borrower placed on
+        the one whole node a team's 8-GPU job could use, beside 14 free GPUs, left it
+        waiting `fragmented`.
         """
         f = job.flavor
         room = self.ledger.headroom(book, f)
@@ -336,7 +340,9 @@ class Pass:
                         room = free - usable
                         extra = ("kept", kept, usable, free)
             if job.gpus <= room:
-                return None
+                if not waited or not self._takes_usable(job, parts):
+                    return None
+                extra = ("kept", kept, PLACED, self._free(f))
         used, limit = book.used(f), self.ledger.limit(book, f)
         code = QUOTA if used + job.gpus > limit else COHORT_BUSY
         return Wait(code, (used, book.quota(f).nominal, limit, room, extra, self.said(book, f)))
@@ -461,6 +467,26 @@ class Pass:
                 fitting += self._beside_reclaim(pool, key, beside, k - fitting)
             usable += min(k, fitting)
         return usable
+
+    def _takes_usable(self, job: PendingJob, parts: list[tuple[int, tuple[str, str]]]) -> bool:
+        """Return whether the job, placed now as it would be, leaves the waiting teams'
+        jobs less of the free GPUs they could use (_usable) than they have now: the
+        GPUs kept for them are a count, and a count does not say which GPUs their
+        shapes need. Nothing is changed."""
+        pool = self.pools.get(job.flavor)
+        where = None if pool is None else self.choose(pool, job)
+        if where is None:
+            return False  # it is not placed now either: the capacity reason says so
+        before = self._usable(parts, job.flavor)
+        fails, pool.fails = pool.fails, {}
+        tx = Transaction()
+        try:
+            if placement.take(pool.index, where, job.workers, job.gpus_per_worker, tx) is None:
+                return False
+            return self._usable(parts, job.flavor) < before
+        finally:
+            tx.rollback()
+            pool.fails = fails
 
     def _beside_reclaim(self, pool: Pool, key: tuple[str, str], shapes: list, most: int) -> int:
         """Return the free GPUs a team's waiting jobs within nominal that do not fit the

@@ -52,6 +52,7 @@ from .reasons import (
     NEVER_FITS,
     NO_CAPACITY,
     NO_NODES,
+    PLACED,
     PREVIOUS_ATTEMPT,
     PRIORITY,
     QUOTA,
@@ -426,6 +427,12 @@ def _cohort_busy(
     extra=(),
     said=(0, 0),
 ) -> str:
+    if extra and extra[0] == "kept" and extra[2:3] == (PLACED,):  # which GPUs bind
+        return (
+            f"{_needs(p, job)}; team {job.team} uses {_uses(said)} of {nominal} nominal; of "
+            f"the {gpus(extra[3], 'free')}, the ones it would be placed on are kept for teams "
+            f"within their nominal quota whose jobs wait for them in this pass and fit no others"
+        )
     if extra and extra[0] == "kept" and len(extra) > 2:  # the free GPUs bind, not quota
         _, _, usable, free = extra
         return (

@@ -104,6 +104,11 @@ def remedy(code: str) -> str:
 CAPACITY = frozenset({TOPOLOGY, FRAGMENTED, NO_CAPACITY})
 
 
+# Wait.info[4][2] of `cohort_busy` when a borrower's placement takes the GPUs teams
+# within nominal wait for (Pass._takes_usable), not their number.
+PLACED = "placed"
+
+
 class Wait(NamedTuple):
     """A reason code with the facts its message needs, captured when decided.
 
@@ -120,15 +125,17 @@ class Wait(NamedTuple):
       quota, cohort_busy: (team usage, nominal, usage limit, GPUs it may still take,
                            why: () | ("kept", idle quota kept for teams within nominal
                                      [, of it on the free GPUs, the free GPUs: when
-                                     those bind]) |
+                                     those bind; PLACED for the first when the GPUs
+                                     it would be placed on bind]) |
                            ("lent", GPUs of its quota lent to non-preemptible jobs,
                             their teams, when enough of them will have ended),
                            the usage messages give: Pass.said)
       reserved: (reserved job id, reserved start, its number of nodes; 0 for a
                 team's quota hold, COHORT_HOLD, CLAIM_HOLD, RESERVED_QUOTA (the quota
                 of a GPU reservation's job), OWN_HOLD (its own team's gang's cohort
-                hold, on quota sure to come back) [, for a quota or cohort
-                hold: whether its quota refuses it now anyway])
+                hold, on quota sure to come back) [, for the sentence: the
+                latest end with which it would start now, or why none would:
+                scheduler.backfill.Backfill.start_by])
       priority: ("took", jobs admitted ahead, their GPUs) | ("limit", jobs considered)
       capacity codes: (free GPUs, most free on a node, worker slots, best domain's
                       worker slots), or () when explanations are off

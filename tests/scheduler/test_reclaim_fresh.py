@@ -195,3 +195,26 @@ def test_a_borrower_does_not_take_the_free_gpus_of_a_team_that_lends_none(lendin
     v = verdict(plan, 1)
     assert v.reason_code == "cohort_busy"
     assert "4 of the 8 free GPUs are kept for teams within their nominal quota" in v.message
+
+
+def test_a_borrower_does_not_take_the_one_node_a_team_within_nominal_can_use():
+    """22 GPUs are free but only n0 is whole; a (within its nominal 8, its borrowing 2x8
+    gang first in its queue) waits with a 1x8 job. b's borrowing 1x8 job comes first in
+    share order: 22 free less the 8 kept for a left it room by count, and it took n0,
+    the only node a's job could use; a's job then waited `fragmented`."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=8, cohort="c", decayed={"h100": 1e7})
+    c.team("b", nominal=0, cohort="c").team("y", nominal=32, cohort="c")
+    c.run(10, "b", on={"n1": 1}, started=NOW - HOUR, runtime=LONG)
+    c.run(12, "y", on={"n2": 1}, started=NOW - HOUR, runtime=LONG)
+    c.job(1, "b", gpus=8)
+    c.job(3, "a", workers=2, gpus=8, priority=1)
+    c.job(2, "a", gpus=8)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [2]
+    assert preempted(plan) == []
+    v = verdict(plan, 1)
+    assert v.reason_code == "cohort_busy"
+    assert "of the 22 free GPUs, the ones it would be placed on are kept for teams" in v.message
+    c.pending.pop()  # a waits for nothing it could use: b borrows n0
+    assert admitted(schedule(c.snapshot())) == [1]
