@@ -40,7 +40,6 @@ they would take quota the gang is sure to have by then (_takes_own_gangs).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import placement
@@ -124,9 +123,9 @@ class Reservation:
         self.before = 0  # how many GPU reservations its flavor had when it was set
 
 
-def _takes_own_gangs(p: Pass, job: PendingJob, held: Reservation) -> bool:
+def _takes_own_gangs(p: Pass, job: PendingJob, held: Reservation, end: float) -> bool:
     """Return whether a later job of a cohort hold's own team, within nominal or not,
-    would take quota the hold's gang is sure to have at the hold's start: the gang would
+    ending at `end`, would take quota the hold's gang is sure to have at the hold's start: the gang would
     fit its team's headroom then with only what is sure to come back by then given back
     (_released: its own team's jobs ending, and of the other teams' only the GPUs they
     borrow, which the hold keeps from other borrowers), and would not with the job
@@ -151,7 +150,7 @@ def _takes_own_gangs(p: Pass, job: PendingJob, held: Reservation) -> bool:
     if held.start <= p.now or _may_reclaim(p, job, p.ledger.book(job.team)):
         return False
     whole = _whole(p, held)
-    if whole is None or p.now + job.max_runtime <= whole.start:
+    if whole is None or end <= whole.start:
         return False  # it ends before the gang's GPUs are free: it delays nothing
     ledger, f = p.ledger, job.flavor
     book, need = ledger.book(held.job.team), held.job.gpus
@@ -267,25 +266,27 @@ class Backfill(Gate):
         quota the hold keeps for its gang (the core's benchmark: 5% more preemptions,
         6% fewer admissions).
         """
-        hit = self._hold(p, job)
+        hit = self._hold(p, job, p.now + job.max_runtime)
         if hit is None or isinstance(hit, Wait):
             return hit
         held, kind = hit
         bound = self.start_by(p, job, held.start) if p.config.explain else None
         return Wait(RESERVED, (held.job.id, held.start, kind, bound))
 
-    def _hold(self, p: Pass, job: PendingJob) -> tuple[Reservation, int] | Wait | None:
-        """Return the hold that stops the job and its kind (Reservation.nodes, or
-        OWN_HOLD), the reclaim backoff's wait, or None (blocked)."""
+    def _hold(
+        self, p: Pass, job: PendingJob, end: float
+    ) -> tuple[Reservation, int] | Wait | None:
+        """Return the hold that stops the job, ending at `end`, and its kind
+        (Reservation.nodes, or OWN_HOLD), the reclaim backoff's wait, or None."""
         held = self.quota_holds.get((job.team, job.flavor))
-        if held is not None and p.now + job.max_runtime > held.start:
+        if held is not None and end > held.start:
             return held, held.nodes
         if not self.cohort_holds and not self.reclaim_backoff:
             return None
         book = p.ledger.book(job.team)
         held = self.cohort_holds.get((book.cohort, job.flavor))
-        outlasts = held is not None and p.now + job.max_runtime > held.start
-        if outlasts and held.job.team == job.team and _takes_own_gangs(p, job, held):
+        outlasts = held is not None and end > held.start
+        if outlasts and held.job.team == job.team and _takes_own_gangs(p, job, held, end):
             return held.whole or held, OWN_HOLD
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
             return None  # within its nominal quota, which is guaranteed
@@ -308,7 +309,7 @@ class Backfill(Gate):
         """
         wholes = {id(h): h.whole for h in self.cohort_holds.values()}
         try:  # a quota hold, a cohort hold, its own team's gang: each moves `end` earlier
-            while (hit := self._hold(p, replace(job, max_runtime=end - p.now))) is not None:
+            while (hit := self._hold(p, job, end)) is not None:
                 if isinstance(hit, Wait):
                     return BACKING_OFF
                 if hit[0].start >= end:
@@ -319,9 +320,8 @@ class Backfill(Gate):
                 h.whole = wholes.get(id(h), h.whole)
         if end <= p.now:
             return NO_ROOM
-        short = replace(job, max_runtime=end - p.now)
         book = p.ledger.book(job.team)
-        refused = p.quota_or_claim(short, book)
+        refused = p.quota_or_claim(job, book)  # its runtime asks nothing of quota
         if refused is not None:
             if refused.code == RESERVED:
                 return QUOTA_CLAIMED
@@ -333,7 +333,7 @@ class Backfill(Gate):
         held = self.held_for(job.flavor)
         first = min((r.start for r in held), default=math.inf)
         if end > first:  # it outlasts a GPU reservation: _admit_long's rules
-            if self.quota_taken(p, short, pool) is None and p.choose(pool, short) is not None:
+            if self.quota_taken(p, job, pool, end) is None and p.choose(pool, job) is not None:
                 return end
             end = first
             if end <= p.now:
@@ -463,10 +463,13 @@ class Backfill(Gate):
             return Wait(RESERVED, (res.job.id, res.start, res.nodes, bound))
         return p.shortfall(job, pool, extra=sum(pool.held.values()))
 
-    def quota_taken(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
+    def quota_taken(
+        self, p: Pass, job: PendingJob, pool: Pool, end: float | None = None
+    ) -> Wait | None:
         """Return `reserved` (RESERVED_QUOTA) if the job, still running at a GPU
         reservation's start, would leave the reserved job's team less quota than the job
-        needs; info[3] is for the sentence, as blocked's (start_by).
+        needs; info[3] is for the sentence, as blocked's (start_by). `end`: the job's end
+        as start_by asks it (then without the sentence), else now + its max runtime.
 
         A reservation holds GPUs; without this, a job backfilled beside it on GPUs it
         does not need could take the quota it needs (its own team's, or the cohort's
@@ -485,7 +488,7 @@ class Backfill(Gate):
         within = None  # whether the job fits its team's nominal quota, asked once
         held = self.held_for(job.flavor)
         for i, res in enumerate(held):
-            if p.now + job.max_runtime <= res.start:
+            if (p.now + job.max_runtime if end is None else end) <= res.start:
                 continue
             other = p.ledger.book(res.job.team)
             if other is not book:
@@ -504,7 +507,8 @@ class Backfill(Gate):
                 continue  # short of quota at its start anyway: holding keeps it nothing
             at_start[book] = at_start.get(book, 0) + job.gpus
             if p.ledger.headroom_with(other, f, at_start) < need:
-                bound = self.start_by(p, job, res.start) if p.config.explain else None
+                sentence = p.config.explain and end is None
+                bound = self.start_by(p, job, res.start) if sentence else None
                 return Wait(RESERVED, (res.job.id, res.start, RESERVED_QUOTA, bound))
         return None
 
