@@ -68,14 +68,16 @@ TAKE, GIVE, NOTE = 0, 1, 2
 # end with which the job would start now (Backfill.start_by, a float), or why none would:
 # its team's quota or the cohort refuses it now; the idle quota it would borrow is kept
 # this pass for teams within nominal (Pass.kept_for_others); its team's quota is claimed
-# by its waiting preemptor (Pass.claim_wait); its team backs off from borrowing; or no
-# free GPU it may use holds it now.
-QUOTA_REFUSES, QUOTA_KEPT, QUOTA_CLAIMED, BACKING_OFF, NO_ROOM = (
+# by its waiting preemptor (Pass.claim_wait); its team backs off from borrowing; no
+# free GPU it may use holds it now; or the time it would have to end by is now (the
+# hold or reservation waits for an overdue job).
+QUOTA_REFUSES, QUOTA_KEPT, QUOTA_CLAIMED, BACKING_OFF, NO_ROOM, DUE_NOW = (
     "quota",
     "kept",
     "claimed",
     "backoff",
     "gpus",
+    "now",
 )
 # Give up reserving for a flavor after this many jobs could not get a reservation
 # (each costs a replay of the release events).
@@ -299,10 +301,14 @@ class Backfill(Gate):
         """Return the latest end, at most `end`, with which the job would start now as
         this pass stands (every hold it meets, its quota, the GPU reservations of its
         flavor and the free GPUs), or why none would (QUOTA_REFUSES, QUOTA_KEPT,
-        NO_ROOM): the sentence's "it could start now if its max runtime were at most".
+        QUOTA_CLAIMED, BACKING_OFF, NO_ROOM, DUE_NOW): the sentence's "it could start
+        now if its max runtime were at most". Past the first GPU reservation's start
+        only the end asked first is tried, then that start: an end between the
+        reservations is not looked for (the sentence is then cautious, not false).
 
-        For the sentence only (explain on), and it changes nothing: asked of the job
-        with a shorter max runtime, each hold it still meets moves `end` to that hold's
+        For the sentence only (explain on), and it changes nothing (the pass's lazily
+        filled caches are asked apart: Pass.asked_apart): asked of the job with a
+        shorter max runtime, each hold it still meets moves `end` to that hold's
         start. Told the hold's own time, jobs that no free GPU held, that another hold
         or a GPU reservation stopped sooner, or that their quota refused, were promised
         a start they would not get (test_verdicts_true.py's property).
@@ -312,16 +318,14 @@ class Backfill(Gate):
             while (hit := self._hold(p, job, end)) is not None:
                 if isinstance(hit, Wait):
                     return BACKING_OFF
-                if hit[0].start >= end:
-                    return NO_ROOM
-                end = hit[0].start
+                end = hit[0].start  # earlier than `end`: the hold stopped a job ending then
         finally:  # built here, a hold's projection would be older than the pass makes it
             for h in self.cohort_holds.values():
                 h.whole = wholes.get(id(h), h.whole)
         if end <= p.now:
-            return NO_ROOM
+            return DUE_NOW
         book = p.ledger.book(job.team)
-        refused = p.quota_or_claim(job, book)  # its runtime asks nothing of quota
+        refused = p.asked_apart(p.quota_or_claim, job, book)  # its runtime asks nothing of quota
         if refused is not None:
             if refused.code == RESERVED:
                 return QUOTA_CLAIMED
@@ -337,7 +341,7 @@ class Backfill(Gate):
                 return end
             end = first
             if end <= p.now:
-                return NO_ROOM
+                return DUE_NOW
         if not held or not pool.holding:
             return end if p.choose(pool, job) is not None else NO_ROOM
         lift(pool)  # it ends before every reservation: _admit_short's rules

@@ -468,6 +468,21 @@ class Pass:
             usable += min(k, fitting)
         return usable
 
+    def asked_apart(self, question, *args):
+        """Return question(*args) with the pass's lazily filled caches left as they were:
+        what an explanation asks (Backfill.start_by) must not fill them before the pass
+        would, or a later decision reads a figure from before a preemption (a review:
+        `_reclaim` filled early refused a borrower the pass without explanations
+        admitted)."""
+        reclaim, lower = set(self._reclaim), set(self._lower_gpus)
+        try:
+            return question(*args)
+        finally:
+            for key in set(self._reclaim) - reclaim:
+                del self._reclaim[key]
+            for key in set(self._lower_gpus) - lower:
+                del self._lower_gpus[key]
+
     def _takes_usable(self, job: PendingJob, parts: list[tuple[int, tuple[str, str]]]) -> bool:
         """Return whether the job, placed now as it would be, leaves the waiting teams'
         jobs less of the free GPUs they could use (_usable) than they have now: the

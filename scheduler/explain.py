@@ -31,6 +31,7 @@ from .backfill import (
     BACKING_OFF,
     CLAIM_HOLD,
     COHORT_HOLD,
+    DUE_NOW,
     NO_ROOM,
     OWN_HOLD,
     QUOTA_CLAIMED,
@@ -532,6 +533,11 @@ def _sooner(p: Pass, job: PendingJob, bound: float | str) -> str:
         return f"it could start now if its max runtime were at most {duration(max(0.0, bound - p.now))}"
     if bound == NO_ROOM:
         return "nor do the free GPUs it may use hold it now"
+    if bound == DUE_NOW:
+        return (
+            "the jobs that hold waits for are overdue, due to end now, so it could not "
+            "start now even if it ended sooner"
+        )
     book = p.ledger.book(job.team)
     if bound == QUOTA_REFUSES:
         stopping = book.used(job.flavor) - p.settled(book, job.flavor)

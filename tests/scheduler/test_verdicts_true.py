@@ -292,6 +292,10 @@ def test_a_job_told_it_could_start_now_if_shorter_does_start_when_it_is(snap):
     plan = schedule(snap)
     quiet = schedule(replace(snap, config=replace(snap.config, explain=False)))
     assert (quiet.admissions, quiet.preemptions) == (plan.admissions, plan.preemptions)
+    assert quiet.reservations == plan.reservations
+    assert [(v.job_id, v.reason_code) for v in quiet.verdicts] == [
+        (v.job_id, v.reason_code) for v in plan.verdicts
+    ]
     for v in plan.verdicts:
         m = _COULD_START.search(v.message)
         if m is None:
@@ -323,3 +327,45 @@ def test_a_second_preemptor_waits_for_the_earlier_victims_quota_it_counts_on():
     assert "waits for 1 job(s) it preempted (11) and 1 stopping job(s) (10)" in v.message, v.message
     assert _time(v.message, r"by (\S+?)(?:;|$)") == NOW + 90 == Sim(c).start_of(2, 30.0, 10)
     assert v.estimated_start == NOW + 90
+
+
+def test_working_out_a_sentence_fills_no_cache_a_later_decision_reads():
+    """Backfill.start_by (explanations only) asked d's held job 2 about its quota, which
+    filled Pass.reclaimable's cache for team w before x's reclaim stopped b's job 10;
+    the stale figure then refused e's borrower (`_takes_usable`) that the same pass
+    without explanations admitted (a review's case)."""
+    c = Cluster().nodes_(4)
+    c.team("w", nominal=16, cohort="c", decayed={"h100": 1e8})
+    c.team("x", nominal=8, cohort="c", decayed={"h100": 1e6})
+    c.team("b", nominal=6, cohort="c").team("l", nominal=16, cohort="c")
+    c.team("d", nominal=0, cohort="c").team("e", nominal=0, cohort="c", decayed={"h100": 5e7})
+    long = 100 * HOUR
+    c.run(10, "b", on={"n0": 2}, started=NOW - HOUR, runtime=long)
+    c.run(11, "b", on={"n1": 6}, started=NOW - HOUR, runtime=long)
+    c.run(12, "l", on={"n2": 4}, started=NOW - HOUR, runtime=3 * HOUR)
+    c.run(13, "l", on={"n3": 4}, started=NOW - HOUR, runtime=long)
+    c.job(1, "d", workers=4, gpus=8, runtime=long)
+    c.job(2, "d", gpus=4, runtime=long)
+    c.job(3, "x", workers=4, gpus=8, priority=1)
+    c.job(4, "x", gpus=8, runtime=long)
+    c.job(5, "e", gpus=2, runtime=600)
+    c.job(6, "w", workers=3, gpus=8, priority=1)
+    c.job(7, "w", gpus=8, runtime=long)
+    on, off = schedule(c.snapshot(explain=True)), schedule(c.snapshot(explain=False))
+    assert [a.job_id for a in off.admissions] == [5]
+    assert (on.admissions, on.preemptions) == (off.admissions, off.preemptions)
+
+
+def test_a_hold_due_now_is_named_as_the_reason_not_the_free_gpus():
+    """a's job 10 is past its max runtime, so job 1's quota hold starts now: job 2 (2
+    GPUs, n1 has 8 free) cannot pass it however short. It was told "nor do the free GPUs
+    it may use hold it now"; they do."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=12)
+    c.run(10, "a", on={"n0": 8}, started=NOW - 2 * HOUR, runtime=HOUR)
+    c.job(1, "a", gpus=8)
+    c.job(2, "a", gpus=2)
+    v = verdict(schedule(c.snapshot()), 2)
+    assert v.reason_code == "reserved"
+    assert "free GPUs" not in v.message
+    assert "overdue, due to end now, so it could not start now even if it ended sooner" in v.message
