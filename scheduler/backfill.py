@@ -275,9 +275,7 @@ class Backfill(Gate):
         bound = self.start_by(p, job, held.start) if p.config.explain else None
         return Wait(RESERVED, (held.job.id, held.start, kind, bound))
 
-    def _hold(
-        self, p: Pass, job: PendingJob, end: float
-    ) -> tuple[Reservation, int] | Wait | None:
+    def _hold(self, p: Pass, job: PendingJob, end: float) -> tuple[Reservation, int] | Wait | None:
         """Return the hold that stops the job, ending at `end`, and its kind
         (Reservation.nodes, or OWN_HOLD), the reclaim backoff's wait, or None."""
         held = self.quota_holds.get((job.team, job.flavor))

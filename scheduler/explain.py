@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 from .arrays import Slots
 from .backfill import (
-    BACKING_OFF,
     CLAIM_HOLD,
     COHORT_HOLD,
     DUE_NOW,
@@ -493,9 +492,7 @@ def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
     return cache[key]
 
 
-def _reserved(
-    p: Pass, job: PendingJob, holder: int, start: float, nodes: int, bound=None
-) -> str:
+def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int, bound=None) -> str:
     if nodes == CLAIM_HOLD:  # a preemptor of its team waiting for its victims
         return (
             f"{_needs(p, job)}; it would take team {job.team} past its nominal quota while "
@@ -553,7 +550,7 @@ def _sooner(p: Pass, job: PendingJob, bound: float | str) -> str:
             f"it would take team {job.team} past its nominal quota while a job of the team "
             f"waits for the jobs it preempted to stop"
         )
-    else:  # BACKING_OFF
+    else:  # backfill.BACKING_OFF
         why = f"team {job.team} may not borrow while its requeued jobs back off"
     return f"and {why}, so it could not start now even if it ended sooner"
 

@@ -1217,7 +1217,9 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
                 tx.add(p.ledger, r.book, f, -r.job.gpus)
         if quota_fits(p, job, book):
             return []
-        rest = [r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others]
+        rest = [
+            r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others
+        ]
         inner = Transaction()
         for r in rest:
             inner.add(p.ledger, r.book, f, -r.job.gpus)

@@ -270,7 +270,9 @@ def test_a_preemptor_names_its_victims_on_a_cordoned_node():
     assert v.estimated_start == NOW + 30
 
 
-_COULD_START = re.compile(r"could start now if its max runtime were at most ((?:\d+ (?:d|h|min|s) ?)+)")
+_COULD_START = re.compile(
+    r"could start now if its max runtime were at most ((?:\d+ (?:d|h|min|s) ?)+)"
+)
 _UNIT = {"d": 86400, "h": 3600, "min": 60, "s": 1}
 
 
