@@ -127,10 +127,11 @@ class Reservation:
 
 def _takes_own_gangs(p: Pass, job: PendingJob, held: Reservation, end: float) -> bool:
     """Return whether a later job of a cohort hold's own team, within nominal or not,
-    ending at `end`, would take quota the hold's gang is sure to have at the hold's start: the gang would
-    fit its team's headroom then with only what is sure to come back by then given back
-    (_released: its own team's jobs ending, and of the other teams' only the GPUs they
-    borrow, which the hold keeps from other borrowers), and would not with the job
+    ending at `end`, would take quota the hold's gang is sure to have at the hold's
+    start: the gang would fit its team's headroom then with only what is sure to come
+    back by then given back (_released: its own team's jobs ending, and of the other
+    teams' only the GPUs they borrow, which the hold keeps from other borrowers), and
+    would not with the job
     charged too (as Backfill.quota_taken asks of a GPU reservation); "then" is the later
     of the hold's time and when the gang's GPUs are free (_whole).
 
@@ -489,8 +490,9 @@ class Backfill(Gate):
         book = p.ledger.book(job.team)
         within = None  # whether the job fits its team's nominal quota, asked once
         held = self.held_for(job.flavor)
+        ends = p.now + job.max_runtime if end is None else end
         for i, res in enumerate(held):
-            if (p.now + job.max_runtime if end is None else end) <= res.start:
+            if ends <= res.start:
                 continue
             other = p.ledger.book(res.job.team)
             if other is not book:

@@ -342,7 +342,7 @@ class Pass:
             if job.gpus <= room:
                 if not waited or not self._takes_usable(job, parts):
                     return None
-                extra = ("kept", kept, PLACED, self._free(f))
+                extra = ("kept", kept, PLACED, free)
         used, limit = book.used(f), self.ledger.limit(book, f)
         code = QUOTA if used + job.gpus > limit else COHORT_BUSY
         return Wait(code, (used, book.quota(f).nominal, limit, room, extra, self.said(book, f)))

@@ -1220,11 +1220,11 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
         rest = [
             r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others
         ]
-        inner = Transaction()
+        mark = tx.mark()
         for r in rest:
-            inner.add(p.ledger, r.book, f, -r.job.gpus)
+            tx.add(p.ledger, r.book, f, -r.job.gpus)
         enough = quota_fits(p, job, book)
-        inner.rollback()
+        tx.rollback(mark)
         if not enough:
             return []  # none would do: its decision asked another test (a priority cap)
         for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
