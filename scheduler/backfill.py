@@ -363,13 +363,18 @@ class Backfill(Gate):
                     self._cooldowns[key] = max(j.eligible_at, self._cooldowns.get(key, 0.0))
         return self._cooldowns
 
+    def placed_short(self, p: Pass, job: PendingJob) -> bool:
+        """Whether the job ends before every reservation of its flavor, so that it is
+        placed with the held GPUs shown (_admit_short)."""
+        held = self.held_for(job.flavor)
+        return bool(held) and p.now + job.max_runtime <= min(r.start for r in held)
+
     def try_admit(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
         res = self.reservations.get(job.flavor)
         if res is None:
             return super().try_admit(p, job, pool)
-        held = self.held_for(job.flavor)
-        if p.now + job.max_runtime <= min(r.start for r in held):
-            return self._admit_short(p, job, pool, held)
+        if self.placed_short(p, job):
+            return self._admit_short(p, job, pool, self.held_for(job.flavor))
         return self._admit_long(p, job, pool, res)
 
     def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> None:

@@ -14,7 +14,9 @@ from tests.scheduler.helpers import (
     Cluster,
     Sim,
     admitted,
+    nodes_of,
     preempted,
+    reasons,
     verdict,
 )
 
@@ -218,3 +220,32 @@ def test_a_borrower_does_not_take_the_one_node_a_team_within_nominal_can_use():
     assert "of the 22 free GPUs, the ones it would be placed on are kept for teams" in v.message
     c.pending.pop()  # a waits for nothing it could use: b borrows n0
     assert admitted(schedule(c.snapshot())) == [1]
+
+
+def test_a_short_borrower_is_asked_where_it_would_go_with_held_gpus_shown():
+    """y's 2x8 gang 5 is reserved for 1 h from now on x (16 GPUs, 12 free: 8 of them
+    held for it) and z. b's 4-GPU borrower 1 ends before the reservation starts, so it
+    is placed as _admit_short places it, with the held GPUs shown: on l (6 free, the
+    best fit then), not on x's 4 unheld GPUs (the best fit with them hidden). Asked
+    where it would go with them hidden, it was let through, took l, and a's 6-GPU job
+    within nominal, which only l held, waited `fragmented`."""
+    c = Cluster().node("x", gpus=16).node("z").node("l")
+    c.team("a", nominal=8, cohort="c", decayed={"h100": 1e7})
+    c.team("b", nominal=0, cohort="c").team("y", nominal=40, cohort="c")
+    c.run(10, "y", on={"x": 4}, started=NOW - HOUR, runtime=LONG)
+    c.run(11, "y", on={"z": 8}, started=NOW - HOUR, runtime=2 * HOUR)
+    c.run(12, "a", on={"l": 2}, started=NOW - HOUR, runtime=LONG)
+    c.job(5, "y", workers=2, gpus=8)
+    c.job(1, "b", gpus=4, runtime=HOUR / 2)
+    c.job(3, "a", workers=2, gpus=8, priority=1)
+    c.job(2, "a", gpus=6, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [2], reasons(plan)
+    assert nodes_of(plan, 2) == ["l"]
+    assert preempted(plan) == []
+    assert verdict(plan, 1).reason_code == "cohort_busy"
+    c.pending.pop()  # a's job runs on l: b's short job goes on x's held GPUs, harming no one
+    c.run(2, "a", on={"l": 6}, started=NOW, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [1]
+    assert nodes_of(plan, 1) == ["x"]
