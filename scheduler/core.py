@@ -505,8 +505,10 @@ class Pass:
             lift(pool)
         where = self.choose(pool, job)
         tx = Transaction()
-        nodes = None if where is None else placement.take(
-            pool.index, where, job.workers, job.gpus_per_worker, tx
+        nodes = (
+            None
+            if where is None
+            else placement.take(pool.index, where, job.workers, job.gpus_per_worker, tx)
         )
         tx.rollback()
         if short:
