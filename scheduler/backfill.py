@@ -382,16 +382,36 @@ class Backfill(Gate):
         if wait.code == QUOTA:
             if (job.team, f) not in self.quota_holds:
                 self._hold_quota(p, job)
+                if self._passed_over(p, job) and pool is not None:
+                    self._reserve(p, job, pool, self.quota_holds[(job.team, f)].start)
             return
         if wait.code == COHORT_BUSY:
             self._hold_cohort(p, job)
             return
         if pool is None or not waits_for_gpus(wait):
             return
+        self._reserve(p, job, pool)
+
+    def _passed_over(self, p: Pass, job: PendingJob) -> bool:
+        """Whether the job's quota is held and it is over its nominal quota only by its
+        team's jobs that passed it (Pass.ordered_within)."""
+        book = p.ledger.book(job.team)
+        return (
+            (job.team, job.flavor) in self.quota_holds
+            and p.passed(book, job) > 0
+            and p.ordered_within(book, job)
+            and not p.within_nominal(book, job)
+        )
+
+    def _reserve(self, p: Pass, job: PendingJob, pool: Pool, not_before: float = 0.0) -> None:
+        """Reserve the GPUs the job needs at the earliest time they are free, not before
+        `not_before`, if its flavor has reservations left (`limit`; one more for a
+        starving job)."""
+        f = job.flavor
         held = self.held_for(f)
         if len(held) >= self.limit + self._starving(p, job) or self.tries.get(f, 0) >= MAX_TRIES:
             return
-        res = reserve(p, job, pool, held)
+        res = reserve(p, job, pool, held, not_before)
         if res is None:
             self.tries[f] = self.tries.get(f, 0) + 1
             return
@@ -715,9 +735,14 @@ def waits_for_gpus(wait: Wait) -> bool:
 
 
 def reserve(
-    p: Pass, job: PendingJob, pool: Pool, earlier: list[Reservation] = ()
+    p: Pass,
+    job: PendingJob,
+    pool: Pool,
+    earlier: list[Reservation] = (),
+    not_before: float = 0.0,
 ) -> Reservation | None:
-    """Return the job's reservation at the earliest time it fits, or None if it never does.
+    """Return the job's reservation at the earliest time it fits, not before
+    `not_before`, or None if it never does.
 
     The projection replays the end estimates on the free GPUs (held ones
     included) and the earlier reservations of the flavor: each takes its GPUs
@@ -725,6 +750,8 @@ def reserve(
     """
     real = release_events(p, pool)
     events = [(t, GIVE, node, k, None) for t, node, k in real]
+    if not_before > p.now:
+        events.append((not_before, GIVE, 0, 0, None))  # a time to ask at, freeing nothing
     events += promised_events(p, pool)
     for r, res in enumerate(earlier):
         end = res.start + res.job.max_runtime
@@ -742,7 +769,8 @@ def reserve(
         while i < n and events[i][0] == t:
             _, kind, node, k, owner = events[i]
             if owner is None:
-                proj.give(node, k)
+                if k:
+                    proj.give(node, k)
             elif kind == GIVE:  # what it took, not what it asked for: a take may get less
                 proj.give(node, taken.pop((owner, node), 0))
             else:
@@ -751,6 +779,8 @@ def reserve(
                     proj.take(node, got)
                 taken[(owner, node)] = taken.get((owner, node), 0) + got
             i += 1
+        if t < not_before:
+            continue
         where = placement.choose(proj, job.workers, job.gpus_per_worker)
         if where is not None:
             nodes = placement.take(proj, where, job.workers, job.gpus_per_worker, Transaction())

@@ -8,6 +8,7 @@ order, gives the same plan.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from itertools import islice
 
 from . import placement
@@ -133,6 +134,7 @@ class Pass:
         "_by_flavor",
         "_by_team",
         "_stopping",
+        "_passed",
         "_own",
         "_stopping_at_start",
         "_reclaim",
@@ -205,6 +207,9 @@ class Pass:
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
+        # (team, flavor) -> the queue keys of its running jobs not stopping, sorted, and
+        # the GPUs of those from each on (Pass.passed)
+        self._passed: dict[tuple[str, str], tuple[list[tuple], list[int]]] | None = None
 
     # -- step 3 ---------------------------------------------------------------
 
@@ -652,6 +657,48 @@ class Pass:
         (Running.ending), as a preemptor that waits for them counted them (a claim)."""
         used = self.ended(book, job.flavor) if ending else self.settled(book, job.flavor)
         return used + job.gpus <= book.quota(job.flavor).nominal
+
+    def ordered_within(self, book: TeamBook, job: PendingJob) -> bool:
+        """Return whether the job is ordered as one within its team's nominal quota: it
+        fits once the team's stopping jobs have stopped (within_nominal), not counting
+        the team's running jobs that come after it in its queue order (`passed`).
+
+        Those started while it waited, backfilled beside its reservation because they
+        would end before it starts. When the jobs it waited for ended early, such a
+        job kept it over its nominal quota for a while; ordered then as one that would
+        borrow, behind every other team's jobs within nominal, it lost its GPUs to one
+        of them and waited as long as that job ran (100 h in the case built:
+        test_backfill.py). Counted out here, it keeps its place, and its GPUs are
+        reserved until its team's jobs give its quota back (Backfill.after_block).
+        Only the order: whether it may take quota, reclaim or be kept for is
+        within_nominal's. And only outside a cohort: in one, a job over its nominal
+        quota borrows, and ordered before other teams' jobs within nominal it would
+        take the quota they are guaranteed and be reclaimed for it (a cohort hold
+        keeps the cohort's idle quota for it instead: Backfill)."""
+        used = self.settled(book, job.flavor)
+        if book.cohort is None:
+            used -= self.passed(book, job)
+        return used + job.gpus <= book.quota(job.flavor).nominal
+
+    def passed(self, book: TeamBook, job: PendingJob) -> int:
+        """Return the GPUs of the team's running jobs of the job's flavor, not stopping,
+        that come after it in queue order (ordering.queue_key): jobs that passed it."""
+        if self._passed is None:
+            by_team: dict[tuple[str, str], list[tuple[tuple, int]]] = {}
+            for r in self._running_jobs:
+                if not r.stopping:
+                    by_team.setdefault((r.team, r.flavor), []).append((queue_key(r), r.gpus))
+            self._passed = {}
+            for key, jobs in by_team.items():
+                jobs.sort()
+                after, total = [0] * len(jobs), 0
+                for i in range(len(jobs) - 1, -1, -1):
+                    total += jobs[i][1]
+                    after[i] = total
+                self._passed[key] = ([k for k, _ in jobs], after)
+        keys, after = self._passed.get((book.name, job.flavor), ((), ()))
+        i = bisect_right(keys, queue_key(job))
+        return after[i] if i < len(after) else 0
 
     def ended(self, book: TeamBook, flavor: str) -> int:
         """Return `settled` less the team's jobs that end before a victim could stop

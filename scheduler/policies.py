@@ -95,7 +95,7 @@ def fair_share_order(p: Pass) -> Iterator[PendingJob]:
 
 
 def _key(p: Pass, book: TeamBook, head: PendingJob, t: int) -> tuple:
-    borrows = not p.within_nominal(book, head)
+    borrows = not p.ordered_within(book, head)
     cfg = p.config
     age = p.now - head.submitted_at
     rank = priority(p.ledger.share(book), age, cfg.age_weight, cfg.max_age)

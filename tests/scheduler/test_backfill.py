@@ -7,7 +7,17 @@ import pytest
 from scheduler import POLICIES, schedule
 from scheduler.gates import Gate
 from scheduler.policies import Policy, fair_share_order, register_policy
-from tests.scheduler.helpers import NOW, Cluster, Sim, admitted, make_job, reasons, verdict
+from tests.scheduler.helpers import (
+    HOUR,
+    NOW,
+    Cluster,
+    Sim,
+    admitted,
+    make_job,
+    make_team,
+    reasons,
+    verdict,
+)
 
 
 def two_nodes_busy():
@@ -226,3 +236,56 @@ def test_a_job_no_free_gpu_holds_is_not_told_it_could_start_now_if_shorter():
     assert "nor do the free GPUs it may use hold it now" in message
     c.pending[-1] = make_job(2, "a", gpus=4, runtime=900)
     assert reasons(schedule(c.snapshot()))[2] == "no_capacity"
+
+
+def _passed_by_own_short_job() -> Sim:
+    """Teams a and b, no cohort, nominal 16 each on 18 GPUs. b's two 8-GPU jobs should
+    end in an hour; a's 2x8 gang 1 is reserved for then, and a's 1-GPU job 2 (50 min)
+    is backfilled beside it. b's jobs end after 10 minutes instead, and b's 8-GPU job 3
+    (100 h) arrives at 5 minutes; a's usage share is the lower."""
+    c = Cluster().nodes_(2).node("s", gpus=2)
+    c.team("a", nominal=16).team("b", nominal=16, decayed={"h100": 1e7})
+    c.run(10, "b", on={"n0": 8}, started=NOW - HOUR, runtime=2 * HOUR)
+    c.run(11, "b", on={"n1": 8}, started=NOW - HOUR, runtime=2 * HOUR)
+    c.job(1, "a", workers=2, gpus=8, runtime=100 * HOUR)
+    c.job(2, "a", gpus=1, runtime=50 * 60)
+    sim = Sim(c)
+    sim.runs[10] = sim.runs[11] = HOUR + 600
+    return sim
+
+
+def test_a_gang_keeps_its_place_and_gpus_when_its_own_backfilled_job_outlasts_the_wait():
+    """With b's jobs gone, gang 1 is over a's nominal quota by job 2 alone, which
+    passed it. Ordered as one that would borrow, behind b's job 3 within nominal, it
+    lost the GPUs to job 3 and waited its 100 hours. Now it keeps its place in the
+    order (Pass.ordered_within) and its GPUs are reserved from job 2's end: job 3
+    waits `reserved`, and the gang starts when job 2 ends (50 min)."""
+    sim = _passed_by_own_short_job()
+    for t in range(0, 2 * 3600, 60):
+        if t == 300:
+            sim.submit(make_job(3, "b", gpus=8, runtime=100 * HOUR, submitted=NOW + t))
+        plan = sim.step(NOW + t)
+        if t == 600:
+            gang, other = verdict(plan, 1), verdict(plan, 3)
+            assert gang.reason_code == "quota"
+            assert gang.estimated_start == NOW + 50 * 60
+            assert other.reason_code == "reserved"
+            assert "it would delay job 1" in other.message
+    assert sim.started[1] == NOW + 50 * 60
+    assert 3 not in sim.started or sim.started[3] > NOW + 50 * 60
+
+
+def test_a_team_whose_share_is_higher_still_goes_first_within_nominal():
+    """The same, with b's share the lower: b's job 3 comes first in fair share, as it
+    would have without job 2, and takes its GPUs; only the passed job's effect is
+    undone, not the share order."""
+    sim = _passed_by_own_short_job()
+    sim.teams = tuple(
+        make_team(t.name, 16, decayed={"h100": 1e7} if t.name == "a" else None) for t in sim.teams
+    )
+    for t in range(0, 2 * 3600, 60):
+        if t == 300:
+            sim.submit(make_job(3, "b", gpus=8, runtime=100 * HOUR, submitted=NOW + t))
+        sim.step(NOW + t)
+    assert sim.started[3] == NOW + 600
+    assert 1 not in sim.started
