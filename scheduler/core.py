@@ -340,7 +340,7 @@ class Pass:
                 extra = ("kept", kept) if kept else ()
                 free = self._free(f)
                 if free - waited < job.gpus:  # the free GPUs may bind: only those usable
-                    usable = self._usable(parts, f)
+                    usable = self._usable(parts, f)[1]
                     if free - usable < room:  # they do: say so, not that quota is short
                         room = free - usable
                         extra = ("kept", kept, usable, free)
@@ -453,25 +453,58 @@ class Pass:
             self._lower_gpus[level] = sum(r.job.gpus for r in victims)
         return self._lower_gpus[level]
 
-    def _usable(self, parts: list[tuple[int, tuple[str, str]]], flavor: str) -> int:
+    def _usable(self, parts: list[tuple[int, tuple[str, str]]], flavor: str) -> tuple[int, int]:
         """Return how much of the kept quota the waiting teams' jobs could use on the free
         GPUs now: per team, at most what its waiting jobs that fit them ask for (GPUs a
-        2x8 gang cannot be placed on are not what it waits for, even beside a 1-GPU job)."""
+        2x8 gang cannot be placed on are not what it waits for, even beside a 1-GPU job).
+        Twice: without victims, and with the GPUs they may reclaim (_beside_reclaim).
+
+        Free GPUs include those that come free without victims (_coming_free), as
+        preemption's rule 2 counts them: without them, the 4 free GPUs beside a team's
+        job ending in 15 s were "not what its 2x4 gang waits for", were lent, and the
+        gang then reclaimed the borrower's older job in the same pass (an adversarial
+        tester's case, test_reclaim_fresh.py)."""
         pool = self.pools.get(flavor)
         if pool is None:
-            return 0
-        usable = 0
-        for k, key in parts:
-            fitting, beside = 0, []
-            for (w, g), n in self.sizes[key].items():
-                if self.fits_shape(pool, w, g):
-                    fitting += n * w * g
-                else:
-                    beside.append((w, g, n))
-            if fitting < k and beside and self.preempting:
-                fitting += self._beside_reclaim(pool, key, beside, k - fitting)
-            usable += min(k, fitting)
-        return usable
+            return 0, 0
+        tx = Transaction()
+        fails = pool.fails
+        if self._coming_free(pool, tx):
+            pool.fails = {}  # another view of the pool's GPUs until rollback
+        try:
+            plain = usable = 0
+            for k, key in parts:
+                fitting, beside = 0, []
+                for (w, g), n in self.sizes[key].items():
+                    if self.fits_shape(pool, w, g):
+                        fitting += n * w * g
+                    else:
+                        beside.append((w, g, n))
+                plain += min(k, fitting)
+                if fitting < k and beside and self.preempting:
+                    fitting += self._beside_reclaim(pool, key, beside, k - fitting)
+                usable += min(k, fitting)
+            return plain, usable
+        finally:
+            tx.rollback()
+            pool.fails = fails
+
+    def _coming_free(self, pool: Pool, tx: Transaction) -> bool:
+        """Show, until tx is rolled back, the GPUs that come free before any victim of
+        this pass could stop and that no preemptor counts on: those of stopping jobs
+        (Stops.surplus) and of jobs that reach their max runtime (Stops.ending_surplus).
+        Return whether there were any."""
+        if not self.preempting:
+            return False
+        stops = self.stops(pool)
+        shown = False
+        for node in {*stops.on, *stops.ending_on}:
+            k = stops.surplus(node) + stops.ending_surplus(node)
+            k = min(k, pool.index.cap - pool.index.free[node])
+            if k > 0:
+                tx.give(pool.index, node, k)
+                shown = True
+        return shown
 
     def asked_apart(self, question, *args):
         """Return question(*args) with the pass's lazily filled caches left as they were:
@@ -527,7 +560,8 @@ class Pass:
                 k = workers * job.gpus_per_worker - (pool.held.get(node, 0) if short else 0)
                 if k > 0:
                     tx.take(pool.index, node, k)
-            return self._usable(parts, job.flavor) < before
+            after = self._usable(parts, job.flavor)
+            return after[0] < before[0] or after[1] < before[1]
         finally:
             tx.rollback()
             pool.fails = fails

@@ -249,3 +249,49 @@ def test_a_short_borrower_is_asked_where_it_would_go_with_held_gpus_shown():
     plan = schedule(c.snapshot())
     assert admitted(plan) == [1]
     assert nodes_of(plan, 1) == ["x"]
+
+
+# -- the free GPUs a team within nominal could use without victims ----------------------
+
+
+def test_a_borrower_does_not_take_the_free_gpus_beside_a_teams_ending_job():
+    """d's 2x4 gang 2 is within d's nominal 8 once d's job 11, 15 s from its max
+    runtime, has ended: on n1, its 4 GPUs and the 4 free beside them. b's borrowing
+    1x4 job 1 comes first in share order; the free GPUs were "not what the gang waits
+    for" (it fits them only with job 11's), so b took them, and the gang reclaimed b's
+    older job 10 in the same pass: lent, then reclaimed (helper-8's case)."""
+    c = Cluster().node("n0", gpus=4).node("n1", gpus=8)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=4, cohort="c")
+    c.team("d", nominal=8, cohort="c", decayed={"h100": 1e7})
+    c.run(10, "b", on={"n0": 4}, started=NOW - 600, runtime=LONG)
+    c.run(11, "d", on={"n1": 4}, started=NOW - 600, runtime=615)
+    c.job(1, "b", gpus=4, runtime=LONG)
+    c.job(2, "d", workers=2, gpus=4, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == []
+    assert preempted(plan) == []
+    assert "4 of the 4 free GPUs are kept for teams" in verdict(plan, 1).message
+    assert verdict(plan, 2).reason_code == "no_capacity"
+    sim = Sim(c)
+    assert sim.start_of(2, every=5.0, passes=10) == NOW + 15
+    assert sim.preempted == []
+
+
+def test_a_borrower_does_not_take_free_gpus_that_a_team_would_otherwise_reclaim_for():
+    """b's 2x4 gang 3 (within nominal once b's job 1 ends in 20 s) fits n1's 8 free GPUs
+    now. e's borrowing 2x2 job 9, first in share order, would take 4 of them; the gang
+    could then still be placed with what it may reclaim (d's borrowing job 6 on n0), so
+    e's job counted as leaving it as much as before, was admitted, and the gang
+    reclaimed job 6 in the same pass: a preemption the free GPUs made needless."""
+    c = Cluster().node("n0", block="b0", rack="r0").node("n1", block="b1", rack="r1")
+    c.team("a", nominal=16, cohort="c").team("b", nominal=8, cohort="c")
+    c.team("d", nominal=0, cohort="c").team("e", nominal=0, cohort="c")
+    c.run(1, "b", on={"n0": 2}, started=NOW - 180, runtime=200, preemptible=False)
+    c.run(6, "d", on={"n0": 4}, started=NOW - 30, runtime=LONG, priority=2)
+    c.job(9, "e", workers=2, gpus=2, runtime=LONG)
+    c.job(3, "b", workers=2, gpus=4, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [3]
+    assert nodes_of(plan, 3) == ["n1", "n1"]
+    assert preempted(plan) == []
+    assert "the ones it would be placed on are kept" in verdict(plan, 9).message
