@@ -363,7 +363,7 @@ def victim_order(p: Pass, flavor: str, victims: list[Running]) -> list[Running]:
     borrowing, keys = {}, p.victim_keys
     for r in victims:  # victim_key, with each team's and job's part worked out once
         if r.book not in borrowing:
-            borrowing[r.book] = 0 if p.ledger.borrowing(r.book, flavor) else 1
+            borrowing[r.book] = 0 if p.borrows(r.book, flavor) > 0 else 1
         if r.job.id not in keys:
             keys[r.job.id] = job_victim_key(r.job, aged)
     return sorted(victims, key=lambda r: (borrowing[r.book], keys[r.job.id]))
@@ -391,7 +391,7 @@ def _borrowed(p: Pass, job: PendingJob, book: TeamBook) -> list[Running]:
         return []
     out = []
     for other in p.ledger.members.get(book.cohort, ()):
-        if other is not book and p.ledger.borrowing(other, f):
+        if other is not book and p.borrows(other, f) > 0:
             out.extend(r for r in p.running_of(other.name, f) if _preemptible(r))
     return out
 
@@ -419,7 +419,7 @@ class _Search:
                 self.by_node.setdefault(node, []).append((r, k))
             b = r.book
             if b is not book and b not in self.borrows:
-                self.borrows[b] = b.used(f) - b.quota(f).nominal
+                self.borrows[b] = p.borrows(b, f)
         self.removed: dict[TeamBook, tuple[int, int]] = {}  # chosen victims per team: GPUs, largest
 
     def allowed(self, r: Running, removed: dict) -> bool:

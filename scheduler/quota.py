@@ -180,9 +180,11 @@ class Ledger:
         slack = self.slack.get((book.cohort, flavor), 0) - kept
         return min(self.limit(book, flavor) - used, own + max(0, slack))
 
-    def borrowed(self, book: TeamBook, flavor: str, gpus: int) -> int:
-        """Return how many of `gpus` more GPUs would be above the team's nominal quota."""
-        n, used = book.quotas.get(flavor, NO_QUOTA).nominal, book.usage.get(flavor, 0)
+    def borrowed(self, book: TeamBook, flavor: str, gpus: int, used: int | None = None) -> int:
+        """Return how many of `gpus` more GPUs would be above the team's nominal quota,
+        given what it uses (`used`, else its usage on the ledger)."""
+        n = book.quotas.get(flavor, NO_QUOTA).nominal
+        used = book.usage.get(flavor, 0) if used is None else used
         return max(0, used + gpus - n) - max(0, used - n)
 
     def borrowing(self, book: TeamBook, flavor: str) -> bool:

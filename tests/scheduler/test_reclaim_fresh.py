@@ -295,3 +295,42 @@ def test_a_borrower_does_not_take_free_gpus_that_a_team_would_otherwise_reclaim_
     assert nodes_of(plan, 3) == ["n1", "n1"]
     assert preempted(plan) == []
     assert "the ones it would be placed on are kept" in verdict(plan, 9).message
+
+
+def test_quota_lent_in_a_pass_is_not_reclaimed_in_it():
+    """d runs 6 GPUs within its nominal 8; its 1x4 job 17 borrows 2 of a's idle quota
+    on n0 (4 GPUs, a block of its own, no use to e's 1x6 job 11 within nominal). The
+    admission made d a borrower, and job 11 then reclaimed d's older 6-GPU job 9 in the
+    same pass: quota lent, then reclaimed (helper-8's case). Quota this pass lent is not
+    reclaimable in it (Pass.borrows); the next pass may reclaim it, as any borrowing."""
+    c = Cluster().node("n0", gpus=4, block="b0", rack="r0").node("n1", block="b1", rack="r1")
+    c.team("a", nominal=8, cohort="c").team("d", nominal=8, cohort="c")
+    c.team("e", nominal=6, cohort="c", decayed={"h100": 1e7})
+    c.run(9, "d", on={"n1": 6}, started=NOW - 600, runtime=LONG)
+    c.job(17, "d", gpus=4, runtime=LONG)
+    c.job(20, "e", gpus=8, priority=1, runtime=LONG)
+    c.job(11, "e", gpus=6, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [17]
+    assert plan.admissions[0].borrowed == 2
+    assert preempted(plan) == []
+    assert verdict(plan, 11).reason_code == "no_capacity"
+
+
+def test_a_job_admitted_beside_its_teams_stopping_victim_is_not_said_to_borrow():
+    """b (nominal 16, no cohort): its priority-2 job 23 preempts its priority-0 job 17;
+    a pass later, with job 17 still stopping, b's job 20 is admitted. The ledger then
+    held job 17's GPUs and job 23's charge for the same place, and the admission was
+    said to borrow 4 GPUs ("borrowing 4 GPUs from the cohort" in the portal) in a team
+    with no cohort, within its nominal quota (helper-8's case)."""
+    c = Cluster().node("n0").node("n1", gpus=4).node("n2", gpus=4)
+    c.team("b", nominal=16)
+    c.run(17, "b", on={"n0": 4}, priority=0, started=NOW - 600, runtime=LONG)
+    c.run(18, "b", on={"n1": 4}, priority=1, started=NOW - 600, runtime=LONG)
+    c.job(23, "b", gpus=8, priority=2, runtime=LONG)
+    c.job(20, "b", gpus=4, priority=0, runtime=LONG)
+    sim = Sim(c)
+    assert preempted(sim.step(NOW)) == [17]
+    plan = sim.step(NOW + 10)
+    assert admitted(plan) == [20]
+    assert plan.admissions[0].borrowed == 0
