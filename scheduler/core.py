@@ -493,21 +493,23 @@ class Pass:
             pool.fails = fails
 
     def _coming_free(self, pool: Pool, tx: Transaction) -> bool:
-        """Show, until tx is rolled back, the GPUs that come free before any victim of
-        this pass could stop and that no preemptor counts on: those of stopping jobs
-        (Stops.surplus) and of jobs that reach their max runtime (Stops.ending_surplus).
-        Return whether there were any."""
+        """Let the pool's placement questions see, until tx is rolled back, the GPUs that
+        come free before any victim of this pass could stop and that no preemptor
+        counts on: those of stopping jobs (Stops.future, rule 2's view) and of jobs
+        that reach their max runtime (Stops.ending_surplus). Return whether there
+        were any."""
         if not self.preempting:
             return False
         stops = self.stops(pool)
-        shown = False
-        for node in {*stops.on, *stops.ending_on}:
-            k = stops.surplus(node) + stops.ending_surplus(node)
-            k = min(k, pool.index.cap - pool.index.free[node])
+        if not stops.on and not stops.ending_on:
+            return False
+        index = stops.future()
+        tx.view(pool, index)
+        for node in stops.ending_on:
+            k = min(stops.ending_surplus(node), index.cap - index.free[node])
             if k > 0:
-                tx.give(pool.index, node, k)
-                shown = True
-        return shown
+                tx.give(index, node, k)
+        return True
 
     def asked_apart(self, question, *args):
         """Return question(*args) with the pass's lazily filled caches left as they were:
