@@ -8,7 +8,6 @@ order, gives the same plan.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from itertools import islice
 
 from . import placement
@@ -134,7 +133,6 @@ class Pass:
         "_by_flavor",
         "_by_team",
         "_stopping",
-        "_passed",
         "lent",
         "_own",
         "_stopping_at_start",
@@ -208,9 +206,6 @@ class Pass:
         self._by_flavor: dict[str, list[Running]] | None = None
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
-        # (team, flavor) -> the queue keys of its running jobs not stopping, sorted, and
-        # the GPUs of those from each on (Pass.passed)
-        self._passed: dict[tuple[str, str], tuple[list[tuple], list[int]]] | None = None
         # (team, flavor) -> GPUs of idle quota this pass lent it (Pass.borrows)
         self.lent: dict[tuple[str, str], int] = {}
 
@@ -343,7 +338,7 @@ class Pass:
                 extra = ("kept", kept) if kept else ()
                 free = self._free(f)
                 if free - waited < job.gpus:  # the free GPUs may bind: only those usable
-                    usable = self._usable(parts, f)[1]
+                    usable = min(free, self._usable(parts, f)[1])  # with GPUs coming free
                     if free - usable < room:  # they do: say so, not that quota is short
                         room = free - usable
                         extra = ("kept", kept, usable, free)
@@ -494,10 +489,10 @@ class Pass:
 
     def _coming_free(self, pool: Pool, tx: Transaction) -> bool:
         """Let the pool's placement questions see, until tx is rolled back, the GPUs that
-        come free before any victim of this pass could stop and that no preemptor
-        counts on: those of stopping jobs (Stops.future, rule 2's view) and of jobs
-        that reach their max runtime (Stops.ending_surplus). Return whether there
-        were any."""
+        come free without a victim and that no preemptor counts on: those of stopping
+        jobs (Stops.future, rule 2's view) and of jobs that reach their max runtime
+        before a victim could stop (Stops.ending_surplus). Return whether there were
+        any."""
         if not self.preempting:
             return False
         stops = self.stops(pool)
@@ -622,8 +617,8 @@ class Pass:
         by_team: dict[TeamBook, list[Running]] = {}
         for r in self.running_in(f):
             other = r.book
-            if r.stopping or not r.job.preemptible or other is team:
-                continue
+            if r.stopping or r.ending or not r.job.preemptible or other is team:
+                continue  # an ending job's GPUs come free without a victim (_coming_free)
             if team.cohort is None or other.cohort != team.cohort:
                 continue
             by_team.setdefault(other, []).append(r)
@@ -710,7 +705,7 @@ class Pass:
     def ordered_within(self, book: TeamBook, job: PendingJob) -> bool:
         """Return whether the job is ordered as one within its team's nominal quota: it
         fits once the team's stopping jobs have stopped (within_nominal), not counting
-        the team's running jobs that come after it in its queue order (`passed`).
+        the team's running jobs that passed it (`passed`).
 
         Those started while it waited, backfilled beside its reservation because they
         would end before it starts. When the jobs it waited for ended early, such a
@@ -725,29 +720,26 @@ class Pass:
         take the quota they are guaranteed and be reclaimed for it (a cohort hold
         keeps the cohort's idle quota for it instead: Backfill)."""
         used = self.settled(book, job.flavor)
-        if book.cohort is None:
+        nominal = book.quota(job.flavor).nominal
+        if used + job.gpus > nominal and book.cohort is None:
             used -= self.passed(book, job)
-        return used + job.gpus <= book.quota(job.flavor).nominal
+        return used + job.gpus <= nominal
 
     def passed(self, book: TeamBook, job: PendingJob) -> int:
-        """Return the GPUs of the team's running jobs of the job's flavor, not stopping,
-        that come after it in queue order (ordering.queue_key): jobs that passed it."""
-        if self._passed is None:
-            by_team: dict[tuple[str, str], list[tuple[tuple, int]]] = {}
-            for r in self._running_jobs:
-                if not r.stopping:
-                    by_team.setdefault((r.team, r.flavor), []).append((queue_key(r), r.gpus))
-            self._passed = {}
-            for key, jobs in by_team.items():
-                jobs.sort()
-                after, total = [0] * len(jobs), 0
-                for i in range(len(jobs) - 1, -1, -1):
-                    total += jobs[i][1]
-                    after[i] = total
-                self._passed[key] = ([k for k, _ in jobs], after)
-        keys, after = self._passed.get((book.name, job.flavor), ((), ()))
-        i = bisect_right(keys, queue_key(job))
-        return after[i] if i < len(after) else 0
+        """Return the GPUs of the team's running jobs of the job's flavor that passed it:
+        not stopping (a victim of this pass neither: `settled` leaves those out), after
+        it in queue order (ordering.queue_key), and started while it waited (since it
+        was submitted, or, requeued, since it became eligible again). A lower-priority
+        job that ran before a higher-priority one was submitted did not pass it:
+        counted, the latter took its flavor's reservation from another team's gang
+        (a review's case, test_backfill.py)."""
+        since = job.eligible_at if job.restart_count else job.submitted_at
+        key = queue_key(job)
+        return sum(
+            r.job.gpus
+            for r in self.running_of(job.team, job.flavor)
+            if not r.stopping and r.job.started_at >= since and queue_key(r.job) > key
+        )
 
     def ended(self, book: TeamBook, flavor: str) -> int:
         """Return `settled` less the team's jobs that end before a victim could stop

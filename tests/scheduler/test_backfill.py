@@ -289,3 +289,38 @@ def test_a_team_whose_share_is_higher_still_goes_first_within_nominal():
         sim.step(NOW + t)
     assert sim.started[3] == NOW + 600
     assert 1 not in sim.started
+
+
+def _gang_behind_a_team_over_quota(c: Cluster) -> Cluster:
+    """b's 2x8 gang 2 fits its quota and waits for GPUs (n1 frees in 1 h, n2 in 2 h);
+    c's 10-hour job 3 would delay it. a (nominal 8, no cohort) is over its quota."""
+    c.team("b", nominal=16, decayed={"h100": 1e8}).team("c", nominal=24, decayed={"h100": 1e9})
+    c.run(11, "c", on={"n1": 8}, started=NOW - 600, runtime=HOUR + 600)
+    c.run(12, "c", on={"n2": 8}, started=NOW - 600, runtime=2 * HOUR + 600)
+    c.job(2, "b", workers=2, gpus=8, runtime=HOUR)
+    c.job(3, "c", gpus=8, runtime=10 * HOUR)
+    return c
+
+
+@pytest.mark.parametrize("case", ["started_before_it", "preempted_in_this_pass"])
+def test_only_jobs_that_passed_a_job_are_counted_out_of_its_order(case):
+    """a's job 1 is over a's nominal quota by jobs that did not pass it: a
+    lower-priority job running since before job 1 was submitted, or a later job that
+    a's priority-5 job 5 preempts in this pass (`settled` leaves it out already).
+    Counted as having passed it, job 1 was ordered within nominal and took the
+    flavor's only reservation from 10 h on; b's gang 2 got none and c's job 3 took the
+    GPUs it needed (a review's cases). Gang 2 keeps the reservation, job 3 waits."""
+    c = Cluster().nodes_(4)
+    c.team("a", nominal=8)
+    if case == "started_before_it":
+        c.run(10, "a", on={"n0": 8}, started=NOW - 5 * HOUR, runtime=15 * HOUR, preemptible=False)
+        c.job(1, "a", gpus=8, priority=5, submitted=NOW - 60, runtime=HOUR)
+    else:
+        c.run(10, "a", on={"n0": 4}, started=NOW - 5 * HOUR, runtime=15 * HOUR)
+        c.run(13, "a", on={"n0": 4}, submitted=NOW - 100, started=NOW - 90, runtime=15 * HOUR)
+        c.job(5, "a", gpus=4, priority=5, submitted=NOW - 30)
+        c.job(1, "a", gpus=4, submitted=NOW - 200, runtime=HOUR)
+    plan = schedule(_gang_behind_a_team_over_quota(c).snapshot())
+    assert verdict(plan, 1).reason_code == "quota"
+    assert "reserved for it from" in verdict(plan, 2).message
+    assert verdict(plan, 3).reason_code == "reserved"

@@ -334,3 +334,39 @@ def test_a_job_admitted_beside_its_teams_stopping_victim_is_not_said_to_borrow()
     plan = sim.step(NOW + 10)
     assert admitted(plan) == [20]
     assert plan.admissions[0].borrowed == 0
+
+
+def test_an_ending_borrowers_gpus_are_not_counted_twice_for_a_team_within_nominal():
+    """d's 1x8 job 2 is within nominal once d's job 22 ends in 15 s, but no node can
+    hold it: n1 has x's non-preemptible job beside e's borrowing job 21, which ends in
+    15 s too. Job 21's 4 GPUs were counted as coming free and as reclaimable, n1 looked
+    like room for 8, and b's borrower was refused n0's free GPUs (a review's case)."""
+    c = Cluster().node("n0", gpus=4).node("n1").node("n2", gpus=4)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
+    c.team("d", nominal=8, cohort="c", decayed={"h100": 1e7}).team("e", nominal=0, cohort="c")
+    c.team("x", nominal=4)
+    c.run(20, "x", on={"n1": 4}, runtime=LONG, preemptible=False)
+    c.run(21, "e", on={"n1": 4}, started=NOW - 600, runtime=615)
+    c.run(22, "d", on={"n2": 4}, started=NOW - 600, runtime=615)
+    c.job(1, "b", gpus=4, runtime=LONG)
+    c.job(2, "d", gpus=8, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [1]
+    assert preempted(plan) == []
+
+
+def test_no_more_gpus_are_said_kept_than_are_free():
+    """d's 6-GPU job fits n1 once d's job 11 ends in 15 s: beside a's 2 GPUs, its 4 and
+    the 2 free. b's 2-GPU borrower is refused the 2 free GPUs, and was told "4 of the 2
+    free GPUs are kept" (the GPUs coming free counted as free; a review's case)."""
+    c = Cluster().node("n0", gpus=4).node("n1")
+    c.team("a", nominal=8, cohort="c").team("b", nominal=4, cohort="c")
+    c.team("d", nominal=8, cohort="c", decayed={"h100": 1e7})
+    c.run(10, "b", on={"n0": 4}, started=NOW - 600, runtime=LONG)
+    c.run(11, "d", on={"n1": 4}, started=NOW - 600, runtime=615)
+    c.run(12, "a", on={"n1": 2}, started=NOW - 600, runtime=LONG, preemptible=False)
+    c.job(1, "b", gpus=2, runtime=LONG)
+    c.job(2, "d", gpus=6, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert admitted(plan) == [] and preempted(plan) == []
+    assert "2 of the 2 free GPUs are kept" in verdict(plan, 1).message
