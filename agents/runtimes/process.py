@@ -117,6 +117,10 @@ class ProcessRuntime(Runtime):
         # The agent renews this lease; a worker whose lease runs out stops itself (shim.sh).
         self._lease = state_dir / LEASE_FILE
         self._shell = shell
+        # Started in the background by a shell, the agent ignores SIGINT and SIGQUIT, and
+        # so would each shim it starts; a shell cannot trap a signal ignored on entry, so
+        # the shim could not forward those stop orders. It is started with them put back.
+        self._unignore = _unignore() if _ignores_stop_signals() else ()
         # The agent's environment as workers get it, read once: copying os.environ for
         # every start (it decodes each variable) was a seventh of the agent's Python.
         self._base_env = worker_base_env(os.environ if base_env is None else base_env)
@@ -142,6 +146,7 @@ class ProcessRuntime(Runtime):
             return
         self._create_dir(spec, wdir)
         argv = [
+            *self._unignore,
             self._shell,
             str(SHIM_PATH),
             str(wdir),
@@ -363,6 +368,25 @@ class ProcessRuntime(Runtime):
             shutil.rmtree(self._dir(key), ignore_errors=True)
             self._written.pop(key, None)
         self._stops.discard(key)
+
+
+def _ignores_stop_signals() -> bool:
+    """Whether this process ignores SIGINT or SIGQUIT (and its children would too)."""
+    return any(signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGINT, signal.SIGQUIT))
+
+
+def _unignore() -> tuple[str, ...]:
+    """The command prefix that starts a program with SIGINT and SIGQUIT at their default:
+    env where it can (signal_reset), else this Python."""
+    if signal_reset() == "env":
+        return ("env", "--default-signal=INT,QUIT")
+    code = (
+        "import os, signal, sys\n"
+        "for s in (signal.SIGINT, signal.SIGQUIT):\n"
+        "    signal.signal(s, signal.SIG_DFL)\n"
+        "os.execvp(sys.argv[1], sys.argv[1:])"
+    )
+    return (sys.executable, "-I", "-S", "-c", code)
 
 
 @functools.cache

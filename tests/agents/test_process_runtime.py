@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from agents.runtimes import process
 from agents.runtimes.process import ProcessRuntime
 from agents.state import LEASE_FILE, write_lease
 from agents.workers import EXITED, FAILED_TO_START, RUNNING, STOPPING
@@ -360,3 +362,33 @@ def test_a_lease_that_runs_out_fences_even_with_the_jobs_own_ifs(tmp_path):
     status = finished(rt, "27.0.0", timeout=15)
     assert status.exit_code == 143
     assert "lease expired" in rt.log_tail("27.0.0")
+
+
+@pytest.mark.parametrize("reset", ["env", "python"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGQUIT])
+def test_a_stop_signal_reaches_the_command_when_the_agent_ignores_it(
+    tmp_path, monkeypatch, sig, reset
+):
+    # An agent started in the background by a shell (`nohup berth-agent &`) inherits
+    # SIGINT and SIGQUIT ignored, and so did each shim it started: a shell cannot trap a
+    # signal ignored on entry, so the shim never forwarded a SIGINT stop order, and the
+    # job ran on until the SIGKILL (seen as this file's test above failing under a
+    # backgrounded `make test`).
+    # "python": where env --default-signal is missing, the shim starts through Python
+    if reset == "python":
+        monkeypatch.setattr(process, "signal_reset", lambda: sys.executable)
+    was = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        rt = ProcessRuntime(tmp_path, base_env={"PATH": os.environ["PATH"]})
+        script = (
+            f"trap 'echo got {sig.name}; exit 9' {sig.name[3:]}; echo ready; while :; do :; done"
+        )
+        rt.start(make_spec("29.0.0", ("sh", "-c", script)))
+        wait_until(lambda: "ready" in rt.log_tail("29.0.0"))
+        rt.stop("29.0.0", sig, 10)
+        assert finished(rt, "29.0.0").exit_code == 9
+        assert f"got {sig.name}" in rt.log_tail("29.0.0")
+    finally:
+        for s, handler in was.items():
+            signal.signal(s, handler)
+        kill_all(rt)
