@@ -382,8 +382,11 @@ class Backfill(Gate):
         if wait.code == QUOTA:
             if (job.team, f) not in self.quota_holds:
                 self._hold_quota(p, job)
-                if self._passed_over(p, job) and pool is not None:
-                    self._reserve(p, job, pool, self.quota_holds[(job.team, f)].start)
+                held, book = self.quota_holds.get((job.team, f)), p.ledger.book(job.team)
+                if held is None or pool is None or p.within_nominal(book, job):
+                    return
+                if p.ordered_within(book, job):  # over it only by team jobs that passed it
+                    self._reserve(p, job, pool, held.start)
             return
         if wait.code == COHORT_BUSY:
             self._hold_cohort(p, job)
@@ -391,17 +394,6 @@ class Backfill(Gate):
         if pool is None or not waits_for_gpus(wait):
             return
         self._reserve(p, job, pool)
-
-    def _passed_over(self, p: Pass, job: PendingJob) -> bool:
-        """Whether the job's quota is held and it is over its nominal quota only by its
-        team's jobs that passed it (Pass.ordered_within)."""
-        book = p.ledger.book(job.team)
-        return (
-            (job.team, job.flavor) in self.quota_holds
-            and p.passed(book, job) > 0
-            and p.ordered_within(book, job)
-            and not p.within_nominal(book, job)
-        )
 
     def _reserve(self, p: Pass, job: PendingJob, pool: Pool, not_before: float = 0.0) -> None:
         """Reserve the GPUs the job needs at the earliest time they are free, not before
