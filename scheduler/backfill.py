@@ -80,7 +80,8 @@ QUOTA_REFUSES, QUOTA_KEPT, QUOTA_CLAIMED, BACKING_OFF, NO_ROOM, DUE_NOW = (
     "now",
 )
 # Give up reserving for a flavor after this many jobs could not get a reservation
-# (each costs a replay of the release events).
+# (each costs a replay of the release events). A job whose shape already failed (no
+# node will hold its workers: Backfill.never) is not tried again and costs no try.
 MAX_TRIES = 4
 
 
@@ -244,6 +245,9 @@ class Backfill(Gate):
     def __init__(self, limit: int = 1, reclaim_backoff: bool = False) -> None:
         super().__init__()
         self.tries: dict[str, int] = {}
+        # flavor -> gang shapes (workers, GPUs per worker) no projection placed in this
+        # pass: a job as large in both never fits either
+        self.never: dict[str, list[tuple[int, int]]] = {}
         self.limit = limit
         self.later: dict[str, list[Reservation]] = {}
         self.reclaim_backoff = reclaim_backoff
@@ -401,11 +405,20 @@ class Backfill(Gate):
         starving job)."""
         f = job.flavor
         held = self.held_for(f)
-        if len(held) >= self.limit + self._starving(p, job) or self.tries.get(f, 0) >= MAX_TRIES:
+        starving = self._starving(p, job)
+        if len(held) >= self.limit + starving:
+            return
+        shape, never = (job.workers, job.gpus_per_worker), self.never.setdefault(f, [])
+        if any(w <= shape[0] and q <= shape[1] for w, q in never):
+            return  # no node holds such workers as the cluster is (unhealthy GPUs, say)
+        if self.tries.get(f, 0) >= MAX_TRIES and not starving:
             return
         res = reserve(p, job, pool, held, not_before)
-        if res is None:
+        if res is None:  # not even once every job has ended: jobs of its shape never fit
+            # (four stuck 2x8 gangs beside a node with a bad GPU used up the tries, and
+            # a 1x8 job behind them got no reservation and starved behind 1-GPU jobs)
             self.tries[f] = self.tries.get(f, 0) + 1
+            never.append(shape)
             return
         if held:
             self.later.setdefault(f, []).append(res)
@@ -425,8 +438,11 @@ class Backfill(Gate):
         return 1 if 0 < bound <= p.now - job.submitted_at else 0
 
     def _hold_quota(self, p: Pass, job: PendingJob) -> None:
-        """Hold the team's quota for its first quota-blocked job of the flavor."""
-        start = quota_free_at(p, job)
+        """Hold the team's quota for its first quota-blocked job of the flavor, from when
+        its team may take the job's GPUs (cohort_free_at: in a cohort, once the cohort
+        can lend them too; counted against its own limit alone, a borrower was held
+        from +60 s, when its 1-GPU job ended, and waited 99 h for the cohort)."""
+        start = cohort_free_at(p, job)
         if start != math.inf:
             self.quota_holds[(job.team, job.flavor)] = Reservation(job, start, {}, 0)
 
@@ -645,30 +661,18 @@ def release_events(p: Pass, pool: Pool) -> list[tuple[float, int, int]]:
     return events
 
 
-def quota_free_at(p: Pass, job: PendingJob) -> float:
-    """Return when enough of the team's jobs of the flavor end for the job to fit its quota.
-
-    Infinite if they never free enough (quota claimed by a preemptor of this
-    pass, whose end is not known yet): then no quota is held.
-    """
-    book, f = p.ledger.book(job.team), job.flavor
-    over = book.used(f) + job.gpus - p.ledger.limit(book, f)
-    ends = [(r.end, r.job.gpus) for r in p.running_of(job.team, f)]
-    ends += [(a.end, a.gpus) for a in p.admitted.get(f, ()) if a.team == job.team]
-    for end, gpus in sorted(ends):
-        over -= gpus
-        if over <= 0:
-            return end
-    return math.inf
-
-
 def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None) -> float:
-    """Return when enough of the cohort's jobs of the flavor end for the job's team to borrow.
+    """Return when enough of the jobs of the flavor end for the job's team to take its
+    GPUs: the team's and, in a cohort, the cohort's (its headroom: its limit and what
+    the cohort can lend).
 
-    Replays the end estimates of the cohort's running jobs and of the jobs
-    admitted in this pass, soonest first, on the ledger in a transaction that
-    is undone afterwards, until the team's headroom holds the job. Infinite if
-    they never free enough: then no quota is held. With `reserved` (a GPU
+    Replays the end estimates of the team's (its cohort's) running jobs, of the jobs
+    admitted in this pass and of the waiting preemptors (charged until their max
+    runtime after their victims have stopped; left charged for ever, the next job of
+    a team was told 99 h, when another job ended, and started when the preemptor
+    did, a minute later), soonest first, on the ledger in a transaction that is
+    undone afterwards, until the team's headroom holds the job. Infinite if they
+    never free enough: then no quota is held. With `reserved` (a GPU
     reservation whose quota the job may not take, Backfill.quota_taken): not before
     its start, with its job (and those of the flavor's reservations before it still
     running then) charged until their max runtimes end.
@@ -682,6 +686,10 @@ def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None
         started = ledger.book(a.team)
         if ledger.shares_quota(book, started):
             ends.append((a.end, -1 - i, started, a.gpus))
+    for w, until in p.waiting_preemptors:
+        charged = ledger.book(w.team)
+        if w.flavor == f and ledger.shares_quota(book, charged):
+            ends.append((until + w.max_runtime, w.id, charged, w.gpus))
     at = p.now
     tx = Transaction()
     try:
@@ -734,7 +742,8 @@ def reserve(
     not_before: float = 0.0,
 ) -> Reservation | None:
     """Return the job's reservation at the earliest time it fits, not before
-    `not_before`, or None if it never does.
+    `not_before`, or None if it never does. Times are asked at the events only (a
+    blocked job does not fit now), and at `not_before` when it is now or later.
 
     The projection replays the end estimates on the free GPUs (held ones
     included) and the earlier reservations of the flavor: each takes its GPUs
@@ -742,7 +751,7 @@ def reserve(
     """
     real = release_events(p, pool)
     events = [(t, GIVE, node, k, None) for t, node, k in real]
-    if not_before > p.now:
+    if not_before >= p.now:  # (not_before = now: it may fit now, as an estimate asks)
         events.append((not_before, GIVE, 0, 0, None))  # a time to ask at, freeing nothing
     events += promised_events(p, pool)
     for r, res in enumerate(earlier):

@@ -124,6 +124,7 @@ class Pass:
         "preempt_fails",
         "own_cap",
         "charged",
+        "waiting_preemptors",
         "claimed",
         "demand",
         "sizes",
@@ -181,9 +182,8 @@ class Pass:
         self.admitted: dict[str, list[Started]] = {}  # flavor -> jobs admitted in this pass
         self.waits: dict[int, Wait] = {}
         self.order: list[PendingJob] = []  # jobs in the order they were considered
-        self.took: dict[
-            tuple[str, str, str], list[int]
-        ] = {}  # (team, queue, flavor) -> [jobs, GPUs]
+        # (team, queue, flavor) -> [jobs, GPUs, {node: GPUs}] admitted in this pass
+        self.took: dict[tuple[str, str, str], list] = {}
         self.preempt_fails: dict[tuple, int] = {}
         # (team's book, most GPUs it may use) while try_priority_preempt searches
         self.own_cap: tuple | None = None
@@ -191,6 +191,9 @@ class Pass:
         self.charged: dict[tuple[str, str], int] = {}
         # (team, flavor) -> (preemptor, when its victims will have stopped): claim_wait
         self.claimed: dict[tuple[str, str], tuple[JobId, float]] = {}
+        # each preemptor waiting for its victims, and when they will have stopped: its
+        # charge ends its max runtime later (backfill.cohort_free_at)
+        self.waiting_preemptors: list[tuple[PendingJob, float]] = []
         # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
         # built when a job that would borrow first needs it (kept_for_others)
         self.demand: dict[tuple[str, str], int] | None = None
@@ -301,6 +304,7 @@ class Pass:
 
     def claim(self, job: PendingJob, until: float) -> None:
         """Note a preemptor waiting for its victims until `until` (claim_wait)."""
+        self.waiting_preemptors.append((job, until))
         key = (job.team, job.flavor)
         held = self.claimed.get(key)
         if held is None or until < held[1]:
@@ -348,6 +352,9 @@ class Pass:
                 extra = ("kept", kept, PLACED, free)
         used, limit = book.used(f), self.ledger.limit(book, f)
         code = QUOTA if used + job.gpus > limit else COHORT_BUSY
+        if code == QUOTA and book.cohort is not None:  # and would the cohort lend it then?
+            then = self.ledger.headroom_with(book, f, {book: limit - job.gpus - used})
+            extra = ("cohort", max(0, then)) if then < job.gpus else ()
         return Wait(code, (used, book.quota(f).nominal, limit, room, extra, self.said(book, f)))
 
     def _demand(self) -> dict[tuple[str, str], int]:
@@ -840,13 +847,24 @@ class Pass:
         pool.invalidate()
         self.admissions.append(Admission(job.id, pool.assign(nodes, job.gpus_per_worker), borrowed))
         self.admitted.setdefault(job.flavor, []).append(Started(job, self.now, nodes))
-        took = self.took.setdefault((job.team, job.queue, job.flavor), [0, 0])
+        took = self.took.setdefault((job.team, job.queue, job.flavor), [0, 0, {}])
         took[0] += 1
         took[1] += job.gpus
+        for node, workers in nodes:
+            took[2][node] = took[2].get(node, 0) + workers * job.gpus_per_worker
         return nodes
 
     def shortfall(self, job: PendingJob, pool: Pool, extra: int = 0) -> Wait:
-        """Return the capacity reason a job that passed its quota does not fit."""
+        """Return the capacity reason a job that passed its quota does not fit. `extra`:
+        the free GPUs held for reservations, which it could use if it were short enough;
+        its facts are taken with them shown (the count had them and the largest node's
+        free GPUs did not: "10 are free but at most 4 on one node" beside 6 held)."""
+        if extra and pool.holding:
+            lift(pool)
+            try:
+                return self.shortfall(job, pool)
+            finally:
+                restore(pool)
         index = pool.index
         code = placement.shortfall(index, extra, job.workers, job.gpus_per_worker)
         if not self.config.explain:
@@ -856,14 +874,24 @@ class Pass:
         return Wait(code, facts)
 
     def ahead_in_queue(self, job: PendingJob, pool: Pool | None, wait: Wait) -> Wait:
-        """Return `priority` if jobs ahead in the job's queue took the GPUs it needed."""
+        """Return `priority` if jobs ahead in the job's queue took the GPUs it needed: it
+        would fit, in whole workers, with the GPUs they took free (and those held for a
+        reservation, which a capacity reason counts). Counted only, a 1x8 job was told
+        `priority` because a 1-GPU job of its queue took a GPU on a 4-GPU node."""
         if wait.code not in CAPACITY or pool is None:
             return wait
         took = self.took.get((job.team, job.queue, job.flavor))
-        held = sum(pool.held.values()) if pool.holding else 0
-        if took and pool.index.total + held + took[1] >= job.gpus:
-            return Wait(PRIORITY, ("took", took[0], took[1]))
-        return wait
+        held = pool.held if pool.holding else {}
+        if not took or pool.index.total + sum(held.values()) + took[1] < job.gpus:
+            return wait
+        tx = Transaction()
+        try:
+            for node, k in (*held.items(), *took[2].items()):
+                tx.give(pool.index, node, k)
+            fits = placement.choose(pool.index, job.workers, job.gpus_per_worker) is not None
+        finally:
+            tx.rollback()
+        return Wait(PRIORITY, ("took", took[0], took[1])) if fits else wait
 
     # -- step 4 and 5 ---------------------------------------------------------
 

@@ -120,17 +120,27 @@ class Shadow:
         self.most = self.free + sum(k for _, k in rel)  # all that can ever be free
 
     def start(self, gpus: int, runtime: float, floor: float) -> float | None:
-        """Return when a job of `gpus` GPUs starts, not before `floor`, and book it."""
+        """Return when a job of `gpus` GPUs starts, not before `floor`, and book it.
+
+        The clock (never before the job before it) moves with the GPUs the jobs wait
+        for, not with a floor beyond them (a hold's quota, a reservation, a victim's
+        grace period, a backoff): such a job takes its GPUs at its floor, and the jobs
+        after it may use them until then. Moved to a far floor, the clock made every
+        later job of the flavor wait for it (a job reserved from +15 s was told +99 h
+        behind another team's job waiting 99 h for its cohort's quota)."""
         if gpus > self.most:
             return None
         while self.free < gpus:
             t, k = heappop(self.releases)
             self.free += k
             self.clock = max(self.clock, t)
-        self.clock = max(self.clock, floor)
-        self.free -= gpus
-        heappush(self.releases, (self.clock + runtime, gpus))
-        return self.clock
+        if floor <= self.clock:
+            self.free -= gpus
+            heappush(self.releases, (self.clock + runtime, gpus))
+            return self.clock
+        heappush(self.releases, (floor, -gpus))  # taken at its floor, given back after
+        heappush(self.releases, (floor + runtime, gpus))
+        return floor
 
 
 def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | None]:
@@ -138,6 +148,7 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     shadows: dict[str, Shadow] = {}
     gate = p.gate
     reserved = {res.job.id: res.start for f in gate.reservations for res in gate.held_for(f)}
+    placed = set(reserved)  # GPU reservations: their GPUs are placed already
     for res in (*gate.quota_holds.values(), *gate.cohort_holds.values()):
         start = (res.whole or res).start if res.nodes == COHORT_HOLD else res.start
         reserved[res.job.id] = max(start, reserved.get(res.job.id, p.now))  # backfill._whole
@@ -161,11 +172,21 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         elif wait.code == BUDGET_EXHAUSTED:
             out[job.id] = _budget_start(job, *wait.info)
             continue
-        elif wait.code == RESERVED and wait.info[2] in (RESERVED_QUOTA, OWN_HOLD):
+        elif wait.code == RESERVED and wait.info[2] in _QUOTA_HELD:
             floor = max(floor, _quota_back_at(p, job, wait.info[:3], quota_back))
         elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
+        # A gang starts once its workers fit whole; not for a job with a GPU reservation
+        # or a preemptor: their GPUs are placed already (a quota or cohort hold is
+        # quota only: a held 1x8 job was told +60 s by count and started in 99 h).
+        gang = job.workers > 1 or job.gpus_per_worker > 1
+        if gang and job.id not in placed and wait.code != WAITING_FOR_PREEMPTION:
+            whole = _whole_workers(p, job, wholes)
+            if whole is None:  # no node will ever hold its workers
+                out[job.id] = None
+                continue
+            floor = max(floor, whole)
         start = shadow.start(job.gpus, job.max_runtime, floor)
         if wait.code == WAITING_FOR_PREEMPTION and start is not None:
             # Its GPUs are reserved already: it starts when its victims have stopped,
@@ -173,31 +194,24 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
             # was estimated 10 h away, behind its team's quota hold, and started in 30 s).
             # Still booked above, so the jobs after it do not count its GPUs.
             start = floor
-        gang = job.workers > 1 or job.gpus_per_worker > 1
-        # Not for a job with a reservation or a preemptor: their GPUs are placed already.
-        if (
-            gang
-            and start is not None
-            and job.id not in reserved
-            and wait.code != WAITING_FOR_PREEMPTION
-        ):
-            start = max(start, _whole_workers(p, job, wholes))
         out[job.id] = start
     return out
 
 
-def _whole_workers(p: Pass, job: PendingJob, known: dict) -> float:
+def _whole_workers(p: Pass, job: PendingJob, known: dict) -> float | None:
     """Return when the job's workers fit whole on nodes (in one domain, for a gang), by
     the backfill projection (scheduler.backfill.reserve) after the flavor's reservations;
-    now if that never happens (the shadow's count stands). One per gang shape and pass.
+    None if that never happens (no node will hold them with the GPUs it has: the count
+    said "now" for a 1x8 job beside two nodes of 7 healthy GPUs). One per gang shape and
+    pass.
 
     The shadow counts GPUs; a gang also needs them in whole workers: without this, a job
     waiting `fragmented` was told it starts when enough GPUs are free in pieces.
     """
     key = (job.flavor, job.workers, job.gpus_per_worker)
     if key not in known:
-        res = reserve(p, job, p.pools[job.flavor], p.gate.held_for(job.flavor))
-        known[key] = p.now if res is None else res.start
+        res = reserve(p, job, p.pools[job.flavor], p.gate.held_for(job.flavor), p.now)
+        known[key] = None if res is None else res.start
     return known[key]
 
 
@@ -411,6 +425,12 @@ def _quota(
         if over > 0
         else "would start when its stopping jobs have stopped"
     )
+    if extra and extra[0] == "cohort":  # and the cohort could not lend it enough then
+        then = extra[1]
+        when += (
+            f"; even then cohort {p.ledger.book(job.team).cohort} could give it only {then:g} "
+            f"more, so {job.gpus - then:g} more of the cohort's quota must come free"
+        )
     return (
         f"{_needs(p, job)}; team {job.team} uses {_uses(said)} of {nominal} "
         f"nominal and may hold at most {limit_text}; {when}"
@@ -466,23 +486,30 @@ def _cohort_busy(
     return f"{text}; would start when {gpus(short)} of the cohort {'is' if short == 1 else 'are'} freed"
 
 
+# The holds that keep a job's quota, not GPUs, from it (the `reserved` wait's kind).
+_QUOTA_HELD = (RESERVED_QUOTA, OWN_HOLD, 0, COHORT_HOLD)
+
+
 def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
-    """Return when a job held for the quota of a GPU reservation's job (Backfill.quota_taken)
-    or of its own team's gang under a cohort hold (OWN_HOLD) can take its team's quota:
-    not before the reservation or hold, with its job charged from then on
-    (backfill.cohort_free_at); if the replay never gets there, the end of that job's max
-    runtime. Floored at the reservation's start alone, a job was told +8 min and started
-    after the reserved gang's 2 h (a review's case; +5 min and +65 min under a cohort
-    hold). `held`: the wait's (holder, start, kind). One replay per holder, team and
-    size."""
+    """Return when a job held for the quota of a GPU reservation's job (Backfill.quota_taken),
+    of its team's quota hold (0), of a cohort hold (COHORT_HOLD) or of its own team's
+    gang under one (OWN_HOLD) can take its team's quota: not before the reservation or
+    hold, with its job charged from then on (backfill.cohort_free_at); if the replay
+    never gets there, the end of that job's max runtime. Floored at the reservation's
+    start alone, a job was told +8 min and started after the reserved gang's 2 h (a
+    review's case; +5 min and +65 min under a cohort hold; +1 min and +61 min behind
+    its team's quota hold). `held`: the wait's (holder, start, kind). One replay per
+    holder, team and size."""
     holder, _, kind = held
     key = (holder, job.team, job.gpus)
     if key not in cache:
         cache[key] = p.now
         gate = p.gate
-        if kind == OWN_HOLD:  # the gang as it can start (backfill._whole)
+        if kind in (OWN_HOLD, COHORT_HOLD):  # the gang as it can start (backfill._whole)
             hold = gate.cohort_holds.get((p.ledger.book(job.team).cohort, job.flavor))
             holds = [hold and (hold.whole or hold)]
+        elif kind == 0:
+            holds = [gate.quota_holds.get((job.team, job.flavor))]
         else:
             holds = gate.held_for(job.flavor)
         for res in holds:

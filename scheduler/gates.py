@@ -21,6 +21,7 @@ from .reasons import (
     FIFO_BLOCKED,
     NEVER_FITS,
     NO_NODES,
+    QUOTA,
     REASONS,
     WAITING_FOR_PREEMPTION,
     Wait,
@@ -64,28 +65,35 @@ class Gate:
 
 
 class HeadOfLine(Gate):
-    """The first job of a flavor blocked for one of `codes` stops that flavor.
+    """The first job of a flavor blocked for one of `codes` stops that flavor; the first
+    job of a team blocked for one of `team_codes` stops that team's jobs of the flavor.
 
     Slurm's sched/builtin: strict order, no job passes a blocked one. Jobs that
     can never run, or whose flavor has no nodes, do not block.
     """
 
-    def __init__(self, codes: frozenset[str]) -> None:
+    def __init__(self, codes: frozenset[str], team_codes: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.codes = codes
-        self.blockers: dict[str, tuple[int, str]] = {}
+        self.team_codes = team_codes
+        self.blockers: dict = {}  # flavor, or (team, flavor) -> (job id, its code)
 
     def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
-        blocker = self.blockers.get(job.flavor)
+        blocker = self.blockers.get(job.flavor) or self.blockers.get((job.team, job.flavor))
         return None if blocker is None else Wait(FIFO_BLOCKED, blocker)
 
     def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> None:
         if wait.code in self.codes and job.flavor not in self.blockers:
             self.blockers[job.flavor] = (job.id, wait.code)
+        elif wait.code in self.team_codes:
+            self.blockers.setdefault((job.team, job.flavor), (job.id, wait.code))
 
 
 # The reference FIFO: any reason but a permanent one blocks the flavor.
 STRICT = frozenset(REASONS) - {NEVER_FITS, NO_NODES, FIFO_BLOCKED}
 # Backfill switched off: only a job waiting for GPUs blocks the flavor; a job
-# held back by its own team's quota does not hold back other teams.
+# held back by its own team's quota does not hold back other teams, but does hold
+# back its own team's later jobs (TEAM_QUOTA: passed by them, a gang within nominal
+# quota starved behind its team's stream of 1-GPU jobs, each taking the quota back).
 FOR_GPUS = CAPACITY | {WAITING_FOR_PREEMPTION}
+TEAM_QUOTA = frozenset({QUOTA})

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from .backfill import Backfill
 from .fairshare import priority
-from .gates import FOR_GPUS, STRICT, Gate, HeadOfLine
+from .gates import FOR_GPUS, STRICT, TEAM_QUOTA, Gate, HeadOfLine
 from .model import PendingJob, PolicyConfig
 from .ordering import submit_key, team_key
 
@@ -109,7 +109,7 @@ def head_of_line(config: PolicyConfig) -> Gate:
 def backfill_or_wait(config: PolicyConfig) -> Gate:
     """Backfill when the config allows it, else a job waiting for GPUs stops its flavor."""
     if not config.backfill:
-        return HeadOfLine(FOR_GPUS)
+        return HeadOfLine(FOR_GPUS, TEAM_QUOTA)
     return Backfill(config.backfill_reservations, config.reclaim_backoff)
 
 
