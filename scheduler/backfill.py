@@ -663,6 +663,30 @@ def release_events(p: Pass, pool: Pool) -> list[tuple[float, int, int]]:
 
 def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None) -> float:
     """Return when enough of the jobs of the flavor end for the job's team to take its
+    GPUs (_replay)."""
+    return _replay(p, p.ledger.book(job.team), job.flavor, reserved, job.gpus)
+
+
+def room_steps(
+    p: Pass, team: str, flavor: str, reserved: Reservation | None, upto: float
+) -> tuple[list[float], list[float]]:
+    """Return the times of cohort_free_at's replay and, at each, the most GPUs the team
+    could take by then, until that is `upto`: one replay answers every job size of the
+    team up to it (with bisect on the second list, which never decreases)."""
+    steps: list = []
+    _replay(p, p.ledger.book(team), flavor, reserved, upto, steps)
+    times, rooms, most = [], [], -math.inf
+    for t, room in steps:
+        most = max(most, room)
+        times.append(t)
+        rooms.append(most)
+    return times, rooms
+
+
+def _replay(
+    p: Pass, book, f: str, reserved: Reservation | None, gpus: float, steps: list | None = None
+) -> float:
+    """Return when enough of the jobs of the flavor end for the job's team to take its
     GPUs: the team's and, in a cohort, the cohort's (its headroom: its limit and what
     the cohort can lend).
 
@@ -677,8 +701,7 @@ def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None
     its start, with its job (and those of the flavor's reservations before it still
     running then) charged until their max runtimes end.
     """
-    ledger, f = p.ledger, job.flavor
-    book = ledger.book(job.team)
+    ledger = p.ledger
     ends = []
     for member in ledger.peers(book):
         ends += [(r.end, r.job.id, member, r.job.gpus) for r in p.running_of(member.name, f)]
@@ -706,11 +729,18 @@ def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None
         while k < len(ends) and ends[k][0] <= at:  # what has ended by then
             tx.add(ledger, ends[k][2], f, -ends[k][3])
             k += 1
-        if (reserved is not None or k) and ledger.headroom(book, f) >= job.gpus:
-            return at
-        for end, _, member, gpus in ends[k:]:
-            tx.add(ledger, member, f, -gpus)
-            if ledger.headroom(book, f) >= job.gpus:
+        if reserved is not None or k:
+            room = ledger.headroom(book, f)
+            if steps is not None:
+                steps.append((at, room))
+            if room >= gpus:
+                return at
+        for end, _, member, freed in ends[k:]:
+            tx.add(ledger, member, f, -freed)
+            room = ledger.headroom(book, f)
+            if steps is not None:
+                steps.append((end, room))
+            if room >= gpus:
                 return end
         return math.inf
     finally:

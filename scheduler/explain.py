@@ -23,6 +23,7 @@ that can never fit get None.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
@@ -37,8 +38,8 @@ from .backfill import (
     QUOTA_KEPT,
     QUOTA_REFUSES,
     RESERVED_QUOTA,
-    cohort_free_at,
     reserve,
+    room_steps,
 )
 from .model import PendingJob, Verdict
 from .reasons import (
@@ -155,7 +156,13 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     out: dict[int, float | None] = {}
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     wholes: dict = {}  # gang shape -> when its workers fit whole (_whole_workers)
-    quota_back: dict = {}  # (reserved job, team, GPUs) -> _quota_back_at
+    quota_back: dict = {"biggest": {}}  # (holder, team) -> _quota_back_at's replay
+    biggest = quota_back["biggest"]  # (holder, team) -> the largest job it holds
+    for job in waiting:
+        wait = p.waits[job.id]
+        if wait.code == RESERVED and wait.info[2] in _QUOTA_HELD:
+            key = (wait.info[0], job.team)
+            biggest[key] = max(biggest.get(key, 0), job.gpus)
     for job in waiting:
         wait = p.waits[job.id]
         if wait.code in (NEVER_FITS, NO_NODES) or job.flavor not in p.pools:
@@ -499,11 +506,12 @@ def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
     start alone, a job was told +8 min and started after the reserved gang's 2 h (a
     review's case; +5 min and +65 min under a cohort hold; +1 min and +61 min behind
     its team's quota hold). `held`: the wait's (holder, start, kind). One replay per
-    holder, team and size."""
+    holder and team, for every size (backfill.room_steps)."""
     holder, _, kind = held
-    key = (holder, job.team, job.gpus)
-    if key not in cache:
-        cache[key] = p.now
+    key = (holder, job.team)
+    known = cache.get(key)  # (holder's reservation or None, times, rooms)
+    if known is None:
+        upto = cache["biggest"][key]  # its team's largest job the holder holds
         gate = p.gate
         if kind in (OWN_HOLD, COHORT_HOLD):  # the gang as it can start (backfill._whole)
             hold = gate.cohort_holds.get((p.ledger.book(job.team).cohort, job.flavor))
@@ -512,11 +520,15 @@ def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
             holds = [gate.quota_holds.get((job.team, job.flavor))]
         else:
             holds = gate.held_for(job.flavor)
+        known = cache[key] = (None, [], [])
         for res in holds:
             if res is not None and res.job.id == holder:
-                at = cohort_free_at(p, job, res)
-                cache[key] = res.start + res.job.max_runtime if at == math.inf else at
-    return cache[key]
+                known = cache[key] = (res, *room_steps(p, job.team, job.flavor, res, upto))
+    res, times, rooms = known
+    if res is None:
+        return p.now
+    i = bisect_left(rooms, job.gpus)
+    return times[i] if i < len(times) else res.start + res.job.max_runtime
 
 
 def _reserved(p: Pass, job: PendingJob, holder: int, start: float, nodes: int, bound=None) -> str:

@@ -192,8 +192,14 @@ class Stops:
     `on[n]`: GPUs on node n held by stopping jobs (those stopping when the pass
     began and the victims of this pass); `resv[n]`: GPUs on n reserved for
     preemptors waiting for them. A reservation draws on the stopping GPUs of its
-    node first; the rest of it is GPUs free now, which are taken out of the free
-    index (`hidden`) so that no other job of the pass takes them. Stopping GPUs
+    node that stop by the time its preemptor can start (`ready`: its victims
+    stopped, and each of its nodes holding its share) first; the rest of it is GPUs
+    free now, which are taken out of the free index (`hidden`) so that no other job
+    of the pass takes them, then ending GPUs, then stopping GPUs that stop later.
+    Drawn on every stopping GPU of its node, a preemptor whose target was 2 free
+    GPUs and its victim's 4 counted a cancelled job's 2 stopping GPUs there (10
+    minutes of grace) as its own, left the free ones to another job, and started 10
+    minutes late (tests/scheduler/test_reclaim_stop_times.py). Stopping GPUs
     beyond the reservations of their node (`surplus`) are free for the next
     preemptor: what an earlier victim frees beyond its preemptor's need is
     counted once, by whoever uses it (scheduler.preemption).
@@ -223,6 +229,7 @@ class Stops:
         "resv",
         "hidden",
         "by_job",
+        "ready",
         "hidden_total",
         "ending_on",
         "ending_quota",
@@ -241,6 +248,7 @@ class Stops:
         self.resv: dict[int, int] = {}
         self.hidden: dict[int, int] = {}
         self.by_job: dict[int, dict[int, int]] = {}  # preemptor -> node -> GPUs
+        self.ready: dict[int, float] = {}  # node -> when its last holder can start
         self.hidden_total = 0
         self.ending_on: dict[int, int] = {}
         self.ending_quota: dict[TeamBook, int] = {}  # team -> GPUs its ending jobs hold
@@ -266,20 +274,60 @@ class Stops:
 
     def ending_surplus(self, node: int) -> int:
         """Return the ending GPUs of a node that no reservation draws on."""
-        drawn = self.resv.get(node, 0) - self.on.get(node, 0) - self.hidden.get(node, 0)
-        return max(0, self.ending_on.get(node, 0) - max(0, drawn))
+        return self.ending_on.get(node, 0) - self._draws(node)[2]
 
     def surplus(self, node: int) -> int:
         """Return the stopping GPUs of a node that no preemptor has reserved."""
-        return max(0, self.on.get(node, 0) - self.resv.get(node, 0))
+        soon, _, _, late = self._draws(node)
+        return self.on.get(node, 0) - soon - late
 
-    def reserve(self, job_id: int, gpus_on: dict[int, int]) -> None:
-        """Reserve GPUs per node for a preemptor; hide the part that is free now."""
+    def reserve(self, job_id: int, gpus_on: dict[int, int], until: float = 0.0) -> None:
+        """Reserve GPUs per node for a preemptor whose victims stop by `until`; hide the
+        part that is free now."""
         self.by_job[job_id] = gpus_on
         for node, k in gpus_on.items():
             self.resv[node] = self.resv.get(node, 0) + k
+        start = max((self._ready_at(node, until) for node in gpus_on), default=until)
+        for node in gpus_on:
+            self.ready[node] = max(self.ready.get(node, start), start)
             self._changed.add(node)
             self._rehide(node)
+
+    def stops_on(self, node: int) -> list[tuple[float, int]]:
+        """Return (stop time, GPUs) of the stopping jobs on a node."""
+        return [
+            (r.end, k)
+            for r in self.jobs_on.get(node, ())
+            if not r.ending
+            for n, k in r.nodes
+            if n == node
+        ]
+
+    def _ready_at(self, node: int, until: float) -> float:
+        """Return when the node holds its reservations, not before `until`: with its free
+        and ending GPUs, and its stopping GPUs as they stop."""
+        have = self.index.free[node] + self.hidden.get(node, 0) + self.ending_on.get(node, 0)
+        need = self.resv[node] - have
+        if need > 0:
+            for end, k in sorted(self.stops_on(node)):
+                need -= k
+                if need <= 0:
+                    return max(until, end)
+        return until
+
+    def _draws(self, node: int) -> tuple[int, int, int, int]:
+        """Return what the node's reservations draw on: stopping GPUs that stop by the
+        time they start, free GPUs (hidden), ending GPUs, stopping GPUs that stop later."""
+        resv = self.resv.get(node, 0)
+        if not resv:
+            return 0, 0, 0, 0
+        on, t = self.on.get(node, 0), self.ready.get(node)
+        late = 0 if t is None else sum(k for end, k in self.stops_on(node) if end > t)
+        late = min(late, on)
+        soon = min(resv, on - late)
+        free = min(resv - soon, self.index.free[node] + self.hidden.get(node, 0))
+        ending = min(resv - soon - free, self.ending_on.get(node, 0))
+        return soon, free, ending, min(resv - soon - free - ending, late)
 
     def future(self) -> FreeIndex:
         """Return the free index once every stopping job has stopped: each node's free
@@ -297,7 +345,8 @@ class Stops:
             dirty = now.touched | self._changed
         future, free = self._future, now.free
         for node in dirty:
-            future.set(node, free[node] + max(0, on.get(node, 0) - resv.get(node, 0)))
+            k = on.get(node, 0)
+            future.set(node, free[node] + (self.surplus(node) if resv.get(node) else k))
         now.touched.clear()
         self._changed.clear()
         return future
@@ -309,9 +358,7 @@ class Stops:
     def _rehide(self, node: int) -> None:
         index = self.index
         hidden = self.hidden.get(node, 0)
-        want = max(0, self.resv.get(node, 0) - self.on.get(node, 0))
-        if self.ending_on.get(node):  # the rest of it is ending GPUs
-            want = min(want, index.free[node] + hidden)
+        want = self._draws(node)[1]
         delta = want - hidden
         if not delta:
             return
