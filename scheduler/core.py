@@ -882,15 +882,23 @@ class Pass:
             return wait
         took = self.took.get((job.team, job.queue, job.flavor))
         held = pool.held if pool.holding else {}
-        if not took or pool.index.total + sum(held.values()) + took[1] < job.gpus:
+        extra = sum(held.values())
+        if not took or pool.index.total + extra + took[1] < job.gpus:
             return wait
-        tx = Transaction()
-        try:
-            for node, k in (*held.items(), *took[2].items()):
-                tx.give(pool.index, node, k)
-            fits = placement.choose(pool.index, job.workers, job.gpus_per_worker) is not None
-        finally:
-            tx.rollback()
+        # one answer per shape until the free GPUs change (Pool.invalidate: the queue
+        # taking more does too); asked for each, 3,000 blocked 1x8 jobs on 500 nodes
+        # cost 7.7 s
+        key = (job.team, job.queue, job.workers, job.gpus_per_worker, extra, pool.index.total)
+        fits = pool.ahead.get(key)
+        if fits is None:
+            tx = Transaction()
+            try:
+                for node, k in (*held.items(), *took[2].items()):
+                    tx.give(pool.index, node, k)
+                fits = placement.choose(pool.index, job.workers, job.gpus_per_worker) is not None
+            finally:
+                tx.rollback()
+            pool.ahead[key] = fits
         return Wait(PRIORITY, ("took", took[0], took[1])) if fits else wait
 
     # -- step 4 and 5 ---------------------------------------------------------

@@ -121,27 +121,17 @@ class Shadow:
         self.most = self.free + sum(k for _, k in rel)  # all that can ever be free
 
     def start(self, gpus: int, runtime: float, floor: float) -> float | None:
-        """Return when a job of `gpus` GPUs starts, not before `floor`, and book it.
-
-        The clock (never before the job before it) moves with the GPUs the jobs wait
-        for, not with a floor beyond them (a hold's quota, a reservation, a victim's
-        grace period, a backoff): such a job takes its GPUs at its floor, and the jobs
-        after it may use them until then. Moved to a far floor, the clock made every
-        later job of the flavor wait for it (a job reserved from +15 s was told +99 h
-        behind another team's job waiting 99 h for its cohort's quota)."""
+        """Return when a job of `gpus` GPUs starts, not before `floor`, and book it."""
         if gpus > self.most:
             return None
         while self.free < gpus:
             t, k = heappop(self.releases)
             self.free += k
             self.clock = max(self.clock, t)
-        if floor <= self.clock:
-            self.free -= gpus
-            heappush(self.releases, (self.clock + runtime, gpus))
-            return self.clock
-        heappush(self.releases, (floor, -gpus))  # taken at its floor, given back after
-        heappush(self.releases, (floor + runtime, gpus))
-        return floor
+        self.clock = max(self.clock, floor)
+        self.free -= gpus
+        heappush(self.releases, (self.clock + runtime, gpus))
+        return self.clock
 
 
 def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | None]:
@@ -184,23 +174,21 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
-        # A gang starts once its workers fit whole; not for a job with a GPU reservation
-        # or a preemptor: their GPUs are placed already (a quota or cohort hold is
-        # quota only: a held 1x8 job was told +60 s by count and started in 99 h).
-        gang = job.workers > 1 or job.gpus_per_worker > 1
-        if gang and job.id not in placed and wait.code != WAITING_FOR_PREEMPTION:
-            whole = _whole_workers(p, job, wholes)
-            if whole is None:  # no node will ever hold its workers
-                out[job.id] = None
-                continue
-            floor = max(floor, whole)
         start = shadow.start(job.gpus, job.max_runtime, floor)
-        if wait.code == WAITING_FOR_PREEMPTION and start is not None:
-            # Its GPUs are reserved already: it starts when its victims have stopped,
-            # whatever holds the jobs before it in pass order keep them waiting for (it
-            # was estimated 10 h away, behind its team's quota hold, and started in 30 s).
-            # Still booked above, so the jobs after it do not count its GPUs.
+        if start is not None and (wait.code == WAITING_FOR_PREEMPTION or job.id in placed):
+            # Its GPUs are reserved already: it starts when its victims have stopped, or
+            # at its GPU reservation, whatever holds the jobs before it in pass order keep
+            # them waiting for (it was estimated 10 h away, behind its team's quota hold,
+            # and started in 30 s; reserved from +15 s, it was told +99 h behind another
+            # team's job waiting for its cohort's quota). Still booked above, so the jobs
+            # after it do not count its GPUs.
             start = floor
+        elif start is not None and (job.workers > 1 or job.gpus_per_worker > 1):
+            # A gang starts once its workers fit whole (after the booking: the jobs after
+            # it are not held to it); under a quota or cohort hold too, which keeps quota,
+            # not GPUs (a held 1x8 job was told +60 s by count and started in 99 h).
+            whole = _whole_workers(p, job, wholes)
+            start = None if whole is None else max(start, whole)  # None: no node ever holds it
         out[job.id] = start
     return out
 
@@ -387,7 +375,12 @@ def _ordinal(n: int) -> str:
     return f"{n}{({1: 'st', 2: 'nd', 3: 'rd'}).get(n % 10, 'th')}"
 
 
-def _fifo_blocked(p: Pass, job: PendingJob, blocker: int, code: str) -> str:
+def _fifo_blocked(p: Pass, job: PendingJob, blocker: int, code: str, team: bool = False) -> str:
+    if team:  # a team's block (gates.TEAM_QUOTA): other teams' jobs may pass
+        return (
+            f"{_needs(p, job)}; job {blocker} of team {job.team} ahead of it waits ({code}) "
+            f"and no later job of its team may pass it"
+        )
     return f"{_needs(p, job)}; job {blocker} ahead of it waits ({code}) and nothing may pass it"
 
 

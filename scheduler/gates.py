@@ -76,7 +76,8 @@ class HeadOfLine(Gate):
         super().__init__()
         self.codes = codes
         self.team_codes = team_codes
-        self.blockers: dict = {}  # flavor, or (team, flavor) -> (job id, its code)
+        # flavor -> (job id, its code); (team, flavor) -> (job id, its code, True)
+        self.blockers: dict = {}
 
     def blocked(self, p: Pass, job: PendingJob) -> Wait | None:
         blocker = self.blockers.get(job.flavor) or self.blockers.get((job.team, job.flavor))
@@ -86,7 +87,7 @@ class HeadOfLine(Gate):
         if wait.code in self.codes and job.flavor not in self.blockers:
             self.blockers[job.flavor] = (job.id, wait.code)
         elif wait.code in self.team_codes:
-            self.blockers.setdefault((job.team, job.flavor), (job.id, wait.code))
+            self.blockers.setdefault((job.team, job.flavor), (job.id, wait.code, True))
 
 
 # The reference FIFO: any reason but a permanent one blocks the flavor.

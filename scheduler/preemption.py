@@ -248,15 +248,14 @@ def choose(
         own = sum(r.job.gpus for r in lower) + stops.ending_quota.get(book, 0)
         if book.used(f) - own + job.gpus > book.quota(f).nominal:
             return None
-        first = min((r.end for r in stops.jobs), default=p.now)  # nothing is ready sooner
         if fits(p, job, pool, book):
-            return Choice([], _target_gpus(job, pool, tx, stops, first))
+            return Choice([], _target_gpus(job, pool, tx, stops, None))
         cands = victim_order(p, f, lower + _borrowed(p, job, book) if reclaim else lower)
         if not cands:
             return None
         _ending(p, pool, stops, tx, book)
         if fits(p, job, pool, book):
-            return Choice([], _target_gpus(job, pool, tx, stops, first), True)
+            return Choice([], _target_gpus(job, pool, tx, stops, None), True)
         freeable = sum(k for r in cands for _, k in r.nodes)
         if pool.index.total + freeable < job.gpus:
             return None
@@ -318,15 +317,13 @@ def _release_quota(p: Pass, f: str, book: TeamBook, quota: dict, tx: Transaction
 
 
 def _target_gpus(
-    job: PendingJob, pool: Pool, tx: Transaction, stops: Stops | None = None, until=None
+    job: PendingJob, pool: Pool, tx: Transaction, stops: Stops, until: float | None
 ) -> dict[int, int]:
     """Return the GPUs per node the job would take in rule 2's view (taken in tx), by
-    best fit; where that takes GPUs of a job already stopping that stops after its own
-    victims have (`until`; for a job without victims, the first stop of the pool:
-    none is ready sooner; `_future` gave them back),
-    at the earliest time it fits: first without the GPUs of the stopping jobs that stop
-    after `until` (free now, its victims', ending jobs' and those that stop by then),
-    then after each later stop in turn (`_earliest`, up to `EARLIEST_TRIES` times).
+    best fit; where that takes spare GPUs of a job already stopping (`Stops.surplus`,
+    which `_future` gave back) that stops after its own victims have (`until`; None
+    for a job without victims: after the first spare stop of the pool, none is ready
+    sooner), at the earliest stop time it fits instead (`_earliest`).
 
     By best fit alone, a 1-GPU preemptor whose victim stopped in 30 s was placed on
     the GPU another preemptor's victim freed beyond its reservation 10 minutes later,
@@ -341,31 +338,51 @@ def _target_gpus(
     where = placement.choose(index, job.workers, q)
     mark = tx.mark()
     nodes = placement.take(index, where, job.workers, q, tx)
-    if until is not None and _waits_longer(stops, nodes, until):
+    last = max((_last_spare(stops, node) for node, _ in nodes), default=-math.inf)
+    if until is None and last > stops.first_end:  # (else no stop is ready sooner)
+        until = min(_first_spare(stops, node) for node in stops.on)
+    if until is not None and last > until:
         tx.rollback(mark)
         apart = _earliest(job, index, stops, until, tx)
         nodes = placement.take(index, apart or where, job.workers, q, tx)
     return {node: workers * q for node, workers in nodes}
 
 
-# How many stop times a target is looked for at, soonest first (_earliest).
-EARLIEST_TRIES = 4
+def _last_spare(stops: Stops, node: int) -> float:
+    """Return when the last spare stopping GPU of a node comes free (the spare ones
+    are those that stop last: a reservation draws on the others first), or -inf."""
+    if stops.surplus(node) <= 0:
+        return -math.inf
+    return max(end for end, _ in stops.stops_on(node))
+
+
+def _first_spare(stops: Stops, node: int) -> float:
+    """Return when the first spare stopping GPU of a node comes free, or inf."""
+    k = stops.surplus(node)
+    if k <= 0:
+        return math.inf
+    for end, g in sorted(stops.stops_on(node), reverse=True):  # the spare stop last
+        k -= g
+        if k <= 0:
+            return end
+    return math.inf
 
 
 def _earliest(job: PendingJob, index, stops: Stops, until: float, tx: Transaction):
-    """Return where the job fits in rule 2's view without the GPUs of the stopping jobs
-    that stop after `until`, else after the next stop time, and so on (a few times at
-    most); None if none does. Of a node's stopping GPUs beyond its reservations, those
-    that stop last are counted out first (which ones are reserved is not known)."""
-    resv, given = stops.resv, []  # (node, what `_future` gave back there, its stops)
-    for node, k in stops.on.items():
-        k -= resv.get(node, 0)
+    """Return where the job fits in rule 2's view at the earliest stop time from `until`
+    on, without the spare stopping GPUs that stop later (those that stop last are the
+    spare ones); None if it fits at none. Fitting only gets easier as time goes on, so
+    the time is found by bisection over the stop times."""
+    given = []  # (node, spare stopping GPUs, their stops) where some stop after `until`
+    for node in stops.on:
+        k = stops.surplus(node)
         if k > 0:
             ends = stops.stops_on(node)
             if any(end > until for end, _ in ends):
                 given.append((node, k, ends))
-    later = sorted({r.end for r in stops.jobs if r.end > until})
-    for t in [until, *later[: EARLIEST_TRIES - 1]]:
+    times = [until, *sorted({end for _, _, ends in given for end, _ in ends if end > until})]
+
+    def at(t: float):
         mark = tx.mark()
         for node, k, ends in given:
             late = min(k, sum(g for end, g in ends if end > t))
@@ -373,19 +390,17 @@ def _earliest(job: PendingJob, index, stops: Stops, until: float, tx: Transactio
                 tx.take(index, node, late)
         where = placement.choose(index, job.workers, job.gpus_per_worker)
         tx.rollback(mark)
-        if where is not None:
-            return where
-    return None
+        return where
 
-
-def _waits_longer(stops: Stops, nodes, end: float) -> bool:
-    """Return whether a node of the target holds a stopping job, beyond the node's
-    reservations, that stops after `end`."""
-    on, resv, jobs_on = stops.on, stops.resv, stops.jobs_on
-    return any(
-        on.get(node, 0) > resv.get(node, 0) and any(r.end > end for r in jobs_on.get(node, ()))
-        for node, _ in nodes
-    )
+    lo, hi, found = 0, len(times) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        where = at(times[mid])
+        if where is None:
+            lo = mid + 1
+        else:
+            found, hi = where, mid - 1
+    return found
 
 
 def victim_order(p: Pass, flavor: str, victims: list[Running]) -> list[Running]:
@@ -1198,7 +1213,8 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
     earlier passes that still stop: without them, the pass after its preemption said
     "waits for stopping jobs (11) ... by" 30 s for a victim with 10 minutes of grace)
     and the other
-    stopping jobs on its target's nodes; if it has neither (it fits on free GPUs once
+    stopping jobs on its target's nodes that stop by the time it can start
+    (Stops.ready: its reservation draws on no later one); if it has neither (it fits on free GPUs once
     stopping jobs free their quota), the stopping jobs of its team and cohort. Counted
     from the target's nodes alone, a quota victim elsewhere was left out (told 30 s, it
     started after its 10-minute grace), another team's job already stopping there was
@@ -1210,11 +1226,12 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
     for r in stops.jobs:  # its victims of earlier passes, still stopping (a cordoned
         if r.job.preempted_by == job.id:  # node's too: its quota comes back all the same)
             mine[id(r)] = r
+    ready = stops.ready.get(job.id, math.inf)  # its reservation draws on none stopping later
     others = {
         id(r): r
         for n in choice.gpus_on
         for r in stops.jobs_on.get(n, ())
-        if id(r) not in mine and (choice.ending or not r.ending)
+        if id(r) not in mine and (choice.ending or not r.ending) and r.end <= ready
     }
     shares = p.ledger.shares_quota
     if choice.ending:  # and those whose quota it may count on, wherever they run

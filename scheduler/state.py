@@ -6,6 +6,7 @@ a Transaction so it can be undone in reverse (Volcano framework/statement.go).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from itertools import chain
 from operator import attrgetter
@@ -75,6 +76,7 @@ class Pool:
         "held",
         "holding",
         "fails",
+        "ahead",
         "stops",
         "_static",
         "_domain_nodes",
@@ -109,6 +111,9 @@ class Pool:
         self.holding = False  # whether `held` is currently taken from the index
         # (view, GPUs per worker) -> the fewest workers that failed to fit
         self.fails: dict[tuple[int, int], int] = {}
+        # (team, queue, workers, GPUs per worker, held GPUs) -> whether the GPUs the
+        # queue's jobs took in this pass would place such a job (Pass.ahead_in_queue)
+        self.ahead: dict[tuple, bool] = {}
         self.stops: Stops | None = None  # built when a preemption step first needs it
         self._static: dict[int, int] = {}
         self._domain_nodes: list[list[int]] | None = None
@@ -117,9 +122,12 @@ class Pool:
         return HELD if self.holding else FREE
 
     def invalidate(self) -> None:
-        """Forget cached placement failures after a real change to the free GPUs."""
+        """Forget cached placement failures (and answers of Pass.ahead_in_queue) after a
+        real change to the free GPUs."""
         if self.fails:
             self.fails = {}
+        if self.ahead:
+            self.ahead = {}
 
     def static_slots(self, per_worker: int) -> int:
         """Return the most workers of `per_worker` GPUs one domain holds when empty."""
@@ -193,7 +201,7 @@ class Stops:
     began and the victims of this pass); `resv[n]`: GPUs on n reserved for
     preemptors waiting for them. A reservation draws on the stopping GPUs of its
     node that stop by the time its preemptor can start (`ready`: its victims
-    stopped, and each of its nodes holding its share) first; the rest of it is GPUs
+    stopped, and each of its nodes holding its share without a later stop) first; the rest of it is GPUs
     free now, which are taken out of the free index (`hidden`) so that no other job
     of the pass takes them, then ending GPUs, then stopping GPUs that stop later.
     Drawn on every stopping GPU of its node, a preemptor whose target was 2 free
@@ -208,9 +216,11 @@ class Stops:
     the pass could have stopped (Running.ending) are kept apart (`end`): on
     `ending_jobs`, their GPUs on `ending_on` (and `jobs_on`), their quota on
     `ending_quota`; not on `jobs`, `on` or `quota` (what Pass.settled subtracts). Only a preemptor that would
-    otherwise need victims counts them (scheduler.preemption, rule 2). A reservation
-    draws on a node's stopping GPUs first, then on its free GPUs (hidden), then on
-    its ending GPUs (`ending_surplus`).
+    otherwise need victims counts them (scheduler.preemption, rule 2). The
+    reservations of a node draw in the order their preemptors can start (`ready`),
+    each on the stopping GPUs that stop by then, then on free GPUs (hidden), then on
+    ending GPUs (`ending_surplus` is what is left of those), then on stopping GPUs
+    that stop later (_drawn).
 
     `future()` is the free index as it will be once the stopping jobs have stopped
     (free now plus each node's surplus: preemption rule 2's view), kept in step with
@@ -224,12 +234,14 @@ class Stops:
         "_changed",
         "on",
         "jobs",
+        "first_end",
         "jobs_on",
         "quota",
         "resv",
         "hidden",
         "by_job",
         "ready",
+        "holders_on",
         "hidden_total",
         "ending_on",
         "ending_quota",
@@ -243,12 +255,14 @@ class Stops:
         self._changed: set[int] = set()  # nodes whose surplus may have changed
         self.on: dict[int, int] = {}
         self.jobs: list[Running] = []  # every stopping job, on schedulable nodes or not
+        self.first_end = math.inf  # when the first of them stops
         self.jobs_on: dict[int, list[Running]] = {}
         self.quota: dict[TeamBook, int] = {}  # team -> GPUs its stopping jobs hold
         self.resv: dict[int, int] = {}
         self.hidden: dict[int, int] = {}
         self.by_job: dict[int, dict[int, int]] = {}  # preemptor -> node -> GPUs
-        self.ready: dict[int, float] = {}  # node -> when its last holder can start
+        self.ready: dict[int, float] = {}  # preemptor -> when it can start
+        self.holders_on: dict[int, list[int]] = {}  # node -> preemptors reserved there
         self.hidden_total = 0
         self.ending_on: dict[int, int] = {}
         self.ending_quota: dict[TeamBook, int] = {}  # team -> GPUs its ending jobs hold
@@ -258,6 +272,7 @@ class Stops:
         """Count a stopping job's GPUs and quota as coming free."""
         self.quota[r.book] = self.quota.get(r.book, 0) + r.job.gpus
         self.jobs.append(r)
+        self.first_end = min(self.first_end, r.end)
         for node, k in r.nodes:
             self.on[node] = self.on.get(node, 0) + k
             self.jobs_on.setdefault(node, []).append(r)
@@ -287,9 +302,11 @@ class Stops:
         self.by_job[job_id] = gpus_on
         for node, k in gpus_on.items():
             self.resv[node] = self.resv.get(node, 0) + k
-        start = max((self._ready_at(node, until) for node in gpus_on), default=until)
+            self.holders_on.setdefault(node, []).append(job_id)
+        self.ready[job_id] = max(
+            (self._ready_at(node, job_id, until) for node in gpus_on), default=until
+        )
         for node in gpus_on:
-            self.ready[node] = max(self.ready.get(node, start), start)
             self._changed.add(node)
             self._rehide(node)
 
@@ -303,31 +320,63 @@ class Stops:
             if n == node
         ]
 
-    def _ready_at(self, node: int, until: float) -> float:
-        """Return when the node holds its reservations, not before `until`: with its free
-        and ending GPUs, and its stopping GPUs as they stop."""
-        have = self.index.free[node] + self.hidden.get(node, 0) + self.ending_on.get(node, 0)
-        need = self.resv[node] - have
-        if need > 0:
-            for end, k in sorted(self.stops_on(node)):
-                need -= k
-                if need <= 0:
-                    return max(until, end)
+    def _ready_at(self, node: int, job_id: int, until: float) -> float:
+        """Return when the node holds the preemptor's share, not before `until`: the first
+        stop time from then on at which it draws on no stopping GPU that stops later."""
+        ends = sorted({end for end, _ in self.stops_on(node) if end > until})
+        for t in (until, *ends):
+            self.ready[job_id] = t
+            if not self._drawn(node)[4].get(job_id):
+                return t
         return until
 
+    def _drawn(self, node: int) -> tuple[int, int, int, int, dict]:
+        """Return what the node's reservations draw on, each in the order its preemptor
+        can start (`ready`): the stopping GPUs that stop by then, free GPUs (hidden),
+        ending GPUs, then stopping GPUs that stop later; and per preemptor, how many
+        of those later ones. One time for the node (the latest holder's) unhid a
+        preemptor's free GPUs when a slower one reserved beside it."""
+        holders = self.holders_on.get(node)
+        if not holders:
+            return 0, 0, 0, 0, {}
+        stops = [[end, k] for end, k in sorted(self.stops_on(node))]
+        left_free = self.index.free[node] + self.hidden.get(node, 0)
+        left_ending = self.ending_on.get(node, 0)
+        soon = free = ending = late = 0
+        lates: dict[int, int] = {}
+        ready = self.ready
+        for j in sorted(holders, key=lambda j: (ready.get(j, math.inf), j)):
+            need, t = self.by_job[j][node], ready.get(j, math.inf)
+            for s in stops:  # stops that stop by its start, soonest first
+                if s[0] > t or not need:
+                    break
+                d = min(need, s[1])
+                s[1] -= d
+                need -= d
+                soon += d
+            d = min(need, left_free)
+            left_free -= d
+            need -= d
+            free += d
+            d = min(need, left_ending)
+            left_ending -= d
+            need -= d
+            ending += d
+            for s in stops:  # then those that stop later
+                if not need:
+                    break
+                d = min(need, s[1])
+                s[1] -= d
+                need -= d
+                late += d
+                lates[j] = lates.get(j, 0) + d
+        return soon, free, ending, late, lates
+
     def _draws(self, node: int) -> tuple[int, int, int, int]:
-        """Return what the node's reservations draw on: stopping GPUs that stop by the
-        time they start, free GPUs (hidden), ending GPUs, stopping GPUs that stop later."""
-        resv = self.resv.get(node, 0)
-        if not resv:
-            return 0, 0, 0, 0
-        on, t = self.on.get(node, 0), self.ready.get(node)
-        late = 0 if t is None else sum(k for end, k in self.stops_on(node) if end > t)
-        late = min(late, on)
-        soon = min(resv, on - late)
-        free = min(resv - soon, self.index.free[node] + self.hidden.get(node, 0))
-        ending = min(resv - soon - free, self.ending_on.get(node, 0))
-        return soon, free, ending, min(resv - soon - free - ending, late)
+        """Return what the node's reservations draw on (_drawn): stopping GPUs that stop
+        by the time they start, free GPUs (hidden), ending GPUs, stopping GPUs that stop
+        later."""
+        return self._drawn(node)[:4]
 
     def future(self) -> FreeIndex:
         """Return the free index once every stopping job has stopped: each node's free
@@ -353,7 +402,7 @@ class Stops:
 
     def holders(self, node: int) -> list[int]:
         """Return the preemptors with GPUs reserved on a node."""
-        return [j for j, on in self.by_job.items() if node in on]
+        return list(self.holders_on.get(node, ()))
 
     def _rehide(self, node: int) -> None:
         index = self.index

@@ -9,7 +9,8 @@ from itertools import count, cycle
 
 import pytest
 
-from tests.scheduler.helpers import NOW, Cluster, Sim, make_job
+from scheduler import schedule
+from tests.scheduler.helpers import NOW, Cluster, Sim, admitted, make_job, verdict
 
 RUNTIMES = (600.0, 1800.0, 3600.0, 900.0, 2400.0)
 
@@ -158,3 +159,24 @@ def test_without_backfill_a_quota_blocked_gang_starves_behind_its_own_teams_smal
             break
     # the team's last running job at NOW ends at +1,620 s; with backfill on it starts then
     assert started is not None and started <= 1620.0, "the team's 1x8 gang starved"
+
+
+def test_a_team_block_says_only_the_teams_later_jobs_wait_for_it():
+    """Backfill off: a's gang waits `quota`; a's later 1-GPU job is held behind it (told
+    that no later job of its team may pass), b's job is not held at all. Told "nothing
+    may pass it", a's job read as if the whole flavor were blocked (a review's note)."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=8).team("b", nominal=8)
+    for i in range(8):
+        c.run(100 + i, "a", on={"n0": 1}, runtime=1800)
+    c.job(1, "a", workers=1, gpus=8, submitted=NOW - 3)
+    c.job(2, "a", gpus=1, submitted=NOW - 2)
+    c.job(3, "b", gpus=1, submitted=NOW - 1)
+    plan = schedule(c.snapshot(backfill=False))
+    assert 3 in admitted(plan) and 2 not in admitted(plan)
+    v = verdict(plan, 2)
+    assert v.reason_code == "fifo_blocked"
+    assert (
+        "; job 1 of team a ahead of it waits (quota) and no later job of its team may pass it;"
+        in v.message
+    ), v.message

@@ -169,6 +169,12 @@ def test_random_runs_keep_quotas_and_reclaim_in_one_round(run):
         settled = usage_of(r for r in sim.running.values() if not r.stopping)
         pending = dict(sim.pending)
         before = dict(sim.running)
+        for job_id in [j for j in lone if j in pending]:  # still alone in its flavor?
+            f = pending[job_id].flavor
+            if any(
+                o.flavor == f and o.id != job_id and o.eligible_at <= now for o in pending.values()
+            ):
+                del lone[job_id]  # another job came: reclaim_could_place's premise is gone
         for job in reclaim_could_place(sim, c.teams, used, nominal, now):
             lone.setdefault(job.id, step + waits)
         plan = sim.step(now)
