@@ -343,8 +343,13 @@ def _target_gpus(
         until = min(_first_spare(stops, node) for node in stops.on)
     if until is not None and last > until:
         tx.rollback(mark)
-        apart = _earliest(job, index, stops, until, tx)
-        nodes = placement.take(index, apart or where, job.workers, q, tx)
+        apart = _earliest(job, index, stops, until, tx)  # the nodes, as placed there
+        if apart is not None:
+            for node, workers in apart:
+                tx.take(index, node, workers * q)
+            nodes = apart
+        else:
+            nodes = placement.take(index, where, job.workers, q, tx)
     return {node: workers * q for node, workers in nodes}
 
 
@@ -369,9 +374,9 @@ def _first_spare(stops: Stops, node: int) -> float:
 
 
 def _earliest(job: PendingJob, index, stops: Stops, until: float, tx: Transaction):
-    """Return where the job fits in rule 2's view at the earliest stop time from `until`
-    on, without the spare stopping GPUs that stop later (those that stop last are the
-    spare ones); None if it fits at none. Fitting only gets easier as time goes on, so
+    """Return the nodes (node, workers) the job takes in rule 2's view at the earliest
+    stop time from `until` on, without the spare stopping GPUs that stop later (those
+    that stop last are the spare ones); None if it fits at none. Fitting only gets easier as time goes on, so
     the time is found by bisection over the stop times."""
     given = []  # (node, spare stopping GPUs, their stops) where some stop after `until`
     for node in stops.on:
@@ -389,8 +394,15 @@ def _earliest(job: PendingJob, index, stops: Stops, until: float, tx: Transactio
             if late > 0:
                 tx.take(index, node, late)
         where = placement.choose(index, job.workers, job.gpus_per_worker)
+        # the nodes as placed in this view: taken again on the whole view, a 2x4 gang
+        # went back onto the node with the slow stop beside a free one
+        nodes = (
+            None
+            if where is None
+            else placement.take(index, where, job.workers, job.gpus_per_worker, tx)
+        )
         tx.rollback(mark)
-        return where
+        return nodes
 
     lo, hi, found = 0, len(times) - 1, None
     while lo <= hi:
@@ -1231,7 +1243,7 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
         id(r): r
         for n in choice.gpus_on
         for r in stops.jobs_on.get(n, ())
-        if id(r) not in mine and (choice.ending or not r.ending) and r.end <= ready
+        if id(r) not in mine and (choice.ending or not r.ending) and (r.ending or r.end <= ready)
     }
     shares = p.ledger.shares_quota
     if choice.ending:  # and those whose quota it may count on, wherever they run

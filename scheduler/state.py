@@ -217,10 +217,10 @@ class Stops:
     `ending_jobs`, their GPUs on `ending_on` (and `jobs_on`), their quota on
     `ending_quota`; not on `jobs`, `on` or `quota` (what Pass.settled subtracts). Only a preemptor that would
     otherwise need victims counts them (scheduler.preemption, rule 2). The
-    reservations of a node draw in the order their preemptors can start (`ready`),
-    each on the stopping GPUs that stop by then, then on free GPUs (hidden), then on
-    ending GPUs (`ending_surplus` is what is left of those), then on stopping GPUs
-    that stop later (_drawn).
+    reservations of a node draw in the order they were made, each on the stopping
+    GPUs that stop by the time its preemptor can start (`ready`; latest first), then
+    on free GPUs (hidden), then on ending GPUs (`ending_surplus` is what is left of
+    those), then on stopping GPUs that stop later (_drawn).
 
     `future()` is the free index as it will be once the stopping jobs have stopped
     (free now plus each node's surplus: preemption rule 2's view), kept in step with
@@ -331,11 +331,14 @@ class Stops:
         return until
 
     def _drawn(self, node: int) -> tuple[int, int, int, int, dict]:
-        """Return what the node's reservations draw on, each in the order its preemptor
-        can start (`ready`): the stopping GPUs that stop by then, free GPUs (hidden),
-        ending GPUs, then stopping GPUs that stop later; and per preemptor, how many
-        of those later ones. One time for the node (the latest holder's) unhid a
-        preemptor's free GPUs when a slower one reserved beside it."""
+        """Return what the node's reservations draw on, in the order they were made, each
+        on the stopping GPUs that stop by the time its preemptor can start (`ready`;
+        latest first), free GPUs (hidden), ending GPUs, then stopping GPUs that stop
+        later (soonest first); and per preemptor, how many of those later ones. So a
+        later reservation never changes what an earlier one draws (ordered by ready
+        time, a later one that starts as soon took the earlier one's victims' GPUs and
+        left it a later stop), and a slow one leaves the soon stops to the fast (one
+        time for the node, the latest holder's, unhid a fast preemptor's free GPUs)."""
         holders = self.holders_on.get(node)
         if not holders:
             return 0, 0, 0, 0, {}
@@ -345,15 +348,16 @@ class Stops:
         soon = free = ending = late = 0
         lates: dict[int, int] = {}
         ready = self.ready
-        for j in sorted(holders, key=lambda j: (ready.get(j, math.inf), j)):
-            need, t = self.by_job[j][node], ready.get(j, math.inf)
-            for s in stops:  # stops that stop by its start, soonest first
-                if s[0] > t or not need:
+        for j in holders:  # in the order they were made: a later one leaves the earlier
+            need, t = self.by_job[j][node], ready.get(j, math.inf)  # ones' draws as they are
+            for s in reversed(stops):  # stops that stop by its start, latest first (the
+                if not need:  # soonest are left to the preemptors that start sooner)
                     break
-                d = min(need, s[1])
-                s[1] -= d
-                need -= d
-                soon += d
+                if s[0] <= t:
+                    d = min(need, s[1])
+                    s[1] -= d
+                    need -= d
+                    soon += d
             d = min(need, left_free)
             left_free -= d
             need -= d
