@@ -344,7 +344,9 @@ def test_status_shows_the_command_as_typed_and_times_as_ages(berth, logged_in, p
     out = berth("status", job_id).out
 
     assert "Command:     python -c \"print('hi')\" --name 'big run'\n" in out
-    assert re.search(r"Submitted:   2\ds ago \(\d\d:\d\d UTC\) by member_a", out), out
+    assert re.search(
+        r"Submitted:   2\ds ago \((\d{4}-\d\d-\d\d )?\d\d:\d\d UTC\) by member_a", out
+    ), out
     assert "quota from 2099-01-02 03:04 UTC (in " in out  # not the raw instant
 
 
@@ -367,8 +369,11 @@ def test_status_shows_when_a_job_told_to_stop_is_killed(berth, logged_in, person
     out = berth("status", job_id).out
 
     assert re.search(
-        r"Stop:        asked 2\ds ago \(\d\d:\d\d UTC\): SIGUSR1, then a kill after its grace "
-        r"period, by about \d\d:\d\d UTC \(in 9m\d\ds\)",
+        # (instants on another day carry their date: run ten minutes before midnight,
+        # the kill is "by about 2026-12-07 00:02 UTC")
+        r"Stop:        asked 2\ds ago \((\d{4}-\d\d-\d\d )?\d\d:\d\d UTC\): SIGUSR1, then a "
+        r"kill after its grace period, by about (\d{4}-\d\d-\d\d )?\d\d:\d\d UTC "
+        r"\(in 9m\d\ds\)",
         out,
     ), out
     shown = json.loads(berth("status", "--json", job_id).out)
