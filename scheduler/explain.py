@@ -146,12 +146,12 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     out: dict[int, float | None] = {}
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     wholes: dict = {}  # gang shape -> when its workers fit whole (_whole_workers)
-    quota_back: dict = {"biggest": {}}  # (holder, team) -> _quota_back_at's replay
-    biggest = quota_back["biggest"]  # (holder, team) -> the largest job it holds
+    quota_back: dict = {"biggest": {}}  # (holder, kind, team) -> _quota_back_at's replay
+    biggest = quota_back["biggest"]  # (holder, kind, team) -> the largest job it holds
     for job in waiting:
         wait = p.waits[job.id]
         if wait.code == RESERVED and wait.info[2] in _QUOTA_HELD:
-            key = (wait.info[0], job.team)
+            key = (wait.info[0], wait.info[2], job.team)
             biggest[key] = max(biggest.get(key, 0), job.gpus)
     for job in waiting:
         wait = p.waits[job.id]
@@ -499,9 +499,9 @@ def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
     start alone, a job was told +8 min and started after the reserved gang's 2 h (a
     review's case; +5 min and +65 min under a cohort hold; +1 min and +61 min behind
     its team's quota hold). `held`: the wait's (holder, start, kind). One replay per
-    holder and team, for every size (backfill.room_steps)."""
+    holder, kind and team, for every size (backfill.room_steps)."""
     holder, _, kind = held
-    key = (holder, job.team)
+    key = (holder, kind, job.team)  # a job's quota hold and its GPU reservation differ
     known = cache.get(key)  # (holder's reservation or None, times, rooms)
     if known is None:
         upto = cache["biggest"][key]  # its team's largest job the holder holds
