@@ -1210,19 +1210,31 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
     # draws on the stopping GPUs that stop by then first (state.Stops.reserve); from
     # now, a kept target of a preemptor whose victims still stopped hid the free GPUs
     # another preemptor's stopped victim had left it (a random run of test_runs.py)
-    mine = [*choice.victims, *(r for r in stops.jobs if r.job.preempted_by == job.id)]
-    stops.reserve(job.id, choice.gpus_on, max((r.end for r in mine), default=p.now))
+    mine = _own_victims(stops, job, choice)
+    stops.reserve(job.id, choice.gpus_on, max((r.end for r in mine.values()), default=p.now))
     p.charge(job)
-    return Wait(WAITING_FOR_PREEMPTION, _waited(p, job, book, pool, choice))
+    return Wait(WAITING_FOR_PREEMPTION, _waited(p, job, book, pool, choice, mine))
 
 
-def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice) -> tuple:
+def _own_victims(stops: Stops, job: PendingJob, choice: Choice) -> dict[int, Running]:
+    """Return its victims of this pass and of earlier ones still stopping (a cordoned
+    node's too: their quota comes back all the same), by id(Running)."""
+    mine = {id(r): r for r in choice.victims}
+    for r in stops.jobs:
+        if r.job.preempted_by == job.id:
+            mine[id(r)] = r
+    return mine
+
+
+def _waited(
+    p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice, mine: dict
+) -> tuple:
     """Return (ids, by when, how many of them are its new victims, how many of them, last,
     are running jobs that end by themselves: Running.ending) of the jobs a preemptor
     waits for, its new victims first, and claim its team's quota until then.
 
-    Those are its victims (one that frees quota only, elsewhere, too, and those of
-    earlier passes that still stop: without them, the pass after its preemption said
+    Those are its victims (`mine`, _own_victims: one that frees quota only, elsewhere,
+    too, and those of earlier passes that still stop: without them, the pass after its preemption said
     "waits for stopping jobs (11) ... by" 30 s for a victim with 10 minutes of grace)
     and the other
     stopping jobs on its target's nodes that stop by the time it can start
@@ -1234,10 +1246,6 @@ def _waited(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
     flavor was listed, one outside its cohort with an hour of grace among them.
     """
     stops = p.stops(pool)
-    mine = {id(r): r for r in choice.victims}
-    for r in stops.jobs:  # its victims of earlier passes, still stopping (a cordoned
-        if r.job.preempted_by == job.id:  # node's too: its quota comes back all the same)
-            mine[id(r)] = r
     ready = stops.ready.get(job.id, math.inf)  # its reservation draws on none stopping later
     others = {
         id(r): r

@@ -289,11 +289,11 @@ class Stops:
 
     def ending_surplus(self, node: int) -> int:
         """Return the ending GPUs of a node that no reservation draws on."""
-        return self.ending_on.get(node, 0) - self._draws(node)[2]
+        return self.ending_on.get(node, 0) - self._drawn(node)[2]
 
     def surplus(self, node: int) -> int:
         """Return the stopping GPUs of a node that no preemptor has reserved."""
-        soon, _, _, late = self._draws(node)
+        soon, _, _, late, _ = self._drawn(node)
         return self.on.get(node, 0) - soon - late
 
     def reserve(self, job_id: int, gpus_on: dict[int, int], until: float = 0.0) -> None:
@@ -376,12 +376,6 @@ class Stops:
                 lates[j] = lates.get(j, 0) + d
         return soon, free, ending, late, lates
 
-    def _draws(self, node: int) -> tuple[int, int, int, int]:
-        """Return what the node's reservations draw on (_drawn): stopping GPUs that stop
-        by the time they start, free GPUs (hidden), ending GPUs, stopping GPUs that stop
-        later."""
-        return self._drawn(node)[:4]
-
     def future(self) -> FreeIndex:
         """Return the free index once every stopping job has stopped: each node's free
         GPUs plus its `surplus`. Built when first asked for, then brought up to date
@@ -411,7 +405,7 @@ class Stops:
     def _rehide(self, node: int) -> None:
         index = self.index
         hidden = self.hidden.get(node, 0)
-        want = self._draws(node)[1]
+        want = self._drawn(node)[1]
         delta = want - hidden
         if not delta:
             return
