@@ -618,7 +618,6 @@ def promised_events(p: Pass, pool: Pool) -> list[tuple[float, int, int, int, tup
     stops = pool.stops
     if stops is None or not stops.by_job:
         return []
-    runtime = {j.id: j.max_runtime for j in p.order if j.id in stops.by_job}
     hidden = dict(stops.hidden)
     stopping: dict[int, list[list[float]]] = {}
     events = []
@@ -626,7 +625,8 @@ def promised_events(p: Pass, pool: Pool) -> list[tuple[float, int, int, int, tup
         owner = ("preemptor", pid)
         wait = p.waits.get(pid)
         start = wait.info[1] if wait is not None and wait.code == WAITING_FOR_PREEMPTION else p.now
-        end = start + runtime.get(pid, math.inf)
+        known = p.considered(pid)  # a preemptor of an earlier pass not yet considered: never
+        end = start + (math.inf if known is None else known.max_runtime)
         for node, k in stops.by_job[pid].items():
             free_part = min(k, hidden.get(node, 0))
             if free_part:
@@ -770,6 +770,7 @@ def reserve(
     pool: Pool,
     earlier: list[Reservation] = (),
     not_before: float = 0.0,
+    projected: tuple[list, list] | None = None,
 ) -> Reservation | None:
     """Return the job's reservation at the earliest time it fits, not before
     `not_before`, or None if it never does. Times are asked at the events only (a
@@ -777,18 +778,11 @@ def reserve(
 
     The projection replays the end estimates on the free GPUs (held ones
     included) and the earlier reservations of the flavor: each takes its GPUs
-    at its start and gives them back after its max runtime.
+    at its start and gives them back after its max runtime. `projected`: its events
+    (projection(p, pool, earlier, not_before)), for a caller that asks for several
+    jobs while nothing changes.
     """
-    real = release_events(p, pool)
-    events = [(t, GIVE, node, k, None) for t, node, k in real]
-    if not_before >= p.now:  # (not_before = now: it may fit now, as an estimate asks)
-        events.append((not_before, GIVE, 0, 0, None))  # a time to ask at, freeing nothing
-    events += promised_events(p, pool)
-    for r, res in enumerate(earlier):
-        end = res.start + res.job.max_runtime
-        for node, k in res.place:
-            events += [(res.start, TAKE, node, k, r), (end, GIVE, node, k, r)]
-    events.sort(key=lambda e: (e[0], -e[1]))  # at one time, notes, then releases, then takes
+    real, events = projected or projection(p, pool, earlier, not_before)
     proj = pool.index.copy()
     if pool.holding:
         for node, k in pool.held.items():
@@ -817,6 +811,24 @@ def reserve(
             nodes = placement.take(proj, where, job.workers, job.gpus_per_worker, Transaction())
             return _reservation(job, t, nodes or [], [e for e in real if e[0] <= t])
     return None
+
+
+def projection(
+    p: Pass, pool: Pool, earlier: list[Reservation] = (), not_before: float = 0.0
+) -> tuple[list, list]:
+    """Return reserve's events: the GPUs coming free (release_events) and, sorted, all
+    it replays (those, the preemptors' promised GPUs and the earlier reservations)."""
+    real = release_events(p, pool)
+    events = [(t, GIVE, node, k, None) for t, node, k in real]
+    if not_before >= p.now:  # (not_before = now: it may fit now, as an estimate asks)
+        events.append((not_before, GIVE, 0, 0, None))  # a time to ask at, freeing nothing
+    events += promised_events(p, pool)
+    for r, res in enumerate(earlier):
+        end = res.start + res.job.max_runtime
+        for node, k in res.place:
+            events += [(res.start, TAKE, node, k, r), (end, GIVE, node, k, r)]
+    events.sort(key=lambda e: (e[0], -e[1]))  # at one time, notes, then releases, then takes
+    return real, events
 
 
 def _reservation(

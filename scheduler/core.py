@@ -120,6 +120,8 @@ class Pass:
         "admitted",
         "waits",
         "order",
+        "_order_ids",
+        "_order_seen",
         "took",
         "preempt_fails",
         "own_cap",
@@ -182,6 +184,8 @@ class Pass:
         self.admitted: dict[str, list[Started]] = {}  # flavor -> jobs admitted in this pass
         self.waits: dict[int, Wait] = {}
         self.order: list[PendingJob] = []  # jobs in the order they were considered
+        self._order_ids: dict[int, PendingJob] = {}  # Pass.considered's index of order
+        self._order_seen = 0  # how much of order it holds
         # (team, queue, flavor) -> [jobs, GPUs, {node: GPUs}] admitted in this pass
         self.took: dict[tuple[str, str, str], list] = {}
         self.preempt_fails: dict[tuple, int] = {}
@@ -519,14 +523,14 @@ class Pass:
         would, or a later decision reads a figure from before a preemption (a review:
         `_reclaim` filled early refused a borrower the pass without explanations
         admitted)."""
-        reclaim, lower = set(self._reclaim), set(self._lower_gpus)
+        caches = (self._reclaim, self._lower_gpus)  # only ever added to: the newest go
+        sizes = [len(c) for c in caches]
         try:
             return question(*args)
         finally:
-            for key in set(self._reclaim) - reclaim:
-                del self._reclaim[key]
-            for key in set(self._lower_gpus) - lower:
-                del self._lower_gpus[key]
+            for cache, size in zip(caches, sizes, strict=True):
+                while len(cache) > size:
+                    del cache[next(reversed(cache))]
 
     def _takes_usable(self, job: PendingJob, parts: list[tuple[int, tuple[str, str]]]) -> bool:
         """Return whether the job, placed now as it would be, leaves the waiting teams'
@@ -944,6 +948,14 @@ class Pass:
         self.waits[job.id] = (
             static or self.budget_wait(job) or Wait(ARRAY_LIMIT, (job.array_id, job.array_limit))
         )
+
+    def considered(self, job_id: int) -> PendingJob | None:
+        """Return the job if it has been considered in this pass (it is on `order`)."""
+        ids, order = self._order_ids, self.order
+        for i in range(self._order_seen, len(order)):
+            ids[order[i].id] = order[i]
+        self._order_seen = len(order)
+        return ids.get(job_id)
 
     def waiting(self) -> list[PendingJob]:
         """Return the jobs not admitted, in the order they were considered."""

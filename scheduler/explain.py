@@ -38,6 +38,7 @@ from .backfill import (
     QUOTA_KEPT,
     QUOTA_REFUSES,
     RESERVED_QUOTA,
+    projection,
     reserve,
     room_steps,
 )
@@ -198,14 +199,18 @@ def _whole_workers(p: Pass, job: PendingJob, known: dict) -> float | None:
     the backfill projection (scheduler.backfill.reserve) after the flavor's reservations;
     None if that never happens (no node will hold them with the GPUs it has: the count
     said "now" for a 1x8 job beside two nodes of 7 healthy GPUs). One per gang shape and
-    pass.
+    pass (and one projection per flavor: backfill.projection).
 
     The shadow counts GPUs; a gang also needs them in whole workers: without this, a job
     waiting `fragmented` was told it starts when enough GPUs are free in pieces.
     """
     key = (job.flavor, job.workers, job.gpus_per_worker)
     if key not in known:
-        res = reserve(p, job, p.pools[job.flavor], p.gate.held_for(job.flavor), p.now)
+        pool, held = p.pools[job.flavor], p.gate.held_for(job.flavor)
+        events = known.get(job.flavor)  # the pass is over: one projection per flavor
+        if events is None:
+            events = known[job.flavor] = projection(p, pool, held, p.now)
+        res = reserve(p, job, pool, held, p.now, events)
         known[key] = None if res is None else res.start
     return known[key]
 

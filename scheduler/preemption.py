@@ -68,7 +68,7 @@ from . import placement
 from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA
 from .model import PendingJob, Preemption
 from .ordering import claim_key, job_victim_key, last_progress, queue_key, stopping_key
-from .quota import contribution
+from .quota import Probe, contribution
 from .reasons import (
     BACKOFF,
     CAPACITY,
@@ -1160,17 +1160,23 @@ def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | 
     return None if best is None else best[1]
 
 
-def quota_fits(p: Pass, job: PendingJob, book: TeamBook) -> bool:
+def quota_fits(p: Pass, job: PendingJob, book: TeamBook, probe: Probe | None = None) -> bool:
     """Return whether the job fits its team's nominal quota and the cohort right now
-    (and the cap of try_priority_preempt, while it searches)."""
+    (and the cap of try_priority_preempt, while it searches); with `probe` (the team's
+    quota.Probe), as it would if the teams it counts used that much more or less,
+    nothing changed."""
     f = job.flavor
     limit = book.quota(f).nominal
     cap = p.own_cap
     if cap is not None and cap[0] is book:
         limit = min(limit, cap[1])
-    if book.used(f) + job.gpus > limit:
+    if probe is None:
+        if book.used(f) + job.gpus > limit:
+            return False
+        return p.ledger.headroom(book, f) >= job.gpus
+    if probe.used() + job.gpus > limit:
         return False
-    return p.ledger.headroom(book, f) >= job.gpus
+    return probe.headroom() >= job.gpus
 
 
 def fits(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> bool:
@@ -1220,9 +1226,8 @@ def _own_victims(stops: Stops, job: PendingJob, choice: Choice) -> dict[int, Run
     """Return its victims of this pass and of earlier ones still stopping (a cordoned
     node's too: their quota comes back all the same), by id(Running)."""
     mine = {id(r): r for r in choice.victims}
-    for r in stops.jobs:
-        if r.job.preempted_by == job.id:
-            mine[id(r)] = r
+    for r in stops.by_preemptor.get(job.id, ()):
+        mine[id(r)] = r
     return mine
 
 
@@ -1282,39 +1287,38 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
     beyond that preemptor's need (another team's job, with 90 s of grace) was told 30 s
     and started at 90 s (test_verdicts_true.py). A peer's job that the team's own
     nominal quota makes useless is not named: the pruning drops it."""
-    shares, f = p.ledger.shares_quota, job.flavor
-    tx, needed = Transaction(), []
-    try:
-        tx.add(p.ledger, book, f, -job.gpus)
-        for r in (*mine.values(), *others.values()):
-            if shares(book, r.book):
-                tx.add(p.ledger, r.book, f, -r.job.gpus)
-        if quota_fits(p, job, book):
-            return []
-        rest = [
-            r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others
-        ]
-        mark = tx.mark()
-        for r in rest:
-            tx.add(p.ledger, r.book, f, -r.job.gpus)
-        enough = quota_fits(p, job, book)
-        tx.rollback(mark)
-        if not enough:
-            return []  # none would do: its decision asked another test (a priority cap)
-        for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
-            if quota_fits(p, job, book):
-                break
-            tx.add(p.ledger, r.book, f, -r.job.gpus)
-            needed.append(r)
-        for r in reversed(needed[:-1]):  # the last one was needed: then the others?
-            tx.add(p.ledger, r.book, f, r.job.gpus)
-            if quota_fits(p, job, book):
-                needed.remove(r)
-            else:
-                tx.add(p.ledger, r.book, f, -r.job.gpus)
-    finally:
-        tx.rollback()
-    return needed
+    shares = p.ledger.shares_quota
+    given = [r for r in (*mine.values(), *others.values()) if shares(book, r.book)]
+    back = _probe(p, job, book, given)  # its quota as it decided
+    if quota_fits(p, job, book, back):
+        return []
+    rest = [r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others]
+    if not quota_fits(p, job, book, _probe(p, job, book, given + rest)):
+        return []  # none would do: its decision asked another test (a priority cap)
+    needed = []
+    for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
+        if quota_fits(p, job, book, back):
+            break
+        back.change(r.book, -r.job.gpus)
+        needed.append(r)
+    dropped = set()
+    for r in reversed(needed[:-1]):  # the last one was needed: then the others?
+        back.change(r.book, r.job.gpus)
+        if quota_fits(p, job, book, back):
+            dropped.add(id(r))
+        else:
+            back.change(r.book, -r.job.gpus)
+    return [r for r in needed if id(r) not in dropped]
+
+
+def _probe(p: Pass, job: PendingJob, book: TeamBook, given: list[Running]) -> Probe:
+    """Return the team's quota.Probe with its own charge and the quota of `given` (jobs
+    of its team and cohort) given back."""
+    probe = Probe(p.ledger, book, job.flavor)
+    probe.change(book, -job.gpus)
+    for r in given:
+        probe.change(r.book, -r.job.gpus)
+    return probe
 
 
 def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running, stopping: dict) -> Preemption:

@@ -163,14 +163,10 @@ class Ledger:
         """Return the headroom the team would have if the teams in `deltas` (TeamBook ->
         GPUs, + taken, - given back) used that much more or less of the flavor; only the
         team's own change and its cohort's count. Nothing is changed."""
-        cohort = book.cohort
-        kept = 0  # of the cohort's slack, what the changes take
+        probe = Probe(self, book, flavor)
         for other, d in deltas.items():
-            if d and cohort is not None and other.cohort == cohort:
-                q = other.quotas.get(flavor, NO_QUOTA)
-                used = other.usage.get(flavor, 0)
-                kept += contribution(q, used) - contribution(q, used + d)
-        return self._room(book, flavor, book.usage.get(flavor, 0) + deltas.get(book, 0), kept)
+            probe.change(other, d)
+        return probe.headroom()
 
     def _room(self, book: TeamBook, flavor: str, used: int, kept: int) -> float:
         q = book.quotas.get(flavor, NO_QUOTA)
@@ -225,3 +221,36 @@ class Ledger:
         book.denom[flavor] = denom
         book.hist[flavor] = historical_term(book.decayed.get(flavor, 0.0), denom, self.half_life)
         book.dirty = True
+
+
+class Probe:
+    """A team's headroom of a flavor as it would be if teams used more or less of it
+    (Ledger.headroom_with), changed one team at a time at a constant cost each: for a
+    search that asks after every change. Nothing on the ledger changes."""
+
+    __slots__ = ("ledger", "book", "flavor", "deltas", "kept")
+
+    def __init__(self, ledger: Ledger, book: TeamBook, flavor: str) -> None:
+        self.ledger, self.book, self.flavor = ledger, book, flavor
+        self.deltas: dict[TeamBook, int] = {}  # team -> GPUs more (+) or less (-) used
+        self.kept = 0  # of the cohort's slack, what the changes take
+
+    def change(self, other: TeamBook, d: int) -> None:
+        """Count `other` using `d` more GPUs of the flavor (fewer if negative)."""
+        if not d:
+            return
+        old = self.deltas.get(other, 0)
+        self.deltas[other] = old + d
+        cohort = self.book.cohort
+        if cohort is not None and other.cohort == cohort:
+            q = other.quotas.get(self.flavor, NO_QUOTA)
+            used = other.usage.get(self.flavor, 0)
+            self.kept += contribution(q, used + old) - contribution(q, used + old + d)
+
+    def used(self) -> int:
+        """Return what the team would use."""
+        return self.book.usage.get(self.flavor, 0) + self.deltas.get(self.book, 0)
+
+    def headroom(self) -> float:
+        """Return Ledger.headroom as it would be."""
+        return self.ledger._room(self.book, self.flavor, self.used(), self.kept)

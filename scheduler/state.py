@@ -234,6 +234,7 @@ class Stops:
         "_changed",
         "on",
         "jobs",
+        "by_preemptor",
         "first_end",
         "jobs_on",
         "quota",
@@ -255,6 +256,7 @@ class Stops:
         self._changed: set[int] = set()  # nodes whose surplus may have changed
         self.on: dict[int, int] = {}
         self.jobs: list[Running] = []  # every stopping job, on schedulable nodes or not
+        self.by_preemptor: dict[int, list[Running]] = {}  # of those with preempted_by set
         self.first_end = math.inf  # when the first of them stops
         self.jobs_on: dict[int, list[Running]] = {}
         self.quota: dict[TeamBook, int] = {}  # team -> GPUs its stopping jobs hold
@@ -272,6 +274,8 @@ class Stops:
         """Count a stopping job's GPUs and quota as coming free."""
         self.quota[r.book] = self.quota.get(r.book, 0) + r.job.gpus
         self.jobs.append(r)
+        if r.job.preempted_by is not None:  # a victim of an earlier pass
+            self.by_preemptor.setdefault(r.job.preempted_by, []).append(r)
         self.first_end = min(self.first_end, r.end)
         for node, k in r.nodes:
             self.on[node] = self.on.get(node, 0) + k
