@@ -476,6 +476,13 @@ def _cohort_busy(
             f"{text}: {gpus(extra[1])} of idle quota are kept for teams within their nominal "
             f"quota whose jobs wait for them in this pass"
         )
+    if extra and extra[0] == "unplaced":
+        return (
+            f"{text}; reclaim cannot make room for it: with the jobs it may reclaim stopped "
+            f"its quota would fit, but the GPUs then free would not hold its workers whole "
+            f"(jobs that reclaim cannot take hold GPUs on the nodes it would need); it waits "
+            f"for those to end"
+        )
     if extra and extra[0] == "lent":
         _, lent, teams, at = extra
         names = ", ".join(teams)

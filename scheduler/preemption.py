@@ -1553,20 +1553,27 @@ def _quota_fits_now(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> boo
 
 
 def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
-    """Return why reclaim cannot give a within-nominal job the quota its cohort lent out.
+    """Return why reclaim cannot give a within-nominal job the quota its cohort lent out
+    (it found no victims: try_preempt).
 
-    ("lent", GPUs of its team's idle quota that borrowers run non-preemptible
-    jobs on, those teams, when enough of them will have ended), or None if the
-    job would borrow or no such jobs hold its quota. A borrower's nominal quota
-    covers its non-preemptible jobs first: only those beyond it hold lent quota
-    (a team with 8 non-preemptible GPUs of nominal 8 that borrows 4 with a
-    preemptible job was said to run the lent 4 on non-preemptible jobs).
+    ("unplaced",) if reclaim would give it its quota back now (_lent_back_at's test):
+    then what stops it is where the GPUs are, not quota; ("lent", GPUs of its team's
+    idle quota that borrowers run non-preemptible jobs on, those teams, when enough of
+    them will have ended); or None if the job would borrow or no such jobs hold its
+    quota. A borrower's nominal quota covers its non-preemptible jobs first: only
+    those beyond it hold lent quota (a team with 8 non-preemptible GPUs of nominal 8
+    that borrows 4 with a preemptible job was said to run the lent 4 on
+    non-preemptible jobs). Told the lent GPUs "free up when those end, at the latest"
+    now, a job whose quota reclaim covered waited 10 minutes for a non-preemptible
+    1-GPU job on the only node that holds it (a fifth tester's case, test_reclaim.py).
     """
     book, f = p.ledger.book(job.team), job.flavor
     q = book.quota(f)
     used = p.settled(book, f)
     if book.cohort is None or used + job.gpus > q.nominal:
         return None
+    if _lent_back_at(p, job, book) <= p.now:
+        return ("unplaced",)
     lent, teams = 0, []
     for other in p.ledger.members.get(book.cohort, ()):
         over = other.used(f) - other.quota(f).nominal

@@ -128,7 +128,9 @@ class Wait(NamedTuple):
                                      those bind; PLACED for the first when the GPUs
                                      it would be placed on bind]) |
                            ("lent", GPUs of its quota lent to non-preemptible jobs,
-                            their teams, when enough of them will have ended),
+                            their teams, when enough of them will have ended) |
+                           ("unplaced",): reclaim would give its quota back, but no
+                           victims leave GPUs that hold its workers whole,
                            the usage messages give: Pass.said)
       reserved: (reserved job id, reserved start, its number of nodes; 0 for a
                 team's quota hold, COHORT_HOLD, CLAIM_HOLD, RESERVED_QUOTA (the quota

@@ -501,3 +501,33 @@ def test_within_nominal_job_that_fits_only_on_held_gpus_reclaims_elsewhere():
     sim = Sim(c)
     run_passes(sim, [NOW, NOW + GRACE])
     assert sim.started[2] == NOW + GRACE
+
+
+def test_placement_not_lent_quota_is_named_when_reclaim_covers_the_quota():
+    """A fifth tester's case: a (nominal 12) asks for 8 GPUs on one node; the only 8-GPU
+    node n0 runs b's preemptible 7-GPU job and b's non-preemptible 1-GPU job, which ends
+    in 10 minutes; n1 (4 GPUs) is free. Reclaim would give a its quota (4 idle + 7 of
+    b's), but no victim set frees a whole node. The reason said "the 1 GPU lent from
+    team a's quota run non-preemptible jobs of team b ... at the latest" now (rounded up
+    to the minute), at every pass, and the job started when job 11 ended, 10 minutes
+    later: what stops it is where the GPUs are, and the sentence now says so."""
+    c = Cluster()
+    c.node("n0", gpus=8, block="b0", rack="r0")
+    c.node("n1", gpus=4, block="b1", rack="r1")
+    c.team("a", nominal=12, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "b", on={"n0": 7}, started=NOW - 100, runtime=100 * HOUR)
+    c.run(11, "b", on={"n0": 1}, started=NOW - 100, runtime=100 + 600, preemptible=False)
+    c.job(1, "a", workers=1, gpus=8, submitted=NOW, runtime=HOUR)
+    plan = schedule(c.snapshot())
+    assert plan.preemptions == ()
+    v = verdict(plan, 1)
+    assert v.reason_code == "cohort_busy"
+    assert "lent from team a's quota" not in v.message, v.message
+    assert "at the latest" not in v.message, v.message
+    assert "reclaim cannot make room for it" in v.message, v.message
+    sim = Sim(c, preemption=True)
+    for step in range(30):
+        sim.step(NOW + 30.0 * step)
+        if 1 in sim.started:
+            break
+    assert sim.started[1] == NOW + 600.0  # when job 11 ends, as the sentence says
