@@ -187,6 +187,11 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | 
     return commit(p, job, book, pool, choice)
 
 
+# How many more searches a reclaim may make for a target that leaves later jobs within
+# nominal quota their place (choose), each away from the nodes the last ones spoiled.
+LOOKAHEAD_TRIES = 3
+
+
 class Choice(NamedTuple):
     """What a preemptor needs: new victims and the GPUs per node it will use; `ending`:
     chosen with the running jobs that end before its victims could stop counted as free."""
@@ -237,11 +242,96 @@ def choose(
 ) -> Choice | None:
     """Return the victims and target of a preemptor, or None; nothing is changed.
 
-    `reclaim` False: its own lower-priority jobs are the only candidates."""
+    `reclaim` False: its own lower-priority jobs are the only candidates. A reclaim
+    whose target takes the last place that a later job of the pass, within nominal
+    quota, of another team of its cohort could reclaim (_spoiled) is searched again
+    away from the nodes of that place, and the other target is taken if it spoils
+    none. Both jobs are promised their quota: a 1x8 job that reclaimed the cheapest
+    node of the only block with two nodes left a 2x8 gang after it in the same pass no
+    victim set, for as long as the borrower's jobs ran, when the third node, in
+    another block, held the 1x8 job as well (a fifth tester's case,
+    tests/scheduler/test_reclaim_lookahead.py)."""
+    choice = _choose(p, job, pool, book, lower, reclaim)
+    if choice is None or not reclaim or not choice.victims:
+        return choice
+    avoid = _spoiled(p, pool, book, choice)
+    for _ in range(LOOKAHEAD_TRIES if avoid else 0):
+        other = _choose(p, job, pool, book, lower, reclaim, avoid)
+        if other is None:
+            break
+        more = _spoiled(p, pool, book, other)
+        if not more:
+            return other
+        avoid |= more
+    return choice
+
+
+def _spoiled(p: Pass, pool: Pool, book: TeamBook, choice: Choice) -> set[int]:
+    """Return the nodes of a reclaim's target that take the last place of a later job of
+    the pass within nominal quota of another team of the cohort (the jobs
+    kept_for_others counts; each shape it asks for that fits what it waits for): those
+    that cost the shape a worker slot in a domain where its workers fit the GPUs free in
+    rule 2's view plus those it may reclaim (Pass.reclaimable) before the target and not
+    after, when no other domain holds them. Counted per worker slot (a worker never
+    spans nodes; a gang stays in one domain, as placement.choose places it); GPUs the
+    target's victims free elsewhere stay the team's to reclaim or use. Empty when
+    nothing is spoiled."""
+    if book.cohort is None:
+        return set()
+    # asked apart: figures cached now would be stale once its victims stop (a decision
+    # later in the pass read them: test_verdicts_true.py's cache case)
+    parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
+    if not parts:
+        return set()
+    free, dom, totals = p.stops(pool).future().free, pool.index.dom, pool.totals
+    domains = pool.domain_nodes()
+    target = choice.gpus_on
+    touched = sorted({dom[n] for n in target})
+    out: set[int] = set()
+    for k, key in parts:
+        reclaimable = p.asked_apart(p.reclaimable, pool, p.ledger.book(key[0]))
+        before = {
+            n: min(totals[n], free[n] + reclaimable.get(n, 0)) for d in touched for n in domains[d]
+        }
+        after = {n: max(0, c - target.get(n, 0)) for n, c in before.items()}
+        everywhere = None
+        for w, g in p.sizes[key]:
+            if w * g > k:
+                continue  # it would borrow: not what the team waits for
+            held = [d for d in touched if sum(before[n] // g for n in domains[d]) >= w]
+            if not held or any(sum(after[n] // g for n in domains[d]) >= w for d in touched):
+                continue
+            if everywhere is None:  # the other domains, once per team
+                everywhere = [
+                    min(t, f + reclaimable.get(n, 0))
+                    for n, (t, f) in enumerate(zip(totals, free, strict=True))
+                ]
+            if any(
+                sum(everywhere[n] // g for n in nodes) >= w
+                for d, nodes in enumerate(domains)
+                if d not in touched
+            ):
+                continue
+            out.update(n for n in target if before[n] // g > after[n] // g)
+    return out
+
+
+def _choose(
+    p: Pass,
+    job: PendingJob,
+    pool: Pool,
+    book: TeamBook,
+    lower: list[Running],
+    reclaim: bool = True,
+    avoid: set[int] = frozenset(),
+) -> Choice | None:
+    """Return choose's search (nothing changed), on no node of `avoid`: neither its
+    free GPUs nor its jobs as victims."""
     stops = p.stops(pool)
     tx = Transaction()
     try:
         _future(p, pool, stops, tx, book)
+        _hide(pool, tx, avoid)
         f = job.flavor
         # Rule 1: it would have to borrow, with its victims and its team's jobs that
         # reach their max runtime first gone (only the view with victims counts those).
@@ -251,9 +341,12 @@ def choose(
         if fits(p, job, pool, book):
             return Choice([], _target_gpus(job, pool, tx, stops, None))
         cands = victim_order(p, f, lower + _borrowed(p, job, book) if reclaim else lower)
+        if avoid:
+            cands = [r for r in cands if not any(n in avoid for n, _ in r.nodes)]
         if not cands:
             return None
         _ending(p, pool, stops, tx, book)
+        _hide(pool, tx, avoid)
         if fits(p, job, pool, book):
             return Choice([], _target_gpus(job, pool, tx, stops, None), True)
         freeable = sum(k for r in cands for _, k in r.nodes)
@@ -266,6 +359,14 @@ def choose(
         return Choice(victims, _target_gpus(job, pool, tx, stops, until), True)
     finally:
         tx.rollback()
+
+
+def _hide(pool: Pool, tx: Transaction, avoid: set[int]) -> None:
+    """Take the free GPUs of the nodes in `avoid` out of the pool's view, until rollback."""
+    index = pool.index
+    for n in avoid:
+        if index.free[n]:
+            tx.take(index, n, index.free[n])
 
 
 def _future(p: Pass, pool: Pool, stops: Stops, tx: Transaction, book: TeamBook) -> None:
