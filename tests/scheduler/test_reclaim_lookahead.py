@@ -10,8 +10,20 @@ _spoiled); when none does, it keeps its own.
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
 from scheduler import schedule
-from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, preempted, verdict
+from tests.scheduler.helpers import (
+    HOUR,
+    NOW,
+    Cluster,
+    Sim,
+    examples,
+    preempted,
+    reasons,
+    verdict,
+)
 
 GRACE = 30.0
 
@@ -119,3 +131,79 @@ def test_a_later_whole_node_job_keeps_the_one_node_it_can_reclaim_whole():
     sim = _run(c)
     assert sim.started[1] <= NOW + 2 * GRACE and sim.started[2] <= NOW + 2 * GRACE
     assert verdict(schedule(c.snapshot()), 2).reason_code == "waiting_for_preemption"
+
+
+# -- property: two within-nominal jobs of one pass both reclaim when both can be placed ----
+
+
+def _jointly_placeable(domains: list[list[str]], shapes: list[tuple[int, int]]) -> bool:
+    """Whether the shapes (workers, GPUs each) fit the empty 8-GPU nodes together: each
+    gang's workers in one domain (a single worker anywhere); brute force."""
+    free = {n: 8 for nodes in domains for n in nodes}
+    return _place(free, domains, shapes, 0)
+
+
+def _place(free: dict, domains: list[list[str]], shapes: list, i: int) -> bool:
+    if i == len(shapes):
+        return True
+    w, g = shapes[i]
+    groups = domains if w > 1 else [[n for nodes in domains for n in nodes]]
+    return any(_workers(free, domains, shapes, i, nodes, w, g, 0) for nodes in groups)
+
+
+def _workers(free, domains, shapes, i, nodes, left, g, at) -> bool:
+    """Place `left` more workers of shape i on nodes[at:], then the next shapes."""
+    if left == 0:
+        return _place(free, domains, shapes, i + 1)
+    for j in range(at, len(nodes)):
+        n = nodes[j]
+        if free[n] >= g:
+            free[n] -= g
+            found = _workers(free, domains, shapes, i, nodes, left - 1, g, j)
+            free[n] += g
+            if found:
+                return True
+    return False
+
+
+@st.composite
+def two_reclaims(draw):
+    """Borrower b fills 3-5 nodes in 1-2 blocks with preemptible jobs of mixed sizes and
+    ages; d and g, within their nominal quota (their job's size), each submit one job in
+    the same pass."""
+    blocks = draw(st.integers(1, 2))
+    count = draw(st.integers(3, 5))
+    c = Cluster()
+    domains: list[list[str]] = [[] for _ in range(blocks)]
+    for i in range(count):
+        b = draw(st.integers(0, blocks - 1))
+        c.node(f"n{i}", gpus=8, block=f"b{b}", rack=f"r{b}")
+        domains[b].append(f"n{i}")
+    domains = [d for d in domains if d]
+    ids = iter(range(100, 1000))
+    for i in range(count):
+        left = 8
+        while left:
+            k = min(left, draw(st.sampled_from([1, 2, 4])))
+            age = draw(st.integers(60, 5 * 3600))
+            c.run(next(ids), "b", on={f"n{i}": k}, started=NOW - age, runtime=100 * HOUR)
+            left -= k
+    shapes = [draw(st.sampled_from([(1, 4), (1, 8), (2, 4), (2, 8)])) for _ in range(2)]
+    assume(_jointly_placeable(domains, shapes))
+    c.team("d", nominal=shapes[0][0] * shapes[0][1], cohort="c")
+    c.team("g", nominal=shapes[1][0] * shapes[1][1], cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    first = draw(st.booleans())
+    for job_id, team, (w, g) in ((1, "d", shapes[0]), (2, "g", shapes[1])):
+        at = NOW if (job_id == 1) == first else NOW + 1
+        c.job(job_id, team, workers=w, gpus=g, submitted=at, runtime=100 * HOUR)
+    return c
+
+
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(two_reclaims())
+def test_both_reclaims_start_within_a_grace_period_when_both_can_be_placed(c):
+    sim = Sim(c, preemption=True)
+    plans = [sim.step(NOW + GRACE * step) for step in range(4)]
+    assert set(sim.started) >= {1, 2}, [reasons(plan) for plan in plans]
+    assert max(sim.started[1], sim.started[2]) <= NOW + 2 * GRACE
