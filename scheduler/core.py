@@ -625,16 +625,17 @@ class Pass:
         if k in cache:
             return cache[k]
         f = pool.flavor
-        by_team: dict[TeamBook, list[Running]] = {}
-        for r in self.running_in(f):
-            other = r.book
-            if r.stopping or r.ending or not r.job.preemptible or other is team:
-                continue  # an ending job's GPUs come free without a victim (_coming_free)
-            if team.cohort is None or other.cohort != team.cohort:
-                continue
-            by_team.setdefault(other, []).append(r)
         out: dict[int, int] = {}
-        for other, jobs in by_team.items():
+        for other in self.ledger.members.get(team.cohort, ()) if team.cohort is not None else ():
+            if other is team:
+                continue
+            jobs = [
+                r
+                for r in self.running_of(other.name, f)
+                if not (r.stopping or r.ending or not r.job.preemptible)
+            ]  # an ending job's GPUs come free without a victim (_coming_free)
+            if not jobs:
+                continue
             borrows = self.borrows(other, f, self.settled(other, f))
             if borrows <= 0:
                 continue

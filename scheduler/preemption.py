@@ -294,20 +294,14 @@ def _spoiled(p: Pass, pool: Pool, book: TeamBook, choice: Choice) -> set[int]:
             n: min(totals[n], free[n] + reclaimable.get(n, 0)) for d in touched for n in domains[d]
         }
         after = {n: max(0, c - target.get(n, 0)) for n, c in before.items()}
-        everywhere = None
         for w, g in p.sizes[key]:
             if w * g > k:
                 continue  # it would borrow: not what the team waits for
             held = [d for d in touched if sum(before[n] // g for n in domains[d]) >= w]
             if not held or any(sum(after[n] // g for n in domains[d]) >= w for d in touched):
                 continue
-            if everywhere is None:  # the other domains, once per team
-                everywhere = [
-                    min(t, f + reclaimable.get(n, 0))
-                    for n, (t, f) in enumerate(zip(totals, free, strict=True))
-                ]
-            if any(
-                sum(everywhere[n] // g for n in nodes) >= w
+            if any(  # another domain holds it (walked until one does)
+                sum(min(totals[n], free[n] + reclaimable.get(n, 0)) // g for n in nodes) >= w
                 for d, nodes in enumerate(domains)
                 if d not in touched
             ):
