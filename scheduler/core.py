@@ -363,16 +363,22 @@ class Pass:
 
     def _demand(self) -> dict[tuple[str, str], int]:
         """Return the GPUs each cohort team's pending jobs that fit its nominal quota and
-        were not considered yet ask for."""
+        were not considered yet ask for: not a job over its GPU-hour budget, which takes
+        nothing in this pass (budget_wait: a budget only fills during a pass), for which
+        a reclaim's look-ahead took a dearer target (a review's case,
+        test_reclaim_lookahead.py) and idle quota was kept."""
         demand: dict[tuple[str, str], int] = {}
         book = self.ledger.book
         seen = {j.id for j in self.order}
+        budgets = self.budgets
         for job in self.pending:
             if job.id in seen:
                 continue
             b = book(job.team)
             if job.workers < 1 or job.gpus_per_worker < 1:
                 continue  # never fits (static_wait): no demand
+            if budgets is not None and budgets.wait(job) is not None:
+                continue
             if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
                 key = (job.team, job.flavor)
                 demand[key] = demand.get(key, 0) + job.gpus
@@ -622,8 +628,15 @@ class Pass:
         only one of a team's two jobs, and sat idle (a review's case)."""
         cache = self._reclaim
         k = (pool.flavor, team.name)
-        if k in cache:
-            return cache[k]
+        if k not in cache:
+            cache[k] = self.reclaimable_now(pool, team)
+        return cache[k]
+
+    def reclaimable_now(self, pool: Pool, team: TeamBook) -> dict[int, int]:
+        """Return `reclaimable` as the pass stands now, uncached: without the jobs that
+        victims of this pass have become since (a reclaim's look-ahead, preemption._spoiled,
+        counted a block's jobs an earlier reclaim had stopped as the gang's to reclaim, and
+        let the next reclaim take the gang's last block: a review's case)."""
         f = pool.flavor
         out: dict[int, int] = {}
         for other in self.ledger.members.get(team.cohort, ()) if team.cohort is not None else ():
@@ -648,7 +661,6 @@ class Pass:
                     gpus += r.job.gpus
                     for node, g in r.nodes:
                         out[node] = out.get(node, 0) + g
-        cache[k] = out
         return out
 
     def _free(self, flavor: str) -> int:

@@ -271,7 +271,7 @@ def _spoiled(p: Pass, pool: Pool, book: TeamBook, choice: Choice) -> set[int]:
     the pass within nominal quota of another team of the cohort (the jobs
     kept_for_others counts; each shape it asks for that fits what it waits for): those
     that cost the shape a worker slot in a domain where its workers fit the GPUs free in
-    rule 2's view plus those it may reclaim (Pass.reclaimable) before the target and not
+    rule 2's view plus those it may reclaim (Pass.reclaimable_now) before the target and not
     after, when no other domain holds them. Counted per worker slot (a worker never
     spans nodes; a gang stays in one domain, as placement.choose places it); GPUs the
     target's victims free elsewhere stay the team's to reclaim or use. Empty when
@@ -279,7 +279,8 @@ def _spoiled(p: Pass, pool: Pool, book: TeamBook, choice: Choice) -> set[int]:
     if book.cohort is None:
         return set()
     # asked apart: figures cached now would be stale once its victims stop (a decision
-    # later in the pass read them: test_verdicts_true.py's cache case)
+    # later in the pass read them: test_verdicts_true.py's cache case); what the teams
+    # may reclaim is asked as the pass stands (Pass.reclaimable_now), not as cached
     parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
     if not parts:
         return set()
@@ -289,7 +290,7 @@ def _spoiled(p: Pass, pool: Pool, book: TeamBook, choice: Choice) -> set[int]:
     touched = sorted({dom[n] for n in target})
     out: set[int] = set()
     for k, key in parts:
-        reclaimable = p.asked_apart(p.reclaimable, pool, p.ledger.book(key[0]))
+        reclaimable = p.reclaimable_now(pool, p.ledger.book(key[0]))
         before = {
             n: min(totals[n], free[n] + reclaimable.get(n, 0)) for d in touched for n in domains[d]
         }
@@ -484,8 +485,8 @@ def _earliest(job: PendingJob, index, stops: Stops, until: float, tx: Transactio
 
     def at(t: float):
         mark = tx.mark()
-        for node, k, ends in given:
-            late = min(k, sum(g for end, g in ends if end > t))
+        for node, k, ends in given:  # (of a node in the view: not one _hide took out)
+            late = min(k, sum(g for end, g in ends if end > t), index.free[node])
             if late > 0:
                 tx.take(index, node, late)
         where = placement.choose(index, job.workers, job.gpus_per_worker)
@@ -1651,8 +1652,10 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     """Return why reclaim cannot give a within-nominal job the quota its cohort lent out
     (it found no victims: try_preempt).
 
-    ("unplaced",) if reclaim would give it its quota back now (_lent_back_at's test):
-    then what stops it is where the GPUs are, not quota; ("lent", GPUs of its team's
+    ("unplaced",) if reclaim would give it its quota back now (_lent_back_at's test)
+    and its workers fit no GPUs even with every job it may preempt gone
+    (_fits_without_candidates): then what stops it is where the GPUs are, not quota
+    (if they do fit, None: its search failed for another reason); ("lent", GPUs of its team's
     idle quota that borrowers run non-preemptible jobs on, those teams, when enough of
     them will have ended); or None if the job would borrow or no such jobs hold its
     quota. A borrower's nominal quota covers its non-preemptible jobs first: only
@@ -1667,7 +1670,10 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     used = p.settled(book, f)
     if book.cohort is None or used + job.gpus > q.nominal:
         return None
-    if _lent_back_at(p, job, book) <= p.now:
+    if _lent_back_at(p, job, book) <= p.now:  # quota is not it: is where the GPUs are?
+        pool = p.pools.get(f)
+        if pool is None or _fits_without_candidates(p, job, pool, book):
+            return None  # something else (an ending job's quota, say): the plain sentence
         return ("unplaced",)
     lent, teams = 0, []
     for other in p.ledger.members.get(book.cohort, ()):
@@ -1683,6 +1689,25 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     if not lent:
         return None
     return ("lent", lent, tuple(teams), _lent_back_at(p, job, book))
+
+
+def _fits_without_candidates(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> bool:
+    """Return whether the job's workers fit rule 2's view (stopping and ending jobs gone)
+    with every job it may preempt gone too (its queue's lower-priority jobs, its
+    borrowing peers'); nothing is changed. Asked before saying that reclaim cannot place
+    it: a job whose borrower's only job ended 10 s later, or whose peer borrowed only
+    through a stopping job, fitted the free GPUs and was told they would not hold its
+    workers (a review's cases, test_reclaim.py)."""
+    stops = p.stops(pool)
+    tx = Transaction()
+    try:
+        _future(p, pool, stops, tx, book)
+        _ending(p, pool, stops, tx, book)
+        for r in _lower_priority(p, job, book) + _borrowed(p, job, book):
+            _release(p, r, pool, tx)
+        return placement.choose(pool.index, job.workers, job.gpus_per_worker) is not None
+    finally:
+        tx.rollback()
 
 
 def _lent_back_at(p: Pass, job: PendingJob, book: TeamBook) -> float:

@@ -531,3 +531,32 @@ def test_placement_not_lent_quota_is_named_when_reclaim_covers_the_quota():
         if 1 in sim.started:
             break
     assert sim.started[1] == NOW + 600.0  # when job 11 ends, as the sentence says
+
+
+def test_placement_is_not_blamed_when_the_free_gpus_hold_the_job():
+    """A review's cases: the sentence said the GPUs would not hold the job's workers
+    whole (1) when its borrower's only job reaches its max runtime in 10 s (no reclaim
+    candidate, but its worker fits n1's 4 free GPUs: it waits for that job's quota), and
+    (2) when the peer counted as reclaimable borrows only through a stopping job (no
+    candidate once that job stops; the job fits n2's 8 free GPUs)."""
+    c = Cluster()
+    c.node("n0", gpus=4).node("n1", gpus=4)
+    c.team("t", nominal=4, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(100, "b", on={"n0": 4}, started=NOW - HOUR + 10, runtime=HOUR)
+    c.job(1, "t", workers=1, gpus=4, submitted=NOW, runtime=HOUR)
+    v = verdict(schedule(c.snapshot()), 1)
+    assert "hold its workers whole" not in v.message, v.message
+
+    c = Cluster()
+    c.node("n0", gpus=8).node("n1", gpus=8).node("n2", gpus=8)
+    c.team("t", nominal=4, cohort="c").team("d", nominal=4, cohort="c")
+    c.team("x", nominal=0, cohort="c")
+    c.run(100, "d", on={"n0": 4}, started=NOW - HOUR, runtime=100 * HOUR, stopping=True,
+          grace=HOUR, stop_requested=NOW)  # fmt: skip
+    c.run(101, "x", on={"n0": 4}, started=NOW - HOUR, runtime=100 * HOUR, preemptible=False)
+    c.run(102, "d", on={"n1": 2}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.run(103, "x", on={"n1": 1}, started=NOW - HOUR, runtime=100 * HOUR, preemptible=False)
+    c.job(1, "t", workers=1, gpus=2, submitted=NOW, runtime=HOUR)
+    v = verdict(schedule(c.snapshot()), 1)
+    assert v.reason_code == "cohort_busy"
+    assert "hold its workers whole" not in v.message, v.message

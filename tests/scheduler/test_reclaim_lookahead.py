@@ -10,10 +10,13 @@ _spoiled); when none does, it keeps its own.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scheduler import schedule
+from scheduler.model import Budget
 from tests.scheduler.helpers import (
     HOUR,
     NOW,
@@ -207,3 +210,85 @@ def test_both_reclaims_start_within_a_grace_period_when_both_can_be_placed(c):
     plans = [sim.step(NOW + GRACE * step) for step in range(4)]
     assert set(sim.started) >= {1, 2}, [reasons(plan) for plan in plans]
     assert max(sim.started[1], sim.started[2]) <= NOW + 2 * GRACE
+
+
+def test_the_second_search_leaves_the_avoided_nodes_stops_alone():
+    """A review's case: each node also holds one GPU of a job already stopping with an
+    hour's grace. The second search hid n0's free GPUs, and the earliest-stop placement
+    of its target (on n2, beside a late stop) took n0's late spare GPU from a free count
+    of 0: the pass raised instead of returning a plan."""
+    c = Cluster()
+    c.node("n0", gpus=8, block="b0", rack="r0")
+    c.node("n1", gpus=8, block="b0", rack="r0")
+    c.node("n2", gpus=8, block="b1", rack="r1")
+    c.team("d", nominal=8, cohort="c").team("g", nominal=16, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    i = 100
+    for node in ("n0", "n1", "n2"):
+        age = 60 if node == "n0" else HOUR
+        for _ in range(7):
+            c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+        c.run(i, "b", on={node: 1}, started=NOW - HOUR, runtime=100 * HOUR, stopping=True,
+              grace=HOUR, stop_requested=NOW)  # fmt: skip
+        i += 1
+    c.job(1, "d", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "g", workers=2, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
+    plan = schedule(c.snapshot())
+    targets = {r.job_id: sorted(n for n, _ in r.nodes) for r in plan.reservations}
+    assert targets == {1: ["n2"], 2: ["n0", "n1"]}
+
+
+def _four_nodes(with_borrower: bool) -> Cluster:
+    """d and e (1x8, nominal 8 each) and g (2x8, nominal 16) reclaim from b's 1-GPU jobs
+    on two blocks of two nodes; y, within nominal once its stopping job has stopped, may
+    have a 1-GPU job ordered first, whose quota question fills Pass.reclaimable's cache
+    for d, e and g before any preemption."""
+    c = Cluster()
+    for name, block in (("n0", "b0"), ("n1", "b0"), ("n2", "b1"), ("n3", "b1")):
+        c.node(name, gpus=8, block=block, rack=block)
+    c.team("d", nominal=8, cohort="c").team("e", nominal=8, cohort="c")
+    c.team("g", nominal=16, cohort="c").team("b", nominal=0, cohort="c")
+    c.team("h", nominal=4, cohort="c").team("x", nominal=0, cohort="c")
+    i = 100
+    for node, age in (("n0", 60), ("n1", HOUR), ("n2", 120), ("n3", HOUR)):
+        for _ in range(8):
+            c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+    c.node("n4", gpus=1, block="b2", rack="r2")
+    c.team("y", nominal=1, cohort="c")
+    c.run(50, "y", on={"n4": 1}, started=NOW - HOUR, runtime=100 * HOUR, stopping=True,
+          grace=HOUR, stop_requested=NOW)  # fmt: skip
+    if with_borrower:
+        c.job(9, "y", workers=1, gpus=1, submitted=NOW - 10 * 24 * HOUR, runtime=100 * HOUR)
+    c.job(1, "d", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "e", workers=1, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
+    c.job(3, "g", workers=2, gpus=8, submitted=NOW + 2, runtime=100 * HOUR)
+    return c
+
+
+def test_what_a_later_job_may_reclaim_is_asked_as_the_pass_stands():
+    """A review's case: with y's job considered first, the look-ahead read the cached
+    figure, which still counted n0's jobs (d's victims) as g's to reclaim, so e took n2
+    and g's gang had no block left; without y's job all three reclaimed."""
+    for with_borrower in (False, True):
+        plan = schedule(_four_nodes(with_borrower).snapshot(age_weight=1.0))
+        targets = {r.job_id: sorted(n for n, _ in r.nodes) for r in plan.reservations}
+        assert {j: t for j, t in targets.items() if j in (1, 2, 3)} == {
+            1: ["n0"],
+            2: ["n1"],
+            3: ["n2", "n3"],
+        }, (with_borrower, targets)
+
+
+def test_a_later_job_over_its_budget_keeps_no_place():
+    """A review's case: g's gang is over its GPU-hour budget, so it takes nothing in this
+    pass (no reservation, no preemption); the look-ahead still kept it a block, and d
+    preempted n2's hour-old jobs instead of n0's minute-old ones."""
+    c = _three_nodes()
+    c.job(1, "d", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "g", workers=2, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
+    snap = replace(c.snapshot(), budgets=(Budget("g", "h100", limit=10.0, used=10.0),))
+    plan = schedule(snap)
+    assert reasons(plan)[2] == "budget_exhausted"
+    assert sorted(preempted(plan)) == list(range(100, 108))  # n0's, its cheapest
