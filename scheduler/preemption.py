@@ -271,8 +271,9 @@ def _spoiled(p: Pass, pool: Pool, book: TeamBook, choice: Choice) -> set[int]:
     the pass within nominal quota of another team of the cohort (the jobs
     kept_for_others counts; each shape it asks for that fits what it waits for): those
     that cost the shape a worker slot in a domain where its workers fit the GPUs free in
-    rule 2's view plus those it may reclaim (Pass.reclaimable_now) before the target and not
-    after, when no other domain holds them. Counted per worker slot (a worker never
+    rule 2's view (those of jobs that reach their max runtime first too, as _ending
+    counts them) plus those it may reclaim (Pass.reclaimable_now) before the target and
+    not after, when no other domain holds them. Counted per worker slot (a worker never
     spans nodes; a gang stays in one domain, as placement.choose places it); GPUs the
     target's victims free elsewhere stay the team's to reclaim or use. Empty when
     nothing is spoiled."""
@@ -284,7 +285,10 @@ def _spoiled(p: Pass, pool: Pool, book: TeamBook, choice: Choice) -> set[int]:
     parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
     if not parts:
         return set()
-    free, dom, totals = p.stops(pool).future().free, pool.index.dom, pool.totals
+    stops = p.stops(pool)
+    free, dom, totals = list(stops.future().free), pool.index.dom, pool.totals
+    for n in stops.ending_on:  # and the GPUs of jobs that reach their max runtime first
+        free[n] += max(0, stops.ending_surplus(n))
     domains = pool.domain_nodes()
     target = choice.gpus_on
     touched = sorted({dom[n] for n in target})

@@ -292,3 +292,28 @@ def test_a_later_job_over_its_budget_keeps_no_place():
     plan = schedule(snap)
     assert reasons(plan)[2] == "budget_exhausted"
     assert sorted(preempted(plan)) == list(range(100, 108))  # n0's, its cheapest
+
+
+def test_a_place_that_jobs_ending_first_make_counts():
+    """g's gang has block b1 too: n2's 4-GPU job reaches its max runtime in 10 s and
+    n2's and n3's other GPUs hold b's hour-old jobs. d's 1x8 job takes n0 (its youngest
+    victims) and the gang b1; counted without the ending GPUs, b1 held one worker and d
+    was sent to dearer victims (a review's concern)."""
+    c = Cluster()
+    for name, block in (("n0", "b0"), ("n1", "b0"), ("n2", "b1"), ("n3", "b1")):
+        c.node(name, gpus=8, block=block, rack=block)
+    c.team("d", nominal=8, cohort="c").team("g", nominal=16, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    i = 100
+    for node, count, age in (("n0", 8, 60), ("n1", 8, HOUR), ("n2", 4, HOUR), ("n3", 8, HOUR)):
+        for _ in range(count):
+            c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+    c.run(90, "b", on={"n2": 4}, started=NOW - HOUR + 10, runtime=HOUR)  # ends in 10 s
+    c.job(1, "d", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "g", workers=2, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
+    plan = schedule(c.snapshot())
+    targets = {r.job_id: sorted(n for n, _ in r.nodes) for r in plan.reservations}
+    assert targets == {1: ["n0"], 2: ["n2", "n3"]}, targets
+    sim = _run(c)
+    assert max(sim.started[1], sim.started[2]) <= NOW + 2 * GRACE
