@@ -13,7 +13,8 @@ from scheduler.timewords import instant
 
 
 def test_reason_instants_are_a_clock_time_and_words(story, login):
-    at = timezone.now() + timedelta(minutes=62)
+    # whole seconds: instant() rounds, and at hh:mm:59.5 it named the next minute (a flake)
+    at = (timezone.now() + timedelta(minutes=62)).replace(microsecond=0)
     Job.objects.filter(pk=story.sweep.pk).update(
         reason_code="reserved",
         reason=f"needs 8 GPUs; it would delay job 7 <b>, which needs the team's quota from "

@@ -31,10 +31,11 @@ from tests.scheduler.helpers import (
 GRACE = 30.0
 
 
-def _three_nodes(young: str = "n0") -> Cluster:
+def _three_nodes(young: str = "n0", stopping: bool = False) -> Cluster:
     """d (nominal 8), g (nominal 16) and borrower b (nominal 0) in cohort c; n0 and n1 in
     block b0, n2 in block b1; b runs 24 preemptible 1-GPU jobs, those on `young` started
-    a minute ago (the cheapest victims), the others an hour ago."""
+    a minute ago (the cheapest victims), the others an hour ago; with `stopping`, the
+    last GPU of each node holds a job of b's already stopping with an hour's grace."""
     c = Cluster()
     c.node("n0", gpus=8, block="b0", rack="r0")
     c.node("n1", gpus=8, block="b0", rack="r0")
@@ -44,8 +45,12 @@ def _three_nodes(young: str = "n0") -> Cluster:
     i = 100
     for node in ("n0", "n1", "n2"):
         age = 60 if node == young else HOUR
-        for _ in range(8):
+        for _ in range(7 if stopping else 8):
             c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+        if stopping:
+            c.run(i, "b", on={node: 1}, started=NOW - HOUR, runtime=100 * HOUR, stopping=True,
+                  grace=HOUR, stop_requested=NOW)  # fmt: skip
             i += 1
     return c
 
@@ -217,21 +222,7 @@ def test_the_second_search_leaves_the_avoided_nodes_stops_alone():
     hour's grace. The second search hid n0's free GPUs, and the earliest-stop placement
     of its target (on n2, beside a late stop) took n0's late spare GPU from a free count
     of 0: the pass raised instead of returning a plan."""
-    c = Cluster()
-    c.node("n0", gpus=8, block="b0", rack="r0")
-    c.node("n1", gpus=8, block="b0", rack="r0")
-    c.node("n2", gpus=8, block="b1", rack="r1")
-    c.team("d", nominal=8, cohort="c").team("g", nominal=16, cohort="c")
-    c.team("b", nominal=0, cohort="c")
-    i = 100
-    for node in ("n0", "n1", "n2"):
-        age = 60 if node == "n0" else HOUR
-        for _ in range(7):
-            c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
-            i += 1
-        c.run(i, "b", on={node: 1}, started=NOW - HOUR, runtime=100 * HOUR, stopping=True,
-              grace=HOUR, stop_requested=NOW)  # fmt: skip
-        i += 1
+    c = _three_nodes(stopping=True)
     c.job(1, "d", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
     c.job(2, "g", workers=2, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
     plan = schedule(c.snapshot())
