@@ -8,6 +8,7 @@ order, gives the same plan.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from itertools import islice
 
 from . import placement
@@ -632,24 +633,32 @@ class Pass:
             cache[k] = self.reclaimable_now(pool, team)
         return cache[k]
 
-    def reclaimable_now(self, pool: Pool, team: TeamBook) -> dict[int, int]:
+    def reclaimable_now(
+        self, pool: Pool, team: TeamBook, gone: Iterable[Running] = ()
+    ) -> dict[int, int]:
         """Return `reclaimable` as the pass stands now, uncached: without the jobs that
         victims of this pass have become since (a reclaim's look-ahead, preemption._spoiled,
         counted a block's jobs an earlier reclaim had stopped as the gang's to reclaim, and
-        let the next reclaim take the gang's last block: a review's case)."""
+        let the next reclaim take the gang's last block: a review's case); with `gone`, as
+        it will be once those running jobs have stopped (their teams borrowing that much
+        less)."""
         f = pool.flavor
         out: dict[int, int] = {}
+        left = {id(r) for r in gone}
+        less: dict[TeamBook, int] = {}
+        for r in gone:
+            less[r.book] = less.get(r.book, 0) + r.job.gpus
         for other in self.ledger.members.get(team.cohort, ()) if team.cohort is not None else ():
             if other is team:
                 continue
             jobs = [
                 r
                 for r in self.running_of(other.name, f)
-                if not (r.stopping or r.ending or not r.job.preemptible)
+                if not (r.stopping or r.ending or not r.job.preemptible) and id(r) not in left
             ]  # an ending job's GPUs come free without a victim (_coming_free)
             if not jobs:
                 continue
-            borrows = self.borrows(other, f, self.settled(other, f))
+            borrows = self.borrows(other, f, self.settled(other, f) - less.get(other, 0))
             if borrows <= 0:
                 continue
             jobs.sort(key=lambda r: victim_key(r.job, True))
@@ -792,6 +801,8 @@ class Pass:
         ids = {j.id for j in done}
         for job in done:
             self.order.append(job)
+            if self.demand is not None:  # built meanwhile (a reclaim's look-ahead asked)
+                self._considered(job, self.ledger.book(job.team))
         self.pending = [j for j in self.pending if j.id not in ids]
 
     def stops(self, pool: Pool) -> Stops:

@@ -245,74 +245,143 @@ def choose(
     `reclaim` False: its own lower-priority jobs are the only candidates. A reclaim
     whose target takes the last place that a later job of the pass, within nominal
     quota, of another team of its cohort could reclaim (_spoiled) is searched again
-    away from the nodes of that place, and the other target is taken if it spoils
-    none. Both jobs are promised their quota: a 1x8 job that reclaimed the cheapest
-    node of the only block with two nodes left a 2x8 gang after it in the same pass no
-    victim set, for as long as the borrower's jobs ran, when the third node, in
-    another block, held the 1x8 job as well (a fifth tester's case,
-    tests/scheduler/test_reclaim_lookahead.py)."""
+    away from the nodes of that place, and the other target is taken if it leaves
+    that job a place (_leaves) and spoils no other. Both jobs are promised their
+    quota: a 1x8 job that reclaimed the cheapest node of the only block with two
+    nodes left a 2x8 gang after it in the same pass no victim set, for as long as the
+    borrower's jobs ran, when the third node, in another block, held the 1x8 job as
+    well (a fifth tester's case). Taken where it left the later job no place either
+    (the borrower, once the first job's victims stopped, borrowed too little to lose
+    the jobs there), the other target only cost the first job an hour and more work
+    (a sixth tester's case): tests/scheduler/test_reclaim_lookahead.py."""
     choice = _choose(p, job, pool, book, lower, reclaim)
     if choice is None or not reclaim or not choice.victims:
         return choice
-    avoid = _spoiled(p, pool, book, choice)
-    for _ in range(LOOKAHEAD_TRIES if avoid else 0):
+    avoid, spoiled = _spoiled(p, pool, book, choice)
+    for _ in range(LOOKAHEAD_TRIES if spoiled else 0):
         other = _choose(p, job, pool, book, lower, reclaim, avoid)
         if other is None:
             break
-        more = _spoiled(p, pool, book, other)
-        if not more:
+        more, worse = _spoiled(p, pool, book, other)
+        if not worse and _leaves(p, pool, other, spoiled):
             return other
-        avoid |= more
+        avoid |= more or set(other.gpus_on)  # (a target that helps no one: not there)
     return choice
 
 
-def _spoiled(p: Pass, pool: Pool, book: TeamBook, choice: Choice) -> set[int]:
-    """Return the nodes of a reclaim's target that take the last place of a later job of
-    the pass within nominal quota of another team of the cohort (the jobs
-    kept_for_others counts; each shape it asks for that fits what it waits for): those
-    that cost the shape a worker slot in a domain where its workers fit the GPUs free in
-    rule 2's view (those of jobs that reach their max runtime first too, as _ending
-    counts them) plus those it may reclaim (Pass.reclaimable_now) before the target and
-    not after, when no other domain holds them. Counted per worker slot (a worker never
-    spans nodes; a gang stays in one domain, as placement.choose places it); GPUs the
-    target's victims free elsewhere stay the team's to reclaim or use. Empty when
-    nothing is spoiled."""
+class _Future:
+    """The GPUs of a pool a later job of the pass could use, per node: free in rule 2's
+    view (those of jobs that reach their max runtime first too, as _ending counts
+    them) plus those its team may reclaim (Pass.reclaimable_now), before a reclaim's
+    choice or once it is made (its victims stopped: their GPUs free, their teams
+    borrowing that much less; its target taken). Asked node by node (`before` and
+    `after` return a function of the node), domain by domain until one holds a shape."""
+
+    __slots__ = ("p", "pool", "free", "totals", "domains")
+
+    def __init__(self, p: Pass, pool: Pool) -> None:
+        stops = p.stops(pool)
+        self.p, self.pool, self.totals = p, pool, pool.totals
+        self.free = list(stops.future().free)
+        for n in stops.ending_on:
+            self.free[n] += max(0, stops.ending_surplus(n))
+        self.domains = pool.domain_nodes()
+
+    def before(self, team: TeamBook):
+        """Return node -> GPUs the team could use now."""
+        free, totals = self.free, self.totals
+        extra = self.p.reclaimable_now(self.pool, team)
+        return lambda n: min(totals[n], free[n] + extra.get(n, 0))
+
+    def after(self, team: TeamBook, choice: Choice):
+        """Return node -> GPUs the team could use once the choice is made."""
+        free, totals, target = self.free, self.totals, choice.gpus_on
+        extra = dict(self.p.reclaimable_now(self.pool, team, choice.victims))
+        for r in choice.victims:
+            for n, k in r.nodes:
+                extra[n] = extra.get(n, 0) + k
+        return lambda n: max(0, min(totals[n], free[n] + extra.get(n, 0)) - target.get(n, 0))
+
+    def holds(self, avail, w: int, g: int, first=(), others: bool = False) -> bool:
+        """Return whether w workers of g GPUs fit one domain, counted per worker slot as
+        placement.choose places a gang: of the domains `first` (unless `others`: asked
+        already), then the others."""
+        if not others and any(sum(avail(n) // g for n in nodes) >= w for nodes in first):
+            return True
+        skip = {id(nodes) for nodes in first}
+        return any(
+            sum(avail(n) // g for n in nodes) >= w
+            for nodes in self.domains
+            if id(nodes) not in skip
+        )
+
+
+def _spoiled(
+    p: Pass, pool: Pool, book: TeamBook, choice: Choice
+) -> tuple[set[int], list[tuple[TeamBook, int, int]]]:
+    """Return what a reclaim's choice spoils of the later jobs of the pass within nominal
+    quota of other teams of the cohort (the jobs kept_for_others counts; each shape it
+    asks for that fits what it waits for): the shapes that fit a domain of its target
+    before it and no domain once it is made (_Future), as (team, workers, GPUs each),
+    and the target's nodes that cost them a worker slot. GPUs its victims free elsewhere
+    stay the team's to reclaim or use; what its victims' teams no longer borrow, the
+    team may no longer reclaim (_Search.allowed: a place the team could not take after
+    any target is not spoiled by one)."""
     if book.cohort is None:
-        return set()
+        return set(), []
     # asked apart: figures cached now would be stale once its victims stop (a decision
     # later in the pass read them: test_verdicts_true.py's cache case); what the teams
     # may reclaim is asked as the pass stands (Pass.reclaimable_now), not as cached
     parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
     if not parts:
-        return set()
-    stops = p.stops(pool)
-    free, dom, totals = list(stops.future().free), pool.index.dom, pool.totals
-    for n in stops.ending_on:  # and the GPUs of jobs that reach their max runtime first
-        free[n] += max(0, stops.ending_surplus(n))
-    domains = pool.domain_nodes()
+        return set(), []
+    future = _Future(p, pool)
     target = choice.gpus_on
-    touched = sorted({dom[n] for n in target})
-    out: set[int] = set()
+    index = p.stops(pool).future()
+    near = sorted({index.dom[n] for n in target})
+    touched = [future.domains[d] for d in near]
+    nodes: set[int] = set()
+    spoiled = []
     for k, key in parts:
-        reclaimable = p.reclaimable_now(pool, p.ledger.book(key[0]))
-        before = {
-            n: min(totals[n], free[n] + reclaimable.get(n, 0)) for d in touched for n in domains[d]
-        }
-        after = {n: max(0, c - target.get(n, 0)) for n, c in before.items()}
+        team = p.ledger.book(key[0])
+        before = after = None
+        slots_before: dict[int, int] = {}  # GPUs per worker -> most slots in a touched domain
+        slots_after: dict[int, int] = {}
         for w, g in p.sizes[key]:
             if w * g > k:
                 continue  # it would borrow: not what the team waits for
-            held = [d for d in touched if sum(before[n] // g for n in domains[d]) >= w]
-            if not held or any(sum(after[n] // g for n in domains[d]) >= w for d in touched):
+            where = placement.choose(index, w, g)
+            if where is not None:
+                d = where[1] if where[0] == placement.DOMAIN else index.dom[where[1]]
+                if d not in near:
+                    continue  # free GPUs of a domain the target leaves alone hold it
+            before = before or future.before(team)
+            if g not in slots_before:
+                slots_before[g] = max(sum(before(n) // g for n in nodes) for nodes in touched)
+            if slots_before[g] < w:
                 continue
-            if any(  # another domain holds it (walked until one does)
-                sum(min(totals[n], free[n] + reclaimable.get(n, 0)) // g for n in nodes) >= w
-                for d, nodes in enumerate(domains)
-                if d not in touched
-            ):
+            after = after or future.after(team, choice)
+            if g not in slots_after:
+                slots_after[g] = max(sum(after(n) // g for n in nodes) for nodes in touched)
+            if slots_after[g] >= w or future.holds(after, w, g, touched, others=True):
                 continue
-            out.update(n for n in target if before[n] // g > after[n] // g)
-    return out
+            spoiled.append((team, w, g))
+            nodes.update(n for n in target if before(n) // g > after(n) // g)
+    return nodes, spoiled
+
+
+def _leaves(p: Pass, pool: Pool, choice: Choice, spoiled: list) -> bool:
+    """Return whether, once the choice is made, each shape (team, workers, GPUs each)
+    fits a domain of what its team could use (_Future)."""
+    future = _Future(p, pool)
+    afters: dict[int, object] = {}
+    for team, w, g in spoiled:
+        after = afters.get(id(team))
+        if after is None:
+            after = afters[id(team)] = future.after(team, choice)
+        if not future.holds(after, w, g):
+            return False
+    return True
 
 
 def _choose(

@@ -22,7 +22,9 @@ from tests.scheduler.helpers import (
     NOW,
     Cluster,
     Sim,
+    admitted,
     examples,
+    make_job,
     preempted,
     reasons,
     verdict,
@@ -308,3 +310,93 @@ def test_a_place_that_jobs_ending_first_make_counts():
     assert targets == {1: ["n0"], 2: ["n2", "n3"]}, targets
     sim = _run(c)
     assert max(sim.started[1], sim.started[2]) <= NOW + 2 * GRACE
+
+
+# -- a place the later job could not take anyway is not kept (a sixth tester's cases) ----
+
+
+def test_a_place_the_later_gang_cannot_reclaim_after_any_target_is_not_kept():
+    """Blocks as in _three_nodes (n1's jobs two minutes old), but b's nominal quota is 8:
+    it borrows 16, and once d's
+    eight victims stop only 8, so g may take only one node's jobs and its 2x8 gang can
+    reclaim block b0 after no target of d's. The look-ahead sent d to n2's hour-old jobs
+    (28,800 GPU-s lost instead of 480) for nothing; d keeps its cheapest target."""
+    c = Cluster()
+    c.node("n0", gpus=8, block="b0", rack="r0")
+    c.node("n1", gpus=8, block="b0", rack="r0")
+    c.node("n2", gpus=8, block="b1", rack="r1")
+    c.team("d", nominal=8, cohort="c").team("g", nominal=16, cohort="c")
+    c.team("b", nominal=8, cohort="c")
+    i = 100
+    for node, age in (("n0", 60), ("n1", 120), ("n2", HOUR)):
+        for _ in range(8):
+            c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+    c.job(1, "d", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "g", workers=2, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
+    plan = schedule(c.snapshot())
+    assert verdict(plan, 2).reason_code != "waiting_for_preemption"
+    assert sorted(preempted(plan)) == list(range(100, 108))  # n0's minute-old jobs
+
+
+def test_no_hours_wait_for_a_place_nobody_can_use():
+    """Racks: t2's 1x8 job and t1's 2x4 gang (whole on one node); borrower b (nominal 4)
+    holds nA with two minute-old 4-GPU jobs, nB with an hour-old one and a job stopping
+    for an hour. Once t2's victims stop b borrows 4, and t1 may take only one of nA's
+    jobs: the gang cannot reclaim after any target. t2 was sent to nB and waited an
+    hour for the stopping job; it reclaims nA and starts within two passes."""
+    c = Cluster()
+    c.node("nA", gpus=8, block="b0", rack="r0")
+    c.node("nB", gpus=8, block="b0", rack="r1")
+    c.team("t2", nominal=8, cohort="c").team("t1", nominal=8, cohort="c")
+    c.team("b", nominal=4, cohort="c")
+    c.run(100, "b", on={"nA": 4}, started=NOW - 60, runtime=100 * HOUR)
+    c.run(101, "b", on={"nA": 4}, started=NOW - 60, runtime=100 * HOUR)
+    c.run(102, "b", on={"nB": 4}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.run(103, "b", on={"nB": 4}, started=NOW - HOUR, runtime=100 * HOUR, stopping=True,
+          grace=HOUR, stop_requested=NOW)  # fmt: skip
+    c.job(3, "t2", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "t1", workers=2, gpus=4, submitted=NOW + 1, runtime=100 * HOUR)
+    plan = schedule(c.snapshot(topology_key="rack"))
+    assert sorted(preempted(plan)) == [100, 101]
+    sim = Sim(c, preemption=True, topology_key="rack")
+    for step in range(6):
+        sim.step(NOW + GRACE * step)
+    assert sim.started[3] <= NOW + 2 * GRACE and 2 not in sim.started
+
+
+def test_a_preemptor_honoured_at_the_start_of_the_pass_is_no_demand():
+    """A sixth tester's case: a preemptor whose stored target was gone searched again
+    while the pass honoured reservations, and the look-ahead built the pass's demand
+    before the honoured preemptors were in its order; g's 2x8 preemptor, kept on n0+n1,
+    then counted as a job still waiting for the rest of the pass, and borrower e's
+    1-GPU job was refused the idle quota kept "for" it beside free GPUs."""
+    c = Cluster()
+    c.node("n0", gpus=8, block="b0", rack="r0").node("n1", gpus=8, block="b0", rack="r0")
+    c.node("n2", gpus=8, block="b1", rack="r1")
+    c.node("n3", gpus=8, block="b2", rack="r2").node("n4", gpus=8, block="b2", rack="r2")
+    c.node("nX", gpus=8, block="b3", rack="r3")
+    c.team("g", nominal=32, cohort="c").team("d", nominal=8, cohort="c")
+    c.team("b", nominal=0, cohort="c").team("e", nominal=0, cohort="c")
+    c.team("L", nominal=32, cohort="c")
+    for jid, node in ((200, "n0"), (201, "n1"), (202, "nX")):
+        c.run(jid, "b", on={node: 8}, started=NOW - HOUR, runtime=100 * HOUR, stopping=True,
+              grace=300, stop_requested=NOW - 60)  # fmt: skip
+    for i in range(8):
+        c.run(100 + i, "b", on={"n2": 1}, started=NOW - 60, runtime=100 * HOUR)
+    for i in range(7):
+        c.run(110 + i, "b", on={"n3": 1}, started=NOW - HOUR, runtime=100 * HOUR)
+        c.run(120 + i, "b", on={"n4": 1}, started=NOW - HOUR, runtime=100 * HOUR)
+    links = {200: 1, 201: 1, 202: 2}
+    c.running = [replace(r, preempted_by=links[r.id]) if r.id in links else r for r in c.running]
+    c.pending += [
+        replace(make_job(1, "g", workers=2, gpus=8, submitted=NOW - 100, runtime=100 * HOUR),
+                reserved_on=(("n0", 8), ("n1", 8))),
+        replace(make_job(2, "d", workers=1, gpus=8, submitted=NOW - 90, runtime=100 * HOUR),
+                reserved_on=(("nX", 8),)),
+    ]  # fmt: skip
+    c.job(3, "e", workers=1, gpus=1, submitted=NOW - 5000, runtime=HOUR)
+    snap = c.snapshot()
+    plan = schedule(replace(snap, nodes=tuple(n for n in snap.nodes if n.name != "nX")))
+    assert verdict(plan, 1).reason_code == "waiting_for_preemption"
+    assert 3 in admitted(plan), verdict(plan, 3).message
