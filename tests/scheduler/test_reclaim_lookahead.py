@@ -33,20 +33,23 @@ from tests.scheduler.helpers import (
 GRACE = 30.0
 
 
-def _three_nodes(young: str = "n0", stopping: bool = False) -> Cluster:
-    """d (nominal 8), g (nominal 16) and borrower b (nominal 0) in cohort c; n0 and n1 in
-    block b0, n2 in block b1; b runs 24 preemptible 1-GPU jobs, those on `young` started
-    a minute ago (the cheapest victims), the others an hour ago; with `stopping`, the
-    last GPU of each node holds a job of b's already stopping with an hour's grace."""
+def _three_nodes(
+    young: str = "n0", stopping: bool = False, ages: dict | None = None, lent: int = 0
+) -> Cluster:
+    """d (nominal 8), g (nominal 16) and borrower b (nominal `lent`) in cohort c; n0 and
+    n1 in block b0, n2 in block b1; b runs 24 preemptible 1-GPU jobs, those on `young`
+    started a minute ago (the cheapest victims), the others an hour ago (or as old as
+    `ages` says, node -> seconds); with `stopping`, the last GPU of each node holds a
+    job of b's already stopping with an hour's grace."""
     c = Cluster()
     c.node("n0", gpus=8, block="b0", rack="r0")
     c.node("n1", gpus=8, block="b0", rack="r0")
     c.node("n2", gpus=8, block="b1", rack="r1")
     c.team("d", nominal=8, cohort="c").team("g", nominal=16, cohort="c")
-    c.team("b", nominal=0, cohort="c")
+    c.team("b", nominal=lent, cohort="c")
     i = 100
     for node in ("n0", "n1", "n2"):
-        age = 60 if node == young else HOUR
+        age = (ages or {}).get(node, 60 if node == young else HOUR)
         for _ in range(7 if stopping else 8):
             c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
             i += 1
@@ -317,21 +320,11 @@ def test_a_place_that_jobs_ending_first_make_counts():
 
 def test_a_place_the_later_gang_cannot_reclaim_after_any_target_is_not_kept():
     """Blocks as in _three_nodes (n1's jobs two minutes old), but b's nominal quota is 8:
-    it borrows 16, and once d's
-    eight victims stop only 8, so g may take only one node's jobs and its 2x8 gang can
-    reclaim block b0 after no target of d's. The look-ahead sent d to n2's hour-old jobs
-    (28,800 GPU-s lost instead of 480) for nothing; d keeps its cheapest target."""
-    c = Cluster()
-    c.node("n0", gpus=8, block="b0", rack="r0")
-    c.node("n1", gpus=8, block="b0", rack="r0")
-    c.node("n2", gpus=8, block="b1", rack="r1")
-    c.team("d", nominal=8, cohort="c").team("g", nominal=16, cohort="c")
-    c.team("b", nominal=8, cohort="c")
-    i = 100
-    for node, age in (("n0", 60), ("n1", 120), ("n2", HOUR)):
-        for _ in range(8):
-            c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
-            i += 1
+    it borrows 16, and once d's eight victims stop only 8, so g may take only one node's
+    jobs and its 2x8 gang can reclaim block b0 after no target of d's. The look-ahead
+    sent d to n2's hour-old jobs (28,800 GPU-s lost instead of 480) for nothing; d keeps
+    its cheapest target."""
+    c = _three_nodes(ages={"n1": 120}, lent=8)
     c.job(1, "d", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
     c.job(2, "g", workers=2, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
     plan = schedule(c.snapshot())
