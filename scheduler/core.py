@@ -130,6 +130,7 @@ class Pass:
         "waiting_preemptors",
         "claimed",
         "demand",
+        "demanded",
         "sizes",
         "smallest",
         "tops",
@@ -202,6 +203,7 @@ class Pass:
         # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
         # built when a job that would borrow first needs it (kept_for_others)
         self.demand: dict[tuple[str, str], int] | None = None
+        self.demanded: set[int] = set()  # the jobs `demand` counts (Pass._demand)
         # (team, flavor) -> (workers, GPUs per worker) -> how many of those jobs have it,
         # and the fewest GPUs one of them asks for
         self.sizes: dict[tuple[str, str], dict[tuple[int, int], int]] = {}
@@ -383,6 +385,7 @@ class Pass:
             if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
                 key = (job.team, job.flavor)
                 demand[key] = demand.get(key, 0) + job.gpus
+                self.demanded.add(job.id)
                 shapes = self.sizes.setdefault(key, {})
                 shape = (job.workers, job.gpus_per_worker)
                 shapes[shape] = shapes.get(shape, 0) + 1
@@ -395,7 +398,8 @@ class Pass:
     def _considered(self, job: PendingJob, book: TeamBook) -> None:
         """A job's own demand stops holding back borrowers once it has been considered."""
         key = (job.team, job.flavor)
-        if key in self.demand and job.gpus <= book.quota(job.flavor).nominal:
+        if job.id in self.demanded:  # (not one it left out: over its budget when built)
+            self.demanded.discard(job.id)
             self.demand[key] -= job.gpus
             shapes, shape = self.sizes[key], (job.workers, job.gpus_per_worker)
             left = shapes.pop(shape, 1) - 1

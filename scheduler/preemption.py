@@ -258,12 +258,18 @@ def choose(
     if choice is None or not reclaim or not choice.victims:
         return choice
     avoid, spoiled = _spoiled(p, pool, book, choice)
-    for _ in range(LOOKAHEAD_TRIES if spoiled else 0):
+    if not spoiled:
+        return choice
+    # every shape it spoils, wherever it held: its victims' teams then borrow less, and
+    # may lose fewer jobs anywhere (a review's case: a target dearer for the first job,
+    # that spared one later job and took two others' places, was taken as sparing all)
+    spoils = {(id(t), w, g) for t, w, g in _spoiled(p, pool, book, choice, True)[1]}
+    for _ in range(LOOKAHEAD_TRIES):
         other = _choose(p, job, pool, book, lower, reclaim, avoid)
         if other is None:
             break
-        more, worse = _spoiled(p, pool, book, other)
-        if not worse and _leaves(p, pool, other, spoiled):
+        more, worse = _spoiled(p, pool, book, other, True)
+        if _leaves(p, pool, other, spoiled) and {(id(t), w, g) for t, w, g in worse} < spoils:
             return other
         avoid |= more or set(other.gpus_on)  # (a target that helps no one: not there)
     return choice
@@ -317,7 +323,7 @@ class _Future:
 
 
 def _spoiled(
-    p: Pass, pool: Pool, book: TeamBook, choice: Choice
+    p: Pass, pool: Pool, book: TeamBook, choice: Choice, everywhere: bool = False
 ) -> tuple[set[int], list[tuple[TeamBook, int, int]]]:
     """Return what a reclaim's choice spoils of the later jobs of the pass within nominal
     quota of other teams of the cohort (the jobs kept_for_others counts; each shape it
@@ -326,7 +332,9 @@ def _spoiled(
     and the target's nodes that cost them a worker slot. GPUs its victims free elsewhere
     stay the team's to reclaim or use; what its victims' teams no longer borrow, the
     team may no longer reclaim (_Search.allowed: a place the team could not take after
-    any target is not spoiled by one)."""
+    any target is not spoiled by one). `everywhere`: the shapes that fit any domain
+    before, not only the target's (what its victims' teams no longer borrow spoils
+    places elsewhere too); asked only of a reclaim that spoils one, to compare targets."""
     if book.cohort is None:
         return set(), []
     # asked apart: figures cached now would be stale once its victims stop (a decision
@@ -358,7 +366,9 @@ def _spoiled(
             before = before or future.before(team)
             if g not in slots_before:
                 slots_before[g] = max(sum(before(n) // g for n in nodes) for nodes in touched)
-            if slots_before[g] < w:
+            if slots_before[g] < w and not (
+                everywhere and future.holds(before, w, g, touched, others=True)
+            ):
                 continue
             after = after or future.after(team, choice)
             if g not in slots_after:

@@ -10,12 +10,13 @@ _spoiled); when none does, it keeps its own.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from scheduler import schedule
+from scheduler import preemption, schedule
 from scheduler.model import Budget
 from tests.scheduler.helpers import (
     HOUR,
@@ -393,3 +394,100 @@ def test_a_preemptor_honoured_at_the_start_of_the_pass_is_no_demand():
     plan = schedule(replace(snap, nodes=tuple(n for n in snap.nodes if n.name != "nX")))
     assert verdict(plan, 1).reason_code == "waiting_for_preemption"
     assert 3 in admitted(plan), verdict(plan, 3).message
+
+
+# -- a review's cases: places spoiled elsewhere, and demand never counted ----------------
+
+
+def _spread() -> Cluster:
+    """d (1x8), g (2x8, block bA), h and k (1x12, on the 12-GPU nodes c0, c1) are within
+    their nominal quota; b1's 1-GPU jobs fill block bA, n2 holds a 4-GPU job each of b2
+    and b3, and c0, c1 a 12-GPU job of b2 and of b3, each of which borrows 4."""
+    c = Cluster()
+    c.node("a0", gpus=8, block="bA", rack="rA").node("a1", gpus=8, block="bA", rack="rA")
+    c.node("n2", gpus=8, block="bB", rack="rB")
+    c.node("c0", gpus=12, block="bC", rack="rC").node("c1", gpus=12, block="bD", rack="rD")
+    c.team("d", nominal=8, cohort="c").team("g", nominal=16, cohort="c")
+    c.team("h", nominal=12, cohort="c").team("k", nominal=12, cohort="c")
+    c.team("b1", nominal=0, cohort="c").team("b2", nominal=12, cohort="c")
+    c.team("b3", nominal=12, cohort="c")
+    i = 100
+    for node, age in (("a0", 60), ("a1", HOUR)):
+        for _ in range(8):
+            c.run(i, "b1", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+    c.run(200, "b2", on={"n2": 4}, started=NOW - 120, runtime=100 * HOUR)
+    c.run(201, "b2", on={"c0": 12}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.run(300, "b3", on={"n2": 4}, started=NOW - 120, runtime=100 * HOUR)
+    c.run(301, "b3", on={"c1": 12}, started=NOW - HOUR, runtime=100 * HOUR)
+    for job_id, team, workers, gpus in (
+        (1, "d", 1, 8),
+        (2, "g", 2, 8),
+        (3, "h", 1, 12),
+        (4, "k", 1, 12),
+    ):
+        c.job(job_id, team, workers=workers, gpus=gpus, submitted=NOW + job_id, runtime=100 * HOUR)
+    return c
+
+
+def test_a_target_that_spoils_places_elsewhere_is_not_taken_as_sparing_all(monkeypatch):
+    """A review's case: d's cheapest node a0 spoils g's block; the second search took n2,
+    judged to spoil nothing because only the target's own domain was asked, but once
+    n2's jobs stop b2 and b3 borrow nothing, and h and k lost their places: two waited to
+    spare one. Another target is now taken only if what it spoils anywhere is less than
+    what the first does; and the pass serves no fewer of the four jobs than taking the
+    cheapest target would (the look-ahead is per shape, not a joint placement: here it
+    serves g instead of k)."""
+    assert [t for j, t in _targets(schedule(_spread().snapshot())).items() if j == 1] != [["n2"]]
+
+    def served(tries: int) -> set[int]:
+        monkeypatch.setattr(preemption, "LOOKAHEAD_TRIES", tries)
+        sim = _run(_spread())
+        return {j for j in (1, 2, 3, 4) if sim.started.get(j, math.inf) <= NOW + 2 * GRACE}
+
+    assert len(served(3)) >= len(served(0)) == 3
+
+
+def test_demand_subtracts_only_the_jobs_it_counted():
+    """A review's case: g's preemptor 1 was admitted on its kept target while the pass
+    honoured reservations, charging 80 of g's 100 GPU-hours; another preemptor's search
+    then built the demand, leaving job 1 out as over budget, and honouring subtracted its
+    8 GPUs all the same: g's 2x8 gang counted as 8, was skipped as one that would borrow,
+    and lost its block to the later reclaim."""
+
+    def targets(budget: bool) -> dict:
+        c = Cluster()
+        c.node("a0", gpus=8, block="bA", rack="rA").node("a1", gpus=8, block="bA", rack="rA")
+        c.node("n2", gpus=8, block="bB", rack="rB")
+        c.node("nF", gpus=8, block="bF", rack="rF")
+        c.node("nX", gpus=8, block="bX", rack="rX")
+        c.team("g", nominal=24, cohort="c").team("x", nominal=8, cohort="c")
+        c.team("b", nominal=0, cohort="c").team("L", nominal=16, cohort="c")
+        i = 100
+        for node, age in (("a0", 60), ("a1", HOUR), ("n2", HOUR)):
+            for _ in range(8):
+                c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+                i += 1
+        c.run(202, "b", on={"nX": 8}, started=NOW - HOUR, runtime=100 * HOUR, stopping=True,
+              grace=300, stop_requested=NOW - 60)  # fmt: skip
+        c.running = [replace(r, preempted_by=3) if r.id == 202 else r for r in c.running]
+        c.pending += [
+            replace(make_job(1, "g", workers=1, gpus=8, submitted=NOW - 100, runtime=10 * HOUR),
+                    reserved_on=(("nF", 8),)),
+            replace(make_job(3, "x", workers=1, gpus=8, submitted=NOW - 90, runtime=100 * HOUR),
+                    reserved_on=(("nX", 8),)),
+        ]  # fmt: skip
+        c.job(2, "g", workers=2, gpus=8, submitted=NOW, runtime=HOUR)
+        snap = c.snapshot()
+        snap = replace(snap, nodes=tuple(n for n in snap.nodes if n.name != "nX"))
+        if budget:
+            snap = replace(snap, budgets=(Budget("g", "h100", limit=100.0, used=0.0),))
+        plan = schedule(snap)
+        assert 1 in admitted(plan)
+        return _targets(plan)
+
+    assert targets(budget=False) == targets(budget=True) == {2: ["a0", "a1"], 3: ["n2"]}
+
+
+def _targets(plan) -> dict[int, list[str]]:
+    return {r.job_id: sorted(n for n, _ in r.nodes) for r in plan.reservations}
