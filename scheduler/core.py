@@ -240,7 +240,7 @@ class Pass:
         pool = self.pools.get(job.flavor)
         book = self.ledger.book(job.team)
         if self.demand is not None:
-            self._considered(job, book)
+            self._considered(job)
         wait = self.static_wait(job, pool, book)
         if wait is None and (over := self.budget_wait(job)) is not None:
             self.waits[job.id] = over  # no reservation, preemption or gate hold (step a)
@@ -395,7 +395,7 @@ class Pass:
                 )
         return demand
 
-    def _considered(self, job: PendingJob, book: TeamBook) -> None:
+    def _considered(self, job: PendingJob) -> None:
         """A job's own demand stops holding back borrowers once it has been considered."""
         key = (job.team, job.flavor)
         if job.id in self.demanded:  # (not one it left out: over its budget when built)
@@ -648,11 +648,13 @@ class Pass:
         less)."""
         f = pool.flavor
         out: dict[int, int] = {}
+        if team.cohort is None:
+            return out
         left = {id(r) for r in gone}
         less: dict[TeamBook, int] = {}
         for r in gone:
             less[r.book] = less.get(r.book, 0) + r.job.gpus
-        for other in self.ledger.members.get(team.cohort, ()) if team.cohort is not None else ():
+        for other in self.ledger.members.get(team.cohort, ()):
             if other is team:
                 continue
             jobs = [
@@ -806,7 +808,7 @@ class Pass:
         for job in done:
             self.order.append(job)
             if self.demand is not None:  # built meanwhile (a reclaim's look-ahead asked)
-                self._considered(job, self.ledger.book(job.team))
+                self._considered(job)
         self.pending = [j for j in self.pending if j.id not in ids]
 
     def stops(self, pool: Pool) -> Stops:

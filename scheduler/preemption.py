@@ -246,7 +246,7 @@ def choose(
     whose target takes the last place that a later job of the pass, within nominal
     quota, of another team of its cohort could reclaim (_spoiled) is searched again
     away from the nodes of that place, and the other target is taken if it leaves
-    that job a place (_leaves) and spoils no other. Both jobs are promised their
+    that job a place and spoils none the first one did not. Both jobs are promised their
     quota: a 1x8 job that reclaimed the cheapest node of the only block with two
     nodes left a 2x8 gang after it in the same pass no victim set, for as long as the
     borrower's jobs ran, when the third node, in another block, held the 1x8 job as
@@ -263,13 +263,16 @@ def choose(
     # every shape it spoils, wherever it held: its victims' teams then borrow less, and
     # may lose fewer jobs anywhere (a review's case: a target dearer for the first job,
     # that spared one later job and took two others' places, was taken as sparing all)
+    # (`spoiled` is among them; a shape it spoils that another target does not spoil
+    # fits once that target is taken: _spoiled asks every shape that fitted before)
     spoils = {(id(t), w, g) for t, w, g in _spoiled(p, pool, book, choice, True)[1]}
+    spared = spoils - {(id(t), w, g) for t, w, g in spoiled}
     for _ in range(LOOKAHEAD_TRIES):
         other = _choose(p, job, pool, book, lower, reclaim, avoid)
         if other is None:
             break
         more, worse = _spoiled(p, pool, book, other, True)
-        if _leaves(p, pool, other, spoiled) and {(id(t), w, g) for t, w, g in worse} < spoils:
+        if {(id(t), w, g) for t, w, g in worse} <= spared:  # spoils fewer, and none of those
             return other
         avoid |= more or set(other.gpus_on)  # (a target that helps no one: not there)
     return choice
@@ -378,20 +381,6 @@ def _spoiled(
             spoiled.append((team, w, g))
             nodes.update(n for n in target if before(n) // g > after(n) // g)
     return nodes, spoiled
-
-
-def _leaves(p: Pass, pool: Pool, choice: Choice, spoiled: list) -> bool:
-    """Return whether, once the choice is made, each shape (team, workers, GPUs each)
-    fits a domain of what its team could use (_Future)."""
-    future = _Future(p, pool)
-    afters: dict[int, object] = {}
-    for team, w, g in spoiled:
-        after = afters.get(id(team))
-        if after is None:
-            after = afters[id(team)] = future.after(team, choice)
-        if not future.holds(after, w, g):
-            return False
-    return True
 
 
 def _choose(
