@@ -190,6 +190,9 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | 
 # How many more searches a reclaim may make for a target that leaves later jobs within
 # nominal quota their place (choose), each away from the nodes the last ones spoiled.
 LOOKAHEAD_TRIES = 3
+# How many later jobs within nominal quota a reclaim's look-ahead places together
+# (choose, _pack), the largest first.
+LOOKAHEAD_JOBS = 8
 
 
 class Choice(NamedTuple):
@@ -253,29 +256,144 @@ def choose(
     well (a fifth tester's case). Taken where it left the later job no place either
     (the borrower, once the first job's victims stopped, borrowed too little to lose
     the jobs there), the other target only cost the first job an hour and more work
-    (a sixth tester's case): tests/scheduler/test_reclaim_lookahead.py."""
+    (a sixth tester's case): tests/scheduler/test_reclaim_lookahead.py.
+
+    Each alone is not all together: where the target spoils no later job's place alone,
+    the later jobs are placed together (_pack, up to LOOKAHEAD_JOBS of them, largest
+    first), and if fewer fit after the target than with the job placed among them, the
+    search is made again. A 2x4 job spread over the halves of two nodes left a later
+    1x8 job one whole node and a later 2x8 gang two, in a block of four, but not both,
+    and the gang waited for the borrower's 100-hour jobs when the 2x4 job fitted one
+    node (bench/lookahead_scan.py: 8 of 315 random cases with three such jobs). The
+    other target, searched first away from the nodes the later jobs take when placed
+    before it, is taken if more of them then fit together and it spoils no place alone."""
     choice = _choose(p, job, pool, book, lower, reclaim)
-    if choice is None or not reclaim or not choice.victims:
+    if choice is None or not reclaim or not choice.victims or book.cohort is None:
         return choice
-    avoid, spoiled = _spoiled(p, pool, book, choice)
-    if not spoiled:
+    # asked apart: figures cached now would be stale once its victims stop (a decision
+    # later in the pass read them: test_verdicts_true.py's cache case)
+    parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
+    if not parts:
         return choice
-    # every shape it spoils, wherever it held: its victims' teams then borrow less, and
-    # may lose fewer jobs anywhere (a review's case: a target dearer for the first job,
-    # that spared one later job and took two others' places, was taken as sparing all)
-    # (`spoiled` is among them; a shape it spoils that another target does not spoil
-    # fits once that target is taken: _spoiled asks every shape that fitted before)
-    spoils = {(id(t), w, g) for t, w, g in _spoiled(p, pool, book, choice, True)[1]}
-    spared = spoils - {(id(t), w, g) for t, w, g in spoiled}
+    avoid, spoiled = _spoiled(p, pool, book, choice, parts)
+    later = _later(p, parts)
+    if not spoiled and len(later) < 2:  # one later job: _spoiled's answer is the joint one
+        return choice
+    future = _Future(p, pool)
+    if spoiled:
+        # every shape it spoils, wherever it held: its victims' teams then borrow less,
+        # and may lose fewer jobs anywhere (a review's case: a target dearer for the
+        # first job, that spared one later job and took two others' places, was taken
+        # as sparing all) (`spoiled` is among them; a shape it spoils that another
+        # target does not spoil fits once that target is taken: _spoiled asks every
+        # shape that fitted before)
+        spoils = _shapes(_spoiled(p, pool, book, choice, parts, True)[1])
+        spared = spoils - _shapes(spoiled)
+
+        def better(other: Choice, worse: list) -> bool:
+            return _shapes(worse) <= spared  # spoils fewer, and none of those
+
+    else:  # each alone keeps a place: do they all, together? And would they, with it
+        # placed among them (largest first) instead of where its cheapest target is?
+        short = len(_pack(future, later, choice)[0])
+        if not short or _unplaced(future, later, book, job) >= short:
+            return choice
+        avoid = set(choice.gpus_on)
+
+        def better(other: Choice, worse: list) -> bool:
+            return not worse and len(_pack(future, later, other)[0]) < short
+
+    # first away from the nodes the later jobs take when placed before it, then also
+    # away from the targets tried
+    packed = set(_pack(future, later)[1])
+    tried = packed or avoid
     for _ in range(LOOKAHEAD_TRIES):
-        other = _choose(p, job, pool, book, lower, reclaim, avoid)
-        if other is None:
+        other = _choose(p, job, pool, book, lower, reclaim, tried)
+        if other is not None:
+            more, worse = _spoiled(p, pool, book, other, parts, True)
+            if better(other, worse):
+                return other
+            avoid |= more or set(other.gpus_on)  # (a target that helps no one: not there)
+        elif tried is avoid:
             break
-        more, worse = _spoiled(p, pool, book, other, True)
-        if {(id(t), w, g) for t, w, g in worse} <= spared:  # spoils fewer, and none of those
-            return other
-        avoid |= more or set(other.gpus_on)  # (a target that helps no one: not there)
+        tried = avoid
     return choice
+
+
+def _shapes(spoiled: list[tuple[TeamBook, int, int]]) -> set[tuple[int, int, int]]:
+    return {(id(t), w, g) for t, w, g in spoiled}
+
+
+def _later(p: Pass, parts: list[tuple[int, tuple[str, str]]]) -> list[tuple[TeamBook, int, int]]:
+    """Return the later jobs of the pass within nominal quota of other teams of the
+    cohort as (team, workers, GPUs each), each team's up to the quota it waits for,
+    largest first (the order a packing by decreasing size places them in), at most
+    LOOKAHEAD_JOBS of them; `parts`: what each team waits for (Pass.kept_for_others)."""
+    jobs: list[tuple[TeamBook, int, int]] = []
+    for k, key in parts:
+        team, left = p.ledger.book(key[0]), k
+        for (w, g), count in sorted(p.sizes[key].items(), key=lambda s: -s[0][0] * s[0][1]):
+            take = min(count, left // (w * g))
+            jobs.extend([(team, w, g)] * take)
+            left -= take * w * g
+    jobs.sort(key=_larger)
+    return jobs[:LOOKAHEAD_JOBS]
+
+
+def _unplaced(
+    future: _Future, later: list[tuple[TeamBook, int, int]], book: TeamBook, job: PendingJob
+) -> float:
+    """Return how many of `later` find no place when packed together with the job, before
+    its choice (as _pack places them, largest first), or infinity if the job finds none."""
+    mine = (book, job.workers, job.gpus_per_worker)
+    missed = _pack(future, sorted([*later, mine], key=_larger))[0]
+    return math.inf if any(t is mine for t in missed) else len(missed)
+
+
+def _larger(t: tuple[TeamBook, int, int]) -> tuple[int, int]:
+    """The order _pack places jobs in: most GPUs first, then most GPUs per worker."""
+    return -t[1] * t[2], -t[2]
+
+
+def _pack(
+    future: _Future, later: list[tuple[TeamBook, int, int]], choice: Choice | None = None
+) -> tuple[list[tuple[TeamBook, int, int]], dict[int, int]]:
+    """Return those of `later` that find no place together, before the choice or once it
+    is made, and the GPUs per node the others take: placed largest first, each gang in the
+    domain that holds it with the fewest worker slots and each worker on the node with
+    the fewest GPUs that hold it (best fit: whole nodes and domains are kept for the
+    larger jobs), on what its team could use (_Future.nodes) less what the earlier ones
+    took."""
+    used: dict[int, int] = {}
+    avail: dict[int, dict[int, int]] = {}
+    dom = future.pool.index.dom
+    missed = []
+    for item in later:
+        team, w, g = item
+        a = avail.get(id(team))
+        if a is None:
+            a = avail[id(team)] = future.nodes(team, choice)
+        groups: dict[int, list[tuple[int, int]]] = {}  # domain -> (GPUs, node); one if w 1
+        for n, k in a.items():
+            k -= used.get(n, 0)
+            if k >= g:
+                groups.setdefault(dom[n] if w > 1 else 0, []).append((k, n))
+        best = None
+        for nodes in groups.values():
+            slots = sum(k // g for k, _ in nodes)
+            if slots >= w and (best is None or slots < best[0]):
+                best = (slots, nodes)
+        if best is None:
+            missed.append(item)
+            continue
+        left = w
+        for k, n in sorted(best[1]):
+            take = min(left, k // g)
+            used[n] = used.get(n, 0) + take * g
+            left -= take
+            if not left:
+                break
+    return missed, used
 
 
 class _Future:
@@ -286,7 +404,7 @@ class _Future:
     borrowing that much less; its target taken). Asked node by node (`before` and
     `after` return a function of the node), domain by domain until one holds a shape."""
 
-    __slots__ = ("p", "pool", "free", "totals", "domains")
+    __slots__ = ("p", "pool", "free", "totals", "domains", "free_nodes")
 
     def __init__(self, p: Pass, pool: Pool) -> None:
         stops = p.stops(pool)
@@ -295,6 +413,7 @@ class _Future:
         for n in stops.ending_on:
             self.free[n] += max(0, stops.ending_surplus(n))
         self.domains = pool.domain_nodes()
+        self.free_nodes: list[int] | None = None  # the nodes with free GPUs (nodes)
 
     def before(self, team: TeamBook):
         """Return node -> GPUs the team could use now."""
@@ -311,6 +430,23 @@ class _Future:
                 extra[n] = extra.get(n, 0) + k
         return lambda n: max(0, min(totals[n], free[n] + extra.get(n, 0)) - target.get(n, 0))
 
+    def nodes(self, team: TeamBook, choice: Choice | None = None) -> dict[int, int]:
+        """Return `before`, or `after` the choice, as node -> GPUs where it is not 0."""
+        free, totals = self.free, self.totals
+        if self.free_nodes is None:
+            self.free_nodes = [n for n, k in enumerate(free) if k]
+        out = {n: min(totals[n], free[n]) for n in self.free_nodes}
+        gone = () if choice is None else choice.victims
+        for n, k in self.p.reclaimable_now(self.pool, team, gone).items():
+            out[n] = min(totals[n], free[n] + k)
+        for r in gone:
+            for n, k in r.nodes:
+                out[n] = min(totals[n], out.get(n, free[n]) + k)
+        if choice is not None:
+            for n, k in choice.gpus_on.items():
+                out[n] = out.get(n, 0) - k
+        return {n: k for n, k in out.items() if k > 0}
+
     def holds(self, avail, w: int, g: int, first=(), others: bool = False) -> bool:
         """Return whether w workers of g GPUs fit one domain, counted per worker slot as
         placement.choose places a gang: of the domains `first` (unless `others`: asked
@@ -326,26 +462,25 @@ class _Future:
 
 
 def _spoiled(
-    p: Pass, pool: Pool, book: TeamBook, choice: Choice, everywhere: bool = False
+    p: Pass,
+    pool: Pool,
+    book: TeamBook,
+    choice: Choice,
+    parts: list[tuple[int, tuple[str, str]]],
+    everywhere: bool = False,
 ) -> tuple[set[int], list[tuple[TeamBook, int, int]]]:
     """Return what a reclaim's choice spoils of the later jobs of the pass within nominal
-    quota of other teams of the cohort (the jobs kept_for_others counts; each shape it
-    asks for that fits what it waits for): the shapes that fit a domain of its target
-    before it and no domain once it is made (_Future), as (team, workers, GPUs each),
-    and the target's nodes that cost them a worker slot. GPUs its victims free elsewhere
-    stay the team's to reclaim or use; what its victims' teams no longer borrow, the
-    team may no longer reclaim (_Search.allowed: a place the team could not take after
-    any target is not spoiled by one). `everywhere`: the shapes that fit any domain
-    before, not only the target's (what its victims' teams no longer borrow spoils
-    places elsewhere too); asked only of a reclaim that spoils one, to compare targets."""
-    if book.cohort is None:
-        return set(), []
-    # asked apart: figures cached now would be stale once its victims stop (a decision
-    # later in the pass read them: test_verdicts_true.py's cache case); what the teams
-    # may reclaim is asked as the pass stands (Pass.reclaimable_now), not as cached
-    parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
-    if not parts:
-        return set(), []
+    quota of other teams of the cohort (the jobs kept_for_others counts, `parts`; each
+    shape it asks for that fits what it waits for): the shapes that fit a domain of its
+    target before it and no domain once it is made (_Future), as (team, workers, GPUs
+    each), and the target's nodes that cost them a worker slot. GPUs its victims free
+    elsewhere stay the team's to reclaim or use; what its victims' teams no longer
+    borrow, the team may no longer reclaim (_Search.allowed: a place the team could not
+    take after any target is not spoiled by one); what the teams may reclaim is asked
+    as the pass stands (Pass.reclaimable_now), not as cached. `everywhere`: the shapes
+    that fit any domain before, not only the target's (what its victims' teams no longer
+    borrow spoils places elsewhere too); asked only of a reclaim that spoils one, to
+    compare targets."""
     future = _Future(p, pool)
     target = choice.gpus_on
     index = p.stops(pool).future()

@@ -491,3 +491,113 @@ def test_demand_subtracts_only_the_jobs_it_counted():
 
 def _targets(plan) -> dict[int, list[str]]:
     return {r.job_id: sorted(n for n, _ in r.nodes) for r in plan.reservations}
+
+
+# -- each alone is not all together: the later jobs are placed jointly (_pack) -----------
+
+
+def _halves(
+    nodes: int, young: tuple[str, ...], younger: tuple[str, ...] = (), lent: int = 0
+) -> Cluster:
+    """`nodes` 8-GPU nodes n0.. in one block, each holding two 4-GPU jobs of borrower b
+    (nominal `lent`): on the `young` nodes one of them started two minutes ago (the
+    cheapest victims of a 2x4 job: two half nodes), the rest an hour ago; the `younger`
+    nodes hold eight 1-GPU jobs of b started a minute ago instead."""
+    c = Cluster()
+    i = 100
+    for k in range(nodes):
+        node = f"n{k}"
+        c.node(node, gpus=8, block="b0", rack="r0")
+        if node in younger:
+            for _ in range(8):
+                c.run(i, "b", on={node: 1}, started=NOW - 60, runtime=100 * HOUR)
+                i += 1
+            continue
+        for age in (120 if node in young else HOUR, HOUR):
+            c.run(i, "b", on={node: 4}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+    c.team("b", nominal=lent, cohort="c")
+    return c
+
+
+def test_a_target_that_leaves_each_later_job_a_place_but_not_all_is_searched_again():
+    """A random search's case (bench/lookahead_scan.py, three jobs): d's 2x4 job took the
+    two youngest half nodes n1 and n2; alone, e's 1x8 job and g's 2x8 gang each still had
+    a place (n0 or n3, and both), together not, and the gang waited for the borrower's
+    100-hour jobs, when d's job fitted one node. Each later job alone keeps its place, so
+    only placing them together shows it."""
+    c = _halves(4, young=("n1", "n2"))
+    c.team("d", nominal=8, cohort="c").team("e", nominal=8, cohort="c")
+    c.team("g", nominal=16, cohort="c")
+    c.job(1, "d", workers=2, gpus=4, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "e", workers=1, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
+    c.job(3, "g", workers=2, gpus=8, submitted=NOW + 2, runtime=100 * HOUR)
+    targets = _targets(schedule(c.snapshot()))
+    assert len(targets[1]) == 1  # one node: n1 or n2 (each as cheap)
+    sim = _run(c)
+    assert all(sim.started.get(j, math.inf) <= NOW + 2 * GRACE for j in (1, 2, 3)), sim.started
+
+
+def test_the_search_again_starts_away_from_where_the_later_jobs_go():
+    """A random search's case: d's 2x4 job reclaimed n1 whole (its eight 1-GPU jobs the
+    youngest); e's 2x4 job then took the young halves of n0 and n2 and spoiled g's 1x8
+    job, and a search away from those two nodes found nothing (n1 was taken). Searched
+    first away from where g's job goes when placed before it (n0), e's job takes n2."""
+    c = _halves(3, young=("n0", "n2"), younger=("n1",))
+    c.team("d", nominal=8, cohort="c").team("e", nominal=8, cohort="c")
+    c.team("g", nominal=8, cohort="c")
+    c.job(1, "d", workers=2, gpus=4, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "e", workers=2, gpus=4, submitted=NOW + 1, runtime=100 * HOUR)
+    c.job(3, "g", workers=1, gpus=8, submitted=NOW + 2, runtime=100 * HOUR)
+    targets = _targets(schedule(c.snapshot()))
+    assert targets[1] == ["n1"] and len(targets[2]) == 1 and targets[3] != targets[2]
+    sim = _run(c)
+    assert all(sim.started.get(j, math.inf) <= NOW + 2 * GRACE for j in (1, 2, 3)), sim.started
+
+
+def test_alone_the_cheapest_spread_target_is_kept():
+    """Without later jobs the 2x4 job keeps its cheapest target, the two young halves."""
+    c = _halves(4, young=("n1", "n2"), lent=24)
+    c.team("d", nominal=8, cohort="c")
+    c.job(1, "d", workers=2, gpus=4, submitted=NOW, runtime=100 * HOUR)
+    assert _targets(schedule(c.snapshot())) == {1: ["n1", "n2"]}
+
+
+@st.composite
+def several_reclaims(draw):
+    """As two_reclaims, with three teams within nominal quota, each submitting one job."""
+    blocks = draw(st.integers(1, 2))
+    count = draw(st.integers(3, 6))
+    c = Cluster()
+    domains: list[list[str]] = [[] for _ in range(blocks)]
+    for i in range(count):
+        b = draw(st.integers(0, blocks - 1))
+        c.node(f"n{i}", gpus=8, block=f"b{b}", rack=f"r{b}")
+        domains[b].append(f"n{i}")
+    domains = [d for d in domains if d]
+    ids = iter(range(100, 1000))
+    for i in range(count):
+        left = 8
+        while left:
+            k = min(left, draw(st.sampled_from([1, 2, 4])))
+            age = draw(st.integers(60, 5 * 3600))
+            c.run(next(ids), "b", on={f"n{i}": k}, started=NOW - age, runtime=100 * HOUR)
+            left -= k
+    shapes = [draw(st.sampled_from([(1, 4), (1, 8), (2, 4), (2, 8)])) for _ in range(3)]
+    assume(_jointly_placeable(domains, shapes))
+    order = draw(st.permutations([0, 1, 2]))
+    for k, i in enumerate(order):
+        w, g = shapes[i]
+        c.team(f"t{i}", nominal=w * g, cohort="c")
+        c.job(i + 1, f"t{i}", workers=w, gpus=g, submitted=NOW + k, runtime=100 * HOUR)
+    c.team("b", nominal=0, cohort="c")
+    return c
+
+
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(several_reclaims())
+def test_three_reclaims_start_within_a_grace_period_when_all_can_be_placed(c):
+    sim = Sim(c, preemption=True)
+    plans = [sim.step(NOW + GRACE * step) for step in range(4)]
+    assert set(sim.started) >= {1, 2, 3}, [reasons(plan) for plan in plans]
+    assert max(sim.started.values()) <= NOW + 2 * GRACE
