@@ -4,7 +4,8 @@ A gate has three hooks, called by Pass.consider in this order:
 
 - blocked(p, job): a Wait if a job ahead keeps this one from even trying;
 - try_admit(p, job, pool): admit the job (return None) or say why not;
-- after_block(p, job, pool, wait): note that the job stays pending.
+- after_block(p, job, pool, wait): note that the job stays pending; return the wait
+  that replaces `wait`, if what it noted changes why the job waits (None: it stands).
 
 The base Gate lets every job that fits pass, with no protection for the jobs
 it passes (greedy list scheduling); the policies use HeadOfLine (Slurm's
@@ -60,7 +61,7 @@ class Gate:
             return None
         return p.shortfall(job, pool)
 
-    def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> None:
+    def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> Wait | None:
         return None
 
 
@@ -83,11 +84,12 @@ class HeadOfLine(Gate):
         blocker = self.blockers.get(job.flavor) or self.blockers.get((job.team, job.flavor))
         return None if blocker is None else Wait(FIFO_BLOCKED, blocker)
 
-    def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> None:
+    def after_block(self, p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> Wait | None:
         if wait.code in self.codes and job.flavor not in self.blockers:
             self.blockers[job.flavor] = (job.id, wait.code)
         elif wait.code in self.team_codes:
             self.blockers.setdefault((job.team, job.flavor), (job.id, wait.code, True))
+        return None
 
 
 # The reference FIFO: any reason but a permanent one blocks the flavor.
