@@ -275,7 +275,8 @@ def choose(
     parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
     if not parts:
         return choice
-    avoid, spoiled = _spoiled(p, pool, book, choice, parts)
+    nodes, spoiled = _spoiled(p, pool, book, choice, parts)
+    avoid = dict.fromkeys(nodes, math.inf)  # node -> GPUs kept out of another target's reach
     later = _later(p, parts)
     if not spoiled and len(later) < 2:  # one later job: _spoiled's answer is the joint one
         return choice
@@ -298,14 +299,16 @@ def choose(
         short = len(_pack(future, later, choice)[0])
         if not short or _unplaced(future, later, book, job) >= short:
             return choice
-        avoid = set(choice.gpus_on)
+        avoid = dict.fromkeys(choice.gpus_on, math.inf)
 
         def better(other: Choice, worse: list) -> bool:
             return not worse and len(_pack(future, later, other)[0]) < short
 
-    # first away from the nodes the later jobs take when placed before it, then also
-    # away from the targets tried
-    packed = set(_pack(future, later)[1])
+    # first away from the GPUs the later jobs take when placed before it (a node they
+    # share with it: a gang that had to put one worker beside a later gang's worker on a
+    # 16-GPU node was kept off the whole node and found no other place, a tester's case),
+    # then away from the nodes the targets tried spoil
+    packed = _pack(future, later)[1]
     tried = packed or avoid
     for _ in range(LOOKAHEAD_TRIES):
         other = _choose(p, job, pool, book, lower, reclaim, tried)
@@ -313,7 +316,8 @@ def choose(
             more, worse = _spoiled(p, pool, book, other, parts, True)
             if better(other, worse):
                 return other
-            avoid |= more or set(other.gpus_on)  # (a target that helps no one: not there)
+            # (a target that helps no one: not there)
+            avoid.update(dict.fromkeys(more or other.gpus_on, math.inf))
         elif tried is avoid:
             break
         tried = avoid
@@ -525,15 +529,17 @@ def _choose(
     book: TeamBook,
     lower: list[Running],
     reclaim: bool = True,
-    avoid: set[int] = frozenset(),
+    avoid: dict[int, float] | None = None,
 ) -> Choice | None:
-    """Return choose's search (nothing changed), on no node of `avoid`: neither its
-    free GPUs nor its jobs as victims."""
+    """Return choose's search (nothing changed), leaving each node of `avoid` (node ->
+    GPUs) the GPUs it keeps there: its free GPUs first (_hide), then its jobs' as victims
+    (_allowed); infinity keeps the whole node."""
     stops = p.stops(pool)
     tx = Transaction()
     try:
         _future(p, pool, stops, tx, book)
-        _hide(pool, tx, avoid)
+        hidden: dict[int, int] = {}
+        _hide(pool, tx, avoid, hidden)
         f = job.flavor
         # Rule 1: it would have to borrow, with its victims and its team's jobs that
         # reach their max runtime first gone (only the view with victims counts those).
@@ -544,11 +550,11 @@ def _choose(
             return Choice([], _target_gpus(job, pool, tx, stops, None))
         cands = victim_order(p, f, lower + _borrowed(p, job, book) if reclaim else lower)
         if avoid:
-            cands = [r for r in cands if not any(n in avoid for n, _ in r.nodes)]
+            cands = _allowed(cands, avoid, hidden)
         if not cands:
             return None
         _ending(p, pool, stops, tx, book)
-        _hide(pool, tx, avoid)
+        _hide(pool, tx, avoid, hidden)
         if fits(p, job, pool, book):
             return Choice([], _target_gpus(job, pool, tx, stops, None), True)
         freeable = sum(k for r in cands for _, k in r.nodes)
@@ -563,12 +569,40 @@ def _choose(
         tx.rollback()
 
 
-def _hide(pool: Pool, tx: Transaction, avoid: set[int]) -> None:
-    """Take the free GPUs of the nodes in `avoid` out of the pool's view, until rollback."""
+def _hide(
+    pool: Pool, tx: Transaction, avoid: dict[int, float] | None, hidden: dict[int, int]
+) -> None:
+    """Take free GPUs of the nodes in `avoid` out of the pool's view, until rollback: as
+    many as it keeps there (all: infinity), less those `hidden` already."""
     index = pool.index
-    for n in avoid:
-        if index.free[n]:
-            tx.take(index, n, index.free[n])
+    for n, keep in (avoid or {}).items():
+        k = min(index.free[n], keep - hidden.get(n, 0))
+        if k > 0:
+            tx.take(index, n, k)
+            hidden[n] = hidden.get(n, 0) + k
+
+
+def _allowed(
+    cands: list[Running], avoid: dict[int, float], hidden: dict[int, int]
+) -> list[Running]:
+    """Return the candidates, in victim order, that leave each node of `avoid` the GPUs it
+    keeps there beyond the free ones hidden: on such a node, candidates while their GPUs
+    there add up to at most all its candidates' GPUs less what it keeps (none where it
+    keeps the whole node)."""
+    on: dict[int, int] = {}
+    for r in cands:
+        for n, k in r.nodes:
+            if n in avoid:
+                on[n] = on.get(n, 0) + k
+    room = {n: on.get(n, 0) - (keep - hidden.get(n, 0)) for n, keep in avoid.items()}
+    out = []
+    for r in cands:
+        if all(n not in room or room[n] >= k for n, k in r.nodes):
+            out.append(r)
+            for n, k in r.nodes:
+                if n in room:
+                    room[n] -= k
+    return out
 
 
 def _future(p: Pass, pool: Pool, stops: Stops, tx: Transaction, book: TeamBook) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -601,3 +602,63 @@ def test_three_reclaims_start_within_a_grace_period_when_all_can_be_placed(c):
     plans = [sim.step(NOW + GRACE * step) for step in range(4)]
     assert set(sim.started) >= {1, 2, 3}, [reasons(plan) for plan in plans]
     assert max(sim.started.values()) <= NOW + 2 * GRACE
+
+
+# -- a later job's place is kept GPU by GPU, not node by node ------------------------------
+
+
+def _two_node_block(size: int) -> Cluster:
+    """A tester's case: a block of two `size`-GPU nodes full of b's 1-GPU jobs, half of
+    each node's a minute old (the cheapest victims), half an hour; d's 2 x size/2 gang,
+    then g's 1 x size job, both within nominal quota."""
+    c = Cluster()
+    c.node("n0", gpus=size, block="b0", rack="r0").node("n1", gpus=size, block="b0", rack="r0")
+    c.team("d", nominal=size, cohort="c").team("g", nominal=size, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    i = 100
+    for node in ("n0", "n1"):
+        for k in range(size):
+            age = 60 if k < size // 2 else HOUR
+            c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+    c.job(1, "d", workers=2, gpus=size // 2, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "g", workers=1, gpus=size, submitted=NOW + 1, runtime=100 * HOUR)
+    return c
+
+
+@pytest.mark.parametrize("size", [8, 16])
+def test_on_a_two_node_block_the_gang_leaves_the_later_job_a_whole_node(size):
+    """d's cheapest target, the young halves of both nodes, spoils g's whole-node job; the
+    search again away from every node it spoiled (both) found nothing and kept it, and g
+    waited for the borrower's 100-hour jobs. Searched away from the node g's job takes
+    when placed first, d's gang takes the other one whole."""
+    sim = _run(_two_node_block(size))
+    assert sim.started.get(1, math.inf) <= NOW + 2 * GRACE, sim.started
+    assert sim.started.get(2, math.inf) <= NOW + 2 * GRACE, sim.started
+
+
+def test_a_gang_may_share_a_node_with_a_later_gangs_place():
+    """A tester's case: n0 (16 GPUs: 5 of a non-preemptible job of b's, 11 of young 1-GPU
+    jobs), n1 (8, the youngest) and n2 (8: 2 non-preemptible, 6 an hour old), one block;
+    t1's 4x2 gang, then t0's 2x8 gang, both within nominal. Together they fit: t0 on n0
+    and n1, t1 three workers on n2 and one beside t0's on n0. t1's cheapest target, n1,
+    spoils t0's gang; away from n1 it took 4 workers on n0, spoiling it again; away from
+    both, n2 holds 3 workers. A search that keeps a node whole cannot find the place: the
+    GPUs the later gang takes are kept out of reach, and the rest of the node is not."""
+    c = Cluster()
+    for name, gpus in (("n0", 16), ("n1", 8), ("n2", 8)):
+        c.node(name, gpus=gpus, block="b0", rack="r0")
+    c.team("t1", nominal=8, cohort="c").team("t0", nominal=16, cohort="c")
+    c.team("L", nominal=8, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(100, "b", on={"n0": 5}, started=NOW - HOUR, runtime=100 * HOUR, preemptible=False)
+    c.run(101, "b", on={"n2": 2}, started=NOW - HOUR, runtime=100 * HOUR, preemptible=False)
+    i = 110
+    for node, count, age in (("n0", 11, 600), ("n1", 8, 60), ("n2", 6, HOUR)):
+        for _ in range(count):
+            c.run(i, "b", on={node: 1}, started=NOW - age, runtime=100 * HOUR)
+            i += 1
+    c.job(1, "t1", workers=4, gpus=2, submitted=NOW, runtime=100 * HOUR)
+    c.job(2, "t0", workers=2, gpus=8, submitted=NOW + 1, runtime=100 * HOUR)
+    sim = _run(c)
+    assert sim.started.get(1, math.inf) <= NOW + 2 * GRACE, sim.started
+    assert sim.started.get(2, math.inf) <= NOW + 2 * GRACE, sim.started
