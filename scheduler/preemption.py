@@ -408,7 +408,7 @@ class _Future:
     borrowing that much less; its target taken). Asked node by node (`before` and
     `after` return a function of the node), domain by domain until one holds a shape."""
 
-    __slots__ = ("p", "pool", "free", "totals", "domains", "free_nodes")
+    __slots__ = ("p", "pool", "free", "totals", "domains", "base", "known")
 
     def __init__(self, p: Pass, pool: Pool) -> None:
         stops = p.stops(pool)
@@ -417,7 +417,8 @@ class _Future:
         for n in stops.ending_on:
             self.free[n] += max(0, stops.ending_surplus(n))
         self.domains = pool.domain_nodes()
-        self.free_nodes: list[int] | None = None  # the nodes with free GPUs (nodes)
+        self.base: dict[int, int] | None = None  # node -> GPUs free, where some are (nodes)
+        self.known: dict[int, dict[int, int]] = {}  # id(team) -> its `before` (nodes)
 
     def before(self, team: TeamBook):
         """Return node -> GPUs the team could use now."""
@@ -435,20 +436,25 @@ class _Future:
         return lambda n: max(0, min(totals[n], free[n] + extra.get(n, 0)) - target.get(n, 0))
 
     def nodes(self, team: TeamBook, choice: Choice | None = None) -> dict[int, int]:
-        """Return `before`, or `after` the choice, as node -> GPUs where it is not 0."""
+        """Return `before`, or `after` the choice, as node -> GPUs where it is not 0
+        (`before` kept per team: it does not change while the choices are asked)."""
+        if choice is None and id(team) in self.known:
+            return self.known[id(team)]
         free, totals = self.free, self.totals
-        if self.free_nodes is None:
-            self.free_nodes = [n for n, k in enumerate(free) if k]
-        out = {n: min(totals[n], free[n]) for n in self.free_nodes}
+        if self.base is None:
+            self.base = {n: min(totals[n], k) for n, k in enumerate(free) if k}
+        out = dict(self.base)
         gone = () if choice is None else choice.victims
         for n, k in self.p.reclaimable_now(self.pool, team, gone).items():
             out[n] = min(totals[n], free[n] + k)
         for r in gone:
             for n, k in r.nodes:
                 out[n] = min(totals[n], out.get(n, free[n]) + k)
-        if choice is not None:
-            for n, k in choice.gpus_on.items():
-                out[n] = out.get(n, 0) - k
+        if choice is None:
+            self.known[id(team)] = out
+            return out
+        for n, k in choice.gpus_on.items():
+            out[n] = out.get(n, 0) - k
         return {n: k for n, k in out.items() if k > 0}
 
     def holds(self, avail, w: int, g: int, first=(), others: bool = False) -> bool:
