@@ -276,11 +276,11 @@ def choose(
     if not parts:
         return choice
     nodes, spoiled = _spoiled(p, pool, book, choice, parts)
-    avoid = dict.fromkeys(nodes, math.inf)  # node -> GPUs kept out of another target's reach
     later = _later(p, parts)
     if not spoiled and len(later) < 2:  # one later job: _spoiled's answer is the joint one
         return choice
-    future = _Future(p, pool)
+    future = _Future(p, pool, book.cohort)
+    short = len(_pack(future, later, choice)[0])
     if spoiled:
         # every shape it spoils, wherever it held: its victims' teams then borrow less,
         # and may lose fewer jobs anywhere (a review's case: a target dearer for the
@@ -291,37 +291,44 @@ def choose(
         spoils = _shapes(_spoiled(p, pool, book, choice, parts, True)[1])
         spared = spoils - _shapes(spoiled)
 
-        def better(other: Choice, worse: list) -> bool:
-            return _shapes(worse) <= spared  # spoils fewer, and none of those
+        def better(worse: list, missed: int) -> bool:  # spoils fewer, none of those,
+            return _shapes(worse) <= spared and missed <= short  # and leaves as many
 
+        avoid = dict.fromkeys(nodes, math.inf)  # node -> GPUs kept out of a target's reach
     else:  # each alone keeps a place: do they all, together? And would they, with it
         # placed among them (largest first) instead of where its cheapest target is?
-        short = len(_pack(future, later, choice)[0])
         if not short or _unplaced(future, later, book, job) >= short:
             return choice
+
+        def better(worse: list, missed: int) -> bool:
+            return not worse and missed < short
+
         avoid = dict.fromkeys(choice.gpus_on, math.inf)
-
-        def better(other: Choice, worse: list) -> bool:
-            return not worse and len(_pack(future, later, other)[0]) < short
-
-    # first away from the GPUs the later jobs take when placed before it (a node they
-    # share with it: a gang that had to put one worker beside a later gang's worker on a
-    # 16-GPU node was kept off the whole node and found no other place, a tester's case),
-    # then away from the nodes the targets tried spoil
-    packed = _pack(future, later)[1]
-    tried = packed or avoid
-    for _ in range(LOOKAHEAD_TRIES):
-        other = _choose(p, job, pool, book, lower, reclaim, tried)
-        if other is not None:
-            more, worse = _spoiled(p, pool, book, other, parts, True)
-            if better(other, worse):
-                return other
-            # (a target that helps no one: not there)
-            avoid.update(dict.fromkeys(more or other.gpus_on, math.inf))
-        elif tried is avoid:
+    # Away from the GPUs the later jobs take when placed first (a node they share with
+    # it: a gang that had to put one worker beside a later gang's worker on a 16-GPU
+    # node was kept off the whole node and found no other place, a tester's case), and
+    # away from the nodes the first target spoils (or takes); then from those the
+    # targets tried spoil too. Of the targets found that serve the later jobs better,
+    # the one that leaves most of them a place together, then the cheapest: the first
+    # found went to dearer victims and moved a gang's place (a review's case).
+    searches = [packed] if (packed := _pack(future, later)[1]) else []
+    found = []
+    for i in range(LOOKAHEAD_TRIES + len(searches)):
+        if i >= len(searches) + 1 and found:
             break
-        tried = avoid
-    return choice
+        tried = searches[i] if i < len(searches) else avoid
+        other = _choose(p, job, pool, book, lower, reclaim, tried)
+        if other is None:
+            if tried is avoid:
+                break
+            continue
+        more, worse = _spoiled(p, pool, book, other, parts, True)
+        missed = len(_pack(future, later, other)[0])
+        if better(worse, missed):
+            found.append((missed, victims_cost(p, book, other.victims), i, other))
+        if tried is avoid:  # (a target that helps no one: not there)
+            avoid.update(dict.fromkeys(more or other.gpus_on, math.inf))
+    return min(found, key=lambda f: f[:3])[3] if found else choice
 
 
 def _shapes(spoiled: list[tuple[TeamBook, int, int]]) -> set[tuple[int, int, int]]:
@@ -366,36 +373,61 @@ def _pack(
     is made, and the GPUs per node the others take: placed largest first, each gang in the
     domain that holds it with the fewest worker slots and each worker on the node with
     the fewest GPUs that hold it (best fit: whole nodes and domains are kept for the
-    larger jobs), on what its team could use (_Future.nodes) less what the earlier ones
-    took."""
+    larger jobs), on the free GPUs (_Future.free_in) and those of other teams' jobs
+    that borrow, each such team giving GPUs back only while it still borrows
+    (_Future.lenders; Kueue's rule, asked per team and node, as the jobs before took
+    them): each later team alone may reclaim what a borrower borrows, not all of them
+    together, and a packing that counted it so kept a place for a job that could
+    reclaim nothing once the jobs before it had (a review's case)."""
+    free, (borrows, on) = future.free_in(choice), future.lenders(choice)
+    dom, nodes = future.pool.index.dom, set(free) | set(on)
+    took: dict[int, int] = {}  # node -> free GPUs taken
+    given: dict[tuple[int, int], int] = {}  # (node, id(team)) -> its GPUs reclaimed there
+    gave: dict[int, int] = {}  # id(team) -> GPUs it gave back
     used: dict[int, int] = {}
-    avail: dict[int, dict[int, int]] = {}
-    dom = future.pool.index.dom
     missed = []
+
+    def lending(team: TeamBook, n: int) -> list[tuple[TeamBook, int]]:
+        return [
+            (b, k - given.get((n, id(b)), 0))
+            for b, k in on.get(n, ())
+            if b is not team and gave.get(id(b), 0) < borrows[id(b)]
+        ]
+
     for item in later:
         team, w, g = item
-        a = avail.get(id(team))
-        if a is None:
-            a = avail[id(team)] = future.nodes(team, choice)
         groups: dict[int, list[tuple[int, int]]] = {}  # domain -> (GPUs, node); one if w 1
-        for n, k in a.items():
-            k -= used.get(n, 0)
+        for n in nodes:
+            k = free.get(n, 0) - took.get(n, 0) + sum(k for _, k in lending(team, n))
             if k >= g:
                 groups.setdefault(dom[n] if w > 1 else 0, []).append((k, n))
         best = None
-        for nodes in groups.values():
-            slots = sum(k // g for k, _ in nodes)
+        for group in groups.values():
+            slots = sum(k // g for k, _ in group)
             if slots >= w and (best is None or slots < best[0]):
-                best = (slots, nodes)
+                best = (slots, group)
         if best is None:
             missed.append(item)
             continue
-        left = w
+        todo, marks = w, (dict(took), dict(given), dict(gave), dict(used))
         for k, n in sorted(best[1]):
-            take = min(left, k // g)
-            used[n] = used.get(n, 0) + take * g
-            left -= take
-            if not left:
+            need = min(todo, k // g) * g
+            todo -= need // g
+            used[n] = used.get(n, 0) + need
+            here = min(need, max(0, free.get(n, 0) - took.get(n, 0)))
+            took[n] = took.get(n, 0) + here
+            for b, k_b in lending(team, n):  # the rest from its borrowers, while they borrow
+                if need == here:
+                    break
+                part = min(k_b, need - here)
+                given[(n, id(b))] = given.get((n, id(b)), 0) + part
+                gave[id(b)] = gave.get(id(b), 0) + part
+                here += part
+            if here < need:  # a borrower stopped borrowing on the way: it does not fit
+                took, given, gave, used = marks
+                missed.append(item)
+                break
+            if not todo:
                 break
     return missed, used
 
@@ -408,17 +440,18 @@ class _Future:
     borrowing that much less; its target taken). Asked node by node (`before` and
     `after` return a function of the node), domain by domain until one holds a shape."""
 
-    __slots__ = ("p", "pool", "free", "totals", "domains", "base", "known")
+    __slots__ = ("p", "pool", "free", "totals", "domains", "base", "lent", "members")
 
-    def __init__(self, p: Pass, pool: Pool) -> None:
+    def __init__(self, p: Pass, pool: Pool, cohort: str | None = None) -> None:
         stops = p.stops(pool)
+        self.members = p.ledger.members.get(cohort, ()) if cohort is not None else ()
         self.p, self.pool, self.totals = p, pool, pool.totals
         self.free = list(stops.future().free)
         for n in stops.ending_on:
             self.free[n] += max(0, stops.ending_surplus(n))
         self.domains = pool.domain_nodes()
         self.base: dict[int, int] | None = None  # node -> GPUs free, where some are (nodes)
-        self.known: dict[int, dict[int, int]] = {}  # id(team) -> its `before` (nodes)
+        self.lent: tuple | None = None  # lenders() before the choice
 
     def before(self, team: TeamBook):
         """Return node -> GPUs the team could use now."""
@@ -435,27 +468,52 @@ class _Future:
                 extra[n] = extra.get(n, 0) + k
         return lambda n: max(0, min(totals[n], free[n] + extra.get(n, 0)) - target.get(n, 0))
 
-    def nodes(self, team: TeamBook, choice: Choice | None = None) -> dict[int, int]:
-        """Return `before`, or `after` the choice, as node -> GPUs where it is not 0
-        (`before` kept per team: it does not change while the choices are asked)."""
-        if choice is None and id(team) in self.known:
-            return self.known[id(team)]
-        free, totals = self.free, self.totals
+    def free_in(self, choice: Choice | None = None) -> dict[int, int]:
+        """Return node -> GPUs free (no reclaim needed), before or once the choice is
+        made (its victims' GPUs free, its target's taken)."""
         if self.base is None:
-            self.base = {n: min(totals[n], k) for n, k in enumerate(free) if k}
-        out = dict(self.base)
-        gone = () if choice is None else choice.victims
-        for n, k in self.p.reclaimable_now(self.pool, team, gone).items():
-            out[n] = min(totals[n], free[n] + k)
-        for r in gone:
-            for n, k in r.nodes:
-                out[n] = min(totals[n], out.get(n, free[n]) + k)
+            self.base = {n: min(self.totals[n], k) for n, k in enumerate(self.free) if k}
         if choice is None:
-            self.known[id(team)] = out
-            return out
+            return self.base
+        out = dict(self.base)
+        for r in choice.victims:
+            for n, k in r.nodes:
+                out[n] = min(self.totals[n], out.get(n, 0) + k)
         for n, k in choice.gpus_on.items():
-            out[n] = out.get(n, 0) - k
-        return {n: k for n, k in out.items() if k > 0}
+            out[n] = max(0, out.get(n, 0) - k)
+        return out
+
+    def lenders(
+        self, choice: Choice | None = None
+    ) -> tuple[dict[int, int], dict[int, list[tuple[TeamBook, int]]]]:
+        """Return what each team of the cohort borrows (id(team) -> GPUs: Pass.borrows)
+        and node -> (team, GPUs) of its jobs a reclaim may take there (running,
+        preemptible, not stopping nor ending), before or once the choice's victims have
+        stopped (their teams then borrowing that much less)."""
+        if choice is None and self.lent is not None:
+            return self.lent
+        p, f = self.p, self.pool.flavor
+        gone = {id(r) for r in choice.victims} if choice is not None else set()
+        less: dict[int, int] = {}
+        for r in choice.victims if choice is not None else ():
+            less[id(r.book)] = less.get(id(r.book), 0) + r.job.gpus
+        borrows: dict[int, int] = {}
+        on: dict[int, list[tuple[TeamBook, int]]] = {}
+        for b in self.members:
+            borrows[id(b)] = p.borrows(b, f, p.settled(b, f) - less.get(id(b), 0))
+            if borrows[id(b)] <= 0:
+                continue
+            here: dict[int, int] = {}
+            for r in p.running_of(b.name, f):
+                if r.stopping or r.ending or not r.job.preemptible or id(r) in gone:
+                    continue
+                for n, k in r.nodes:
+                    here[n] = here.get(n, 0) + k
+            for n, k in here.items():
+                on.setdefault(n, []).append((b, k))
+        if choice is None:
+            self.lent = (borrows, on)
+        return borrows, on
 
     def holds(self, avail, w: int, g: int, first=(), others: bool = False) -> bool:
         """Return whether w workers of g GPUs fit one domain, counted per worker slot as
@@ -805,6 +863,16 @@ def _preemptible(r: Running) -> bool:
 # -- placement-aware victim choice (rule 3) ------------------------------------
 
 
+def victims_cost(p: Pass, book: TeamBook, victims) -> tuple:
+    """Return the cost of a preemptor's set of victims (rule 3), smaller is better: its
+    own team's jobs last, then the lowest priority, the least work lost, the fewest."""
+    now = p.now
+    own = any(r.book is book for r in victims)  # other teams' candidates all borrow
+    prio = max((r.job.priority for r in victims), default=-math.inf)
+    lost = sum(r.job.gpus * max(0.0, now - last_progress(r.job)) for r in victims)
+    return (own, prio, lost, len(victims))
+
+
 class _Search:
     """The candidates of one preemptor by node, with what each would cost."""
 
@@ -989,11 +1057,7 @@ class _Search:
 
     def cost(self, victims) -> tuple:
         """Return the cost of a set of victims (rule 3), smaller is better."""
-        now, book = self.p.now, self.book
-        own = any(r.book is book for r in victims)  # other teams' candidates all borrow
-        prio = max((r.job.priority for r in victims), default=-math.inf)
-        lost = sum(r.job.gpus * max(0.0, now - last_progress(r.job)) for r in victims)
-        return (own, prio, lost, len(victims))
+        return victims_cost(self.p, self.book, victims)
 
     def rank(self, victims) -> tuple:
         """Return the victims' places in victim order: the tiebreak between equal costs."""

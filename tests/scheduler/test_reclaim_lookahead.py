@@ -662,3 +662,135 @@ def test_a_gang_may_share_a_node_with_a_later_gangs_place():
     sim = _run(c)
     assert sim.started.get(1, math.inf) <= NOW + 2 * GRACE, sim.started
     assert sim.started.get(2, math.inf) <= NOW + 2 * GRACE, sim.started
+
+
+# -- a review of the joint look-ahead: the borrowers' borrowing runs out, and cost counts --
+
+
+def _reviewed_three() -> Cluster:
+    c = Cluster()
+    c.node("n0", gpus=8, block="b0", rack="r0").node("n1", gpus=8, block="b0", rack="r0")
+    c.node("n2", gpus=4, block="b1", rack="r1").node("n3", gpus=4, block="b2", rack="r2")
+    c.team("p", nominal=4, cohort="c").team("g", nominal=16, cohort="c")
+    c.team("s", nominal=4, cohort="c").team("b", nominal=1, cohort="c")
+    c.run(100, "b", on={"n0": 4}, started=NOW - 30, runtime=100 * HOUR)
+    c.run(101, "b", on={"n0": 4}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.run(102, "b", on={"n1": 8}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.run(103, "b", on={"n2": 1}, started=NOW - 600, runtime=100 * HOUR)
+    c.run(104, "b", on={"n3": 4}, started=NOW - 5 * HOUR, runtime=100 * HOUR)
+    c.job(1, "p", workers=1, gpus=4, submitted=NOW - 30, runtime=100 * HOUR)
+    c.job(2, "g", workers=2, gpus=8, submitted=NOW - 20, runtime=100 * HOUR)
+    c.job(3, "s", workers=1, gpus=4, submitted=NOW - 10, runtime=100 * HOUR)
+    return c
+
+
+def test_three_within_nominal_jobs_that_fit_together_all_start():
+    """The joint look-ahead's first second search (away from the GPUs the later jobs take when
+    packed first: preemption.choose, `tried = packed or avoid`) sends a reclaim to another
+    target that costs a later within-nominal job its only place; that job then waits for the
+    borrower's 100-hour jobs, where before this change all three jobs started at once.
+
+    Cohort c: borrower b (nominal 1) runs, all preemptible, for 100 h:
+      block b0: n0 (8 GPUs): job 100, 4 GPUs, 30 s old; job 101, 4 GPUs, 1 h old
+                n1 (8 GPUs): job 102, 8 GPUs, 1 h old
+      block b1: n2 (4 GPUs): job 103, 1 GPU, 10 min old (3 GPUs free)
+      block b2: n3 (4 GPUs): job 104, 4 GPUs, 5 h old
+    b uses 21 GPUs and borrows 20. Within nominal quota, in one pass: p's 1x4 job 1, g's 2x8
+    gang 2, then s's 1x4 job 3.
+
+    Job 1's cheapest target (job 100 on n0) spoils the gang's only place, so it is searched
+    again (rule 3, "Later jobs within nominal quota keep their place"). At 9226018 the search
+    went away from n0 and took n2 (victim 103); the gang reclaimed n0+n1 and job 3 reclaimed
+    n3 (104): all three started at the next pass. Now the search starts away from where the
+    later jobs are packed first (_pack: the gang on n0+n1, s's 1x4 on n2, best fit, tie broken
+    by node index), so job 1 takes n3 (victim 104). Its place on n2 was kept for job 3 only in
+    the packing: once jobs 1 and 2 have reclaimed 20 GPUs, b no longer borrows, job 3 may not
+    reclaim 103, and it waits `cohort_busy`/`no_capacity` for b's 100-hour jobs. _pack counts
+    each later team's reclaimable GPUs on its own (Future.nodes per team), not that the
+    borrower's borrowing runs out as they are reclaimed, and in the spoiled branch `better` only
+    asks about shapes spoiled alone, never whether the packing's gain is real.
+
+    What a user sees: s's job, within its nominal quota, that fitted (and started, before the
+    change) beside the other two, is told it waits for GPUs reserved from +100 h.
+    docs/scheduling.md ("Tests": "two within-nominal jobs of one pass that can be placed
+    together ... both start within two grace periods ..., and so do three"; rule 3's look-ahead
+    is there to keep later within-nominal jobs their place, not take it).
+    """
+    sim = Sim(_reviewed_three(), preemption=True)
+    for k in range(6):
+        sim.step(NOW + GRACE * k)
+    late = {j: sim.started.get(j, math.inf) - NOW for j in (1, 2, 3)}
+    assert all(t <= 2 * GRACE for t in late.values()), (
+        f"start offsets {late}: job 1 was sent from n2 to n3 to keep n2 for job 3, which "
+        "could then reclaim nothing"
+    )
+
+
+def _reviewed_four() -> Cluster:
+    c = Cluster()
+    for name, gpus, block in (
+        ("n0", 8, "b1"),
+        ("n1", 16, "b1"),
+        ("n2", 8, "b0"),
+        ("n3", 8, "b0"),
+        ("n4", 8, "b0"),
+    ):
+        c.node(name, gpus=gpus, block=block, rack=block.replace("b", "r"))
+    for team, nominal in (("t1", 12), ("t2", 8), ("t3", 20), ("b", 8), ("x", 4)):
+        c.team(team, nominal=nominal, cohort="c")
+    for i, team, node, k, age, pre in (
+        (100, "x", "n0", 4, 120, True),
+        (101, "b", "n0", 4, 120, False),
+        (102, "x", "n1", 8, 120, True),
+        (103, "x", "n1", 4, 1800, False),
+        (105, "b", "n2", 1, 1800, True),
+        (106, "b", "n3", 4, 5 * HOUR, True),
+        (107, "x", "n3", 4, 60, True),
+        (109, "x", "n4", 7, 1800, True),
+    ):
+        c.run(i, team, on={node: k}, started=NOW - age, runtime=100 * HOUR, preemptible=pre)
+    for i, team, w, g, sub in (
+        (2, "t1", 2, 4, 1),
+        (3, "t2", 4, 2, 46),
+        (4, "t3", 2, 8, 40),
+        (5, "t3", 1, 4, 35),
+    ):
+        c.job(i, team, workers=w, gpus=g, submitted=NOW + sub, runtime=100 * HOUR)
+    return c
+
+
+def test_four_within_nominal_jobs_that_fit_together_all_start():
+    """The joint look-ahead's second search, started away from where the later jobs are
+    packed (preemption.choose: `tried = packed or avoid`), accepts the first target that
+    spoils no shape *alone* (the spoiled branch's `better`); that dearer target moves the
+    GPUs a later preemptor and a later admission take, and a within-nominal 2x8 gang that
+    got its place at 9226018 waits for the borrowers' 100-hour jobs.
+
+    Cohort c (all jobs 100 h; borrowers b nominal 8 and x nominal 4):
+      block b1: n0 (8): x's job 100 (4 GPUs, 2 min old), b's non-preemptible 101 (4)
+                n1 (16): x's job 102 (8, 2 min old), x's non-preemptible 103 (4); 4 free
+      block b0: n2 (8): b's job 105 (1 GPU, 30 min old); 7 free
+                n3 (8): b's job 106 (4, 5 h old), x's job 107 (4, 1 min old)
+                n4 (8): x's job 109 (7, 30 min old); 1 free
+    Within nominal, one pass: t1's 2x4 job 2, t3's 1x4 job 5, t3's 2x8 gang 4, t2's 4x2 job 3.
+
+    At 9226018: job 2's cheapest target (n2's free GPUs and 107 on n3) spoils the gang's place
+    in b0, so it is searched away from n3 and takes n0+n1 (victim 100 and n1's free GPUs);
+    job 5 fits n2, job 3 reclaims n1 (102), the gang reclaims n3+n4: all four start at the
+    next pass. Now job 2's second search starts away from the packed places (n0 and n1 are
+    partly kept for the packed 4x2 job) and takes job 102's 8 GPUs on n1 (a dearer victim),
+    which spoils no shape alone; n1's free GPUs then go to job 5 (admitted there instead of
+    n2), job 3 takes n2 and 2 GPUs of n3 (victim 107), the gang's block, as its own look-ahead
+    finds nothing better, and the gang waits `cohort_busy` ("reclaim cannot make room for it")
+    for the borrowers' 100-hour jobs.
+
+    docs/scheduling.md ("Tests": within-nominal jobs of one pass that can be placed together
+    "both start within two grace periods ..., and so do three"; rule 3: a reclaim keeps later
+    within-nominal jobs of its cohort their place): the look-ahead itself moved a preemptor
+    to a dearer target and cost a jointly placeable gang its start.
+    """
+    sim = Sim(_reviewed_four(), preemption=True)
+    for k in range(6):
+        sim.step(NOW + GRACE * k)
+    late = {j: sim.started.get(j, math.inf) - NOW for j in (2, 3, 4, 5)}
+    assert all(t <= 2 * GRACE for t in late.values()), late
