@@ -380,25 +380,33 @@ def _pack(
     together, and a packing that counted it so kept a place for a job that could
     reclaim nothing once the jobs before it had (a review's case)."""
     free, (borrows, on) = future.free_in(choice), future.lenders(choice)
-    dom, nodes = future.pool.index.dom, set(free) | set(on)
+    dom = future.pool.index.dom
+    # node -> GPUs free or of a team still borrowing, kept in step as they are taken
+    room = dict(free)
+    where: dict[int, list[int]] = {}  # id(team) -> the nodes of its jobs in `on`
+    for n, lent in on.items():
+        room[n] = room.get(n, 0) + sum(k for _, k in lent)
+        for b, _ in lent:
+            where.setdefault(id(b), []).append(n)
     took: dict[int, int] = {}  # node -> free GPUs taken
     given: dict[tuple[int, int], int] = {}  # (node, id(team)) -> its GPUs reclaimed there
     gave: dict[int, int] = {}  # id(team) -> GPUs it gave back
     used: dict[int, int] = {}
     missed = []
 
-    def lending(team: TeamBook, n: int) -> list[tuple[TeamBook, int]]:
-        return [
-            (b, k - given.get((n, id(b)), 0))
-            for b, k in on.get(n, ())
-            if b is not team and gave.get(id(b), 0) < borrows[id(b)]
-        ]
+    def lends(b: TeamBook) -> bool:
+        return gave.get(id(b), 0) < borrows[id(b)]
+
+    def own(team: TeamBook, n: int) -> int:  # its own jobs' GPUs, counted in `room`
+        return sum(k - given.get((n, id(b)), 0) for b, k in on.get(n, ()) if b is team)
 
     for item in later:
         team, w, g = item
+        mine = lends(team) and id(team) in where
         groups: dict[int, list[tuple[int, int]]] = {}  # domain -> (GPUs, node); one if w 1
-        for n in nodes:
-            k = free.get(n, 0) - took.get(n, 0) + sum(k for _, k in lending(team, n))
+        for n, k in room.items():
+            if mine:
+                k -= own(team, n)
             if k >= g:
                 groups.setdefault(dom[n] if w > 1 else 0, []).append((k, n))
         best = None
@@ -409,22 +417,29 @@ def _pack(
         if best is None:
             missed.append(item)
             continue
-        todo, marks = w, (dict(took), dict(given), dict(gave), dict(used))
+        todo, marks = w, (dict(room), dict(took), dict(given), dict(gave), dict(used))
         for k, n in sorted(best[1]):
             need = min(todo, k // g) * g
             todo -= need // g
             used[n] = used.get(n, 0) + need
             here = min(need, max(0, free.get(n, 0) - took.get(n, 0)))
             took[n] = took.get(n, 0) + here
-            for b, k_b in lending(team, n):  # the rest from its borrowers, while they borrow
-                if need == here:
+            room[n] -= here
+            for b, k_b in on.get(n, ()):  # the rest from its borrowers, while they borrow
+                if here == need:
                     break
-                part = min(k_b, need - here)
+                if b is team or not lends(b):
+                    continue
+                part = min(k_b - given.get((n, id(b)), 0), need - here)
                 given[(n, id(b))] = given.get((n, id(b)), 0) + part
                 gave[id(b)] = gave.get(id(b), 0) + part
+                room[n] -= part
                 here += part
+                if not lends(b):  # it borrows no more: its other GPUs leave the room
+                    for m in where[id(b)]:
+                        room[m] -= sum(k - given.get((m, id(b)), 0) for c, k in on[m] if c is b)
             if here < need:  # a borrower stopped borrowing on the way: it does not fit
-                took, given, gave, used = marks
+                room, took, given, gave, used = marks
                 missed.append(item)
                 break
             if not todo:
