@@ -1044,7 +1044,7 @@ class Pass:
         if self._running is None:
             self._running = build_running(self._running_jobs, self.pools, self.ledger, self.now)
             if self.preempting:
-                mark_ending(self._running, self.now)
+                mark_ending(self._running, self.now, self.queued)
         return self._running
 
     def team_queues(self) -> list[tuple[str, list[PendingJob]]]:

@@ -95,6 +95,8 @@ class PendingJob:
     `array_id`, `array_limit`: a task of a job array and how many of the array's
     tasks may hold GPUs at once (Slurm's `--array=…%N`; None: no limit); the pass
     sets aside the tasks beyond it (scheduler.arrays, reason `array_limit`).
+    `grace_period`: how long it has to stop once preempted, as for a running job; for a
+    requeued victim, the horizon its preemptor decided with (state.mark_ending).
     """
 
     id: JobId
@@ -114,6 +116,7 @@ class PendingJob:
     previous_attempt_stopping: bool = False
     array_id: int | None = None
     array_limit: int | None = None
+    grace_period: float = 30.0
 
     @property
     def gpus(self) -> int:

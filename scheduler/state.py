@@ -422,7 +422,7 @@ class Stops:
         self.pool.invalidate()
 
 
-def mark_ending(running: list[Running], now: float) -> None:
+def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob] = ()) -> None:
     """Mark the running jobs that reach their max runtime before any victim of this pass
     could have stopped (Running.ending; preemption rule 2): their max runtime ends no
     later than now plus the shortest grace period g of their flavor's preemptible
@@ -440,12 +440,24 @@ def mark_ending(running: list[Running], now: float) -> None:
     max runtime and the sweep, and preempted it, or others, after all (a review).
     Where the job runs into its limit rather than ending first, the timeout frees its
     GPUs a sweep plus its own grace period after its max runtime (docs/scheduling.md,
-    rule 2): hence at most g of its own, so the wait stays within about two g."""
+    rule 2): hence at most g of its own, so the wait stays within about two g.
+
+    So do victims already requeued (`pending` with `preempted_by`) whose preemptor
+    still waits: once a preemptor's victims had stopped, no preemptible job was left in
+    its flavor, nothing counted as ending any more, and the preemptor, still waiting for
+    the non-preemptible job it had counted on (ending 15 s later), lost its claim; the
+    victims were readmitted on the GPUs they had freed for it and preempted a second
+    time (the random-runs property, test_ending_jobs.py)."""
     grace: dict[str, float] = {}
     for r in running:
         if r.job.preemptible and (not r.stopping or r.job.preempted_by is not None):
             f = r.job.flavor
             grace[f] = min(grace.get(f, r.job.grace_period), r.job.grace_period)
+    pending = list(pending)
+    waiting = {j.id for j in pending}
+    for j in pending:
+        if j.preempted_by in waiting:
+            grace[j.flavor] = min(grace.get(j.flavor, j.grace_period), j.grace_period)
     if not grace:
         return
     for r in running:

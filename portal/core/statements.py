@@ -753,6 +753,7 @@ class PendingRow(NamedTuple):
     queue_position: int | None
     estimated_start: float | None
     attempt: int
+    grace_period: float
     reserved_on: list  # [[hostname, GPUs], ...] of a preemptor waiting for its victims
 
 
@@ -769,7 +770,8 @@ def pending_jobs(ended: Sequence[str]) -> list[PendingRow]:
         f"j.restart_count, coalesce({_epoch('j.eligible_at')}, 0), j.preempted_by, "
         f"EXISTS (SELECT 1 FROM {worker} w WHERE w.job_id = j.id AND w.state <> ALL(%s)), "
         f"j.array_id, a.task_limit, j.reason_code, j.reason, j.queue_position, "
-        f"{_epoch('j.estimated_start_at')}, j.attempt, j.reserved_on::text "
+        f"{_epoch('j.estimated_start_at')}, j.attempt, j.grace_period_seconds::float8, "
+        f"j.reserved_on::text "
         f"FROM {job} j JOIN {Team._meta.db_table} t ON t.id = j.team_id "
         f"JOIN {Queue._meta.db_table} q ON q.id = j.queue_id "
         f"JOIN {GpuFlavor._meta.db_table} f ON f.id = j.flavor_id "
@@ -815,6 +817,7 @@ def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
             "queue_position",
             "estimated_start_at",
             "attempt",
+            "grace_period_seconds",
             "reserved_on",
         )
     )
@@ -828,7 +831,8 @@ def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
             *row[13:20],
             row[20].timestamp() if row[20] else None,
             row[21],
-            row[22] or [],
+            float(row[22]),
+            row[23] or [],
         )
         for row in rows
     ]

@@ -293,6 +293,7 @@ class Simulator:
             max_runtime=max_runtime(job, cfg.runtime_estimate, cfg.queue_max_s),
             preemptible=job.preemptible,
             restart_count=restarts,
+            grace_period=cfg.grace_period_s,
         )
 
     def _charge(self, team: str, flavor: str, gpus: int) -> None:

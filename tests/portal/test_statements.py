@@ -443,9 +443,14 @@ def _pass_jobs(cluster):
 @postgresql_only
 def test_pass_snapshot_statements_read_as_the_orm(cluster):
     one, victim = _pass_jobs(cluster)
+    longer = Job.objects.filter(state=Job.State.PENDING).order_by("pk").first()
+    Job.objects.filter(pk=longer.pk).update(grace_period_seconds=90)
     pending = statements.pending_jobs(ENDED)
     assert sorted(pending) == sorted(statements.pending_jobs_orm(ENDED))
     assert len(pending) == 7  # not the held job, nor the three admitted
+    assert {row.pk: row.grace_period for row in pending if row.grace_period != 30.0} == {
+        longer.pk: 90.0
+    }  # a requeued victim's grace is its preemptor's horizon (scheduler.state.mark_ending)
     by_name = {(row.restart_count, row.priority, row.draining, row.array_limit) for row in pending}
     assert {(2, 5, False, None), (0, 0, True, None), (0, 0, False, 1)} <= by_name
     assert [row.reserved_on for row in pending if row.reserved_on] == [

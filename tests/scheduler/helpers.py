@@ -322,6 +322,7 @@ class Sim:
                     n,
                     now + requeue_backoff(n, *self.backoff),
                     r.preempted_by,
+                    grace_period=r.grace_period,
                 )
 
     def _start(self, job: PendingJob, adm, now: float) -> None:

@@ -342,3 +342,24 @@ def test_a_preemptor_keeps_counting_an_ending_job_once_its_victim_is_stopping():
         assert v.reason_code == "waiting_for_preemption", (t, v.message)
         assert v.estimated_start == NOW + 30
     assert admitted(sim.step(NOW + 30)) == [1]
+
+
+def test_a_claim_still_waiting_for_an_ending_job_keeps_its_freed_gpus_once_its_victims_stop():
+    """The random-runs property's case: d's 2x2 job reclaims n0 from a's three 1-GPU jobs,
+    counting b's non-preemptible 1-GPU job there, which ends 30 s later, as ending
+    (rule 2). Its victims stop at once (workers exiting early); at the next pass b's job
+    still runs, and with no preemptible job left in the flavor nothing counted as ending
+    any more: the preemptor lost its claim (told `cohort_busy`), a's requeued jobs took
+    the GPUs their stop had freed for it, and it preempted them a second time when b's
+    job ended. A requeued victim's grace period is still the horizon its preemptor
+    decided with (state.mark_ending), so the claim holds until b's job ends."""
+    c = Cluster()
+    c.node("n0", gpus=4, block="b0", rack="r0").node("n1", gpus=4, block="b1", rack="r1")
+    c.team("a", nominal=0, cohort="c").team("b", nominal=0, cohort="c")
+    c.team("d", nominal=4, cohort="c")
+    sim = Sim(c, early=(0.0,), preemption=True, backfill=False, explain=False)
+    arrivals = [(0, i, "a", 1, 1, LONG) for i in (1, 2, 3, 4)] + [(1, 7, "d", 2, 2, 15)]
+    sim.submit(make_job(6, "b", gpus=1, submitted=NOW - 1, runtime=45, preemptible=False))
+    rounds = [step for step, plan in scripted(sim, arrivals, 15, 6) if preempted(plan)]
+    assert rounds == [1], rounds
+    assert sim.started[7] == NOW + 45  # when b's job ended

@@ -176,6 +176,7 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
                 previous_attempt_stopping=row.draining,
                 array_id=row.array_id,
                 array_limit=row.array_limit,
+                grace_period=row.grace_period,
             )
         )
     return pending
