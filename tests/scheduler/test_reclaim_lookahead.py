@@ -181,13 +181,11 @@ def _workers(free, domains, shapes, i, nodes, left, g, at) -> bool:
     return False
 
 
-@st.composite
-def two_reclaims(draw):
-    """Borrower b fills 3-5 nodes in 1-2 blocks with preemptible jobs of mixed sizes and
-    ages; d and g, within their nominal quota (their job's size), each submit one job in
-    the same pass."""
+def _filled(draw, most: int) -> tuple[Cluster, list[list[str]]]:
+    """Borrower b's preemptible jobs of mixed sizes and ages fill 3 to `most` 8-GPU nodes
+    in 1-2 blocks; return the cluster and its blocks' nodes."""
     blocks = draw(st.integers(1, 2))
-    count = draw(st.integers(3, 5))
+    count = draw(st.integers(3, most))
     c = Cluster()
     domains: list[list[str]] = [[] for _ in range(blocks)]
     for i in range(count):
@@ -203,6 +201,15 @@ def two_reclaims(draw):
             age = draw(st.integers(60, 5 * 3600))
             c.run(next(ids), "b", on={f"n{i}": k}, started=NOW - age, runtime=100 * HOUR)
             left -= k
+    return c, domains
+
+
+@st.composite
+def two_reclaims(draw):
+    """Borrower b fills 3-5 nodes in 1-2 blocks with preemptible jobs of mixed sizes and
+    ages; d and g, within their nominal quota (their job's size), each submit one job in
+    the same pass."""
+    c, domains = _filled(draw, most=5)
     shapes = [draw(st.sampled_from([(1, 4), (1, 8), (2, 4), (2, 8)])) for _ in range(2)]
     assume(_jointly_placeable(domains, shapes))
     c.team("d", nominal=shapes[0][0] * shapes[0][1], cohort="c")
@@ -567,23 +574,7 @@ def test_alone_the_cheapest_spread_target_is_kept():
 @st.composite
 def several_reclaims(draw):
     """As two_reclaims, with three teams within nominal quota, each submitting one job."""
-    blocks = draw(st.integers(1, 2))
-    count = draw(st.integers(3, 6))
-    c = Cluster()
-    domains: list[list[str]] = [[] for _ in range(blocks)]
-    for i in range(count):
-        b = draw(st.integers(0, blocks - 1))
-        c.node(f"n{i}", gpus=8, block=f"b{b}", rack=f"r{b}")
-        domains[b].append(f"n{i}")
-    domains = [d for d in domains if d]
-    ids = iter(range(100, 1000))
-    for i in range(count):
-        left = 8
-        while left:
-            k = min(left, draw(st.sampled_from([1, 2, 4])))
-            age = draw(st.integers(60, 5 * 3600))
-            c.run(next(ids), "b", on={f"n{i}": k}, started=NOW - age, runtime=100 * HOUR)
-            left -= k
+    c, domains = _filled(draw, most=6)
     shapes = [draw(st.sampled_from([(1, 4), (1, 8), (2, 4), (2, 8)])) for _ in range(3)]
     assume(_jointly_placeable(domains, shapes))
     order = draw(st.permutations([0, 1, 2]))

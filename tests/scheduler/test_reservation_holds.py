@@ -27,6 +27,18 @@ def _reserved_from(message: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
+def _told_true(v, started: float) -> None:
+    """The job started by the reservation it was told of, if any, and by its estimate."""
+    promised = _reserved_from(v.message) if "reserved for it from" in v.message else None
+    assert promised is None or started <= promised + 60, (
+        f"told GPUs reserved from +{promised - NOW:.0f} s, started +{started - NOW:.0f} s: "
+        + v.message
+    )
+    assert v.estimated_start is not None and started <= v.estimated_start + 120, (
+        f"estimated +{v.estimated_start - NOW:.0f} s, started +{started - NOW:.0f} s: " + v.message
+    )
+
+
 def _cluster() -> Cluster:
     c = Cluster().nodes_(2)
     c.team("d", nominal=8).team("e", nominal=16)
@@ -78,14 +90,7 @@ def test_a_job_is_not_promised_a_reservation_its_teams_quota_hold_forbids(policy
     started = sim.started[2]
     assert sim.started[1] == NOW + 600
     assert started == NOW + 4200  # after job 1's whole run
-    promised = _reserved_from(v.message) if "reserved for it from" in v.message else None
-    assert promised is None or started <= promised + 60, (
-        f"told GPUs reserved from +{promised - NOW:.0f} s, started +{started - NOW:.0f} s: "
-        + v.message
-    )
-    assert v.estimated_start is not None and started <= v.estimated_start + 120, (
-        f"estimated +{v.estimated_start - NOW:.0f} s, started +{started - NOW:.0f} s: " + v.message
-    )
+    _told_true(v, started)
 
 
 @pytest.mark.parametrize("policy", ["fifo-backfill", "fairshare"])
@@ -114,14 +119,7 @@ def test_a_borrower_is_not_promised_a_reservation_the_cohort_hold_forbids(policy
         sim.step(NOW + t)
     started = sim.started[2]
     assert started == NOW + 3600
-    promised = _reserved_from(v.message) if "reserved for it from" in v.message else None
-    assert promised is None or started <= promised + 60, (
-        f"told GPUs reserved from +{promised - NOW:.0f} s, started +{started - NOW:.0f} s: "
-        + v.message
-    )
-    assert v.estimated_start is not None and started <= v.estimated_start + 120, (
-        f"estimated +{v.estimated_start - NOW:.0f} s, started +{started - NOW:.0f} s: " + v.message
-    )
+    _told_true(v, started)
 
 
 # -- a reserved gang and its own team's short jobs ---------------------------------------
