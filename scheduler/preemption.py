@@ -375,19 +375,13 @@ def _pack(
     the fewest GPUs that hold it (best fit: whole nodes and domains are kept for the
     larger jobs), on the free GPUs (_Future.free_in) and those of other teams' jobs
     that borrow, each such team giving GPUs back only while it still borrows
-    (_Future.lenders; Kueue's rule, asked per team and node, as the jobs before took
+    (_Future.space; Kueue's rule, asked per team and node, as the jobs before took
     them): each later team alone may reclaim what a borrower borrows, not all of them
     together, and a packing that counted it so kept a place for a job that could
     reclaim nothing once the jobs before it had (a review's case)."""
-    free, (borrows, on) = future.free_in(choice), future.lenders(choice)
+    free, borrows, on, room, where = future.space(choice)
     dom = future.pool.index.dom
-    # node -> GPUs free or of a team still borrowing, kept in step as they are taken
-    room = dict(free)
-    where: dict[int, list[int]] = {}  # id(team) -> the nodes of its jobs in `on`
-    for n, lent in on.items():
-        room[n] = room.get(n, 0) + sum(k for _, k in lent)
-        for b, _ in lent:
-            where.setdefault(id(b), []).append(n)
+    room = dict(room)  # node -> GPUs free or of a team still borrowing, kept in step
     took: dict[int, int] = {}  # node -> free GPUs taken
     given: dict[tuple[int, int], int] = {}  # (node, id(team)) -> its GPUs reclaimed there
     gave: dict[int, int] = {}  # id(team) -> GPUs it gave back
@@ -403,12 +397,14 @@ def _pack(
     for item in later:
         team, w, g = item
         mine = lends(team) and id(team) in where
-        groups: dict[int, list[tuple[int, int]]] = {}  # domain -> (GPUs, node); one if w 1
-        for n, k in room.items():
-            if mine:
-                k -= own(team, n)
-            if k >= g:
-                groups.setdefault(dom[n] if w > 1 else 0, []).append((k, n))
+        fit = [(k, n) for n, k in room.items() if k >= g]  # (GPUs, node)
+        if mine:
+            fit = [(k - own(team, n), n) for k, n in fit if k - own(team, n) >= g]
+        groups: dict[int, list[tuple[int, int]]] = {0: fit}  # domain -> (GPUs, node)
+        if w > 1:  # a gang's workers in one domain; a single worker anywhere
+            groups = {}
+            for k, n in fit:
+                groups.setdefault(dom[n], []).append((k, n))
         best = None
         for group in groups.values():
             slots = sum(k // g for k, _ in group)
@@ -466,7 +462,7 @@ class _Future:
             self.free[n] += max(0, stops.ending_surplus(n))
         self.domains = pool.domain_nodes()
         self.base: dict[int, int] | None = None  # node -> GPUs free, where some are (nodes)
-        self.lent: tuple | None = None  # lenders() before the choice
+        self.lent: tuple | None = None  # space() before the choice
 
     def before(self, team: TeamBook):
         """Return node -> GPUs the team could use now."""
@@ -498,37 +494,56 @@ class _Future:
             out[n] = max(0, out.get(n, 0) - k)
         return out
 
-    def lenders(
-        self, choice: Choice | None = None
-    ) -> tuple[dict[int, int], dict[int, list[tuple[TeamBook, int]]]]:
-        """Return what each team of the cohort borrows (id(team) -> GPUs: Pass.borrows)
-        and node -> (team, GPUs) of its jobs a reclaim may take there (running,
-        preemptible, not stopping nor ending), before or once the choice's victims have
-        stopped (their teams then borrowing that much less)."""
-        if choice is None and self.lent is not None:
-            return self.lent
-        p, f = self.p, self.pool.flavor
-        gone = {id(r) for r in choice.victims} if choice is not None else set()
-        less: dict[int, int] = {}
-        for r in choice.victims if choice is not None else ():
-            less[id(r.book)] = less.get(id(r.book), 0) + r.job.gpus
-        borrows: dict[int, int] = {}
-        on: dict[int, list[tuple[TeamBook, int]]] = {}
-        for b in self.members:
-            borrows[id(b)] = p.borrows(b, f, p.settled(b, f) - less.get(id(b), 0))
-            if borrows[id(b)] <= 0:
-                continue
-            here: dict[int, int] = {}
-            for r in p.running_of(b.name, f):
-                if r.stopping or r.ending or not r.job.preemptible or id(r) in gone:
+    def space(self, choice: Choice | None = None) -> tuple:
+        """Return what _pack places on, before or once the choice is made: free GPUs
+        per node (free_in), what each team of the cohort borrows (id(team) -> GPUs:
+        Pass.borrows), node -> (team, GPUs) of its jobs a reclaim may take there
+        (running, preemptible, not stopping nor ending), node -> GPUs free or held by
+        those jobs, and id(team) -> the nodes of its jobs. Once the choice is made its
+        victims' GPUs are free and their teams borrow that much less. Built once per
+        look-ahead and changed for each choice where its victims and target are."""
+        if self.lent is None:
+            p, f = self.p, self.pool.flavor
+            borrows: dict[int, int] = {}
+            on: dict[int, list[tuple[TeamBook, int]]] = {}
+            for b in self.members:
+                borrows[id(b)] = p.borrows(b, f, p.settled(b, f))
+                if borrows[id(b)] <= 0:
                     continue
-                for n, k in r.nodes:
-                    here[n] = here.get(n, 0) + k
-            for n, k in here.items():
-                on.setdefault(n, []).append((b, k))
+                here: dict[int, int] = {}
+                for r in p.running_of(b.name, f):
+                    if not (r.stopping or r.ending or not r.job.preemptible):
+                        for n, k in r.nodes:
+                            here[n] = here.get(n, 0) + k
+                for n, k in here.items():
+                    on.setdefault(n, []).append((b, k))
+            free = self.free_in()
+            room = dict(free)
+            where: dict[int, list[int]] = {}
+            for n, lent in on.items():
+                room[n] = room.get(n, 0) + sum(k for _, k in lent)
+                for b, _ in lent:
+                    where.setdefault(id(b), []).append(n)
+            self.lent = (free, borrows, on, room, where)
         if choice is None:
-            self.lent = (borrows, on)
-        return borrows, on
+            return self.lent
+        free, borrows, on, room, where = self.lent
+        totals = self.totals
+        borrows, on, room = dict(borrows), dict(on), dict(room)
+        for r in choice.victims:  # its GPUs free, its team borrowing that much less
+            borrows[id(r.book)] = borrows.get(id(r.book), 0) - r.job.gpus
+            for n, k in r.nodes:
+                on[n] = [(b, g - k if b is r.book else g) for b, g in on.get(n, ())]
+                room[n] = room.get(n, 0) - k  # (counted free below)
+        for b in {id(r.book): r.book for r in choice.victims}.values():
+            if id(b) in where and borrows[id(b)] <= 0:  # it borrows no more: none of its
+                for n in where[id(b)]:  # jobs is a reclaim's any longer
+                    room[n] -= sum(g for c, g in on[n] if c is b)
+                    on[n] = [(c, g) for c, g in on[n] if c is not b]
+        after = self.free_in(choice)
+        for n in {*after, *free}:
+            room[n] = min(totals[n], room.get(n, 0) - free.get(n, 0) + after.get(n, 0))
+        return after, borrows, on, room, where
 
     def holds(self, avail, w: int, g: int, first=(), others: bool = False) -> bool:
         """Return whether w workers of g GPUs fit one domain, counted per worker slot as
