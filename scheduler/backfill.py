@@ -284,13 +284,13 @@ class Backfill(Gate):
         """Return the hold that stops the job, ending at `end`, and its kind
         (Reservation.nodes, or OWN_HOLD), the reclaim backoff's wait, or None."""
         held = self.quota_holds.get((job.team, job.flavor))
-        if held is not None and end > held.start:
+        if held is not None and end > held.start and held.job is not job:  # (not its own)
             return held, held.nodes
         if not self.cohort_holds and not self.reclaim_backoff:
             return None
         book = p.ledger.book(job.team)
         held = self.cohort_holds.get((book.cohort, job.flavor))
-        outlasts = held is not None and end > held.start
+        outlasts = held is not None and end > held.start and held.job is not job
         if outlasts and held.job.team == job.team and _takes_own_gangs(p, job, held, end):
             return held.whole or held, OWN_HOLD
         if p.ledger.borrowed(book, job.flavor, job.gpus) == 0:
@@ -435,7 +435,7 @@ class Backfill(Gate):
             never.append(shape)
             return None
         hit = self._hold(p, job, res.start + job.max_runtime)
-        if hit is not None and not isinstance(hit, Wait) and hit[0].job is not job:
+        if hit is not None and not isinstance(hit, Wait):
             hold_, kind = hit
             bound = self.start_by(p, job, hold_.start) if p.config.explain else None
             return Wait(RESERVED, (hold_.job.id, hold_.start, kind, bound))

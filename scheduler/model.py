@@ -95,8 +95,9 @@ class PendingJob:
     `array_id`, `array_limit`: a task of a job array and how many of the array's
     tasks may hold GPUs at once (Slurm's `--array=…%N`; None: no limit); the pass
     sets aside the tasks beyond it (scheduler.arrays, reason `array_limit`).
-    `grace_period`: how long it has to stop once preempted, as for a running job; for a
-    requeued victim, the horizon its preemptor decided with (state.mark_ending).
+    `grace_period`: how long it has to stop once preempted, as for a running job; a
+    requeued victim's counts towards the horizon of jobs that end by themselves while
+    its preemptor's claim stands (state.mark_ending).
     """
 
     id: JobId

@@ -532,6 +532,8 @@ class _Future:
         borrows, on, room = dict(borrows), dict(on), dict(room)
         for r in choice.victims:  # its GPUs free, its team borrowing that much less
             borrows[id(r.book)] = borrows.get(id(r.book), 0) - r.job.gpus
+            if id(r.book) not in where:  # (its own team's, say: never in `room`)
+                continue
             for n, k in r.nodes:
                 on[n] = [(b, g - k if b is r.book else g) for b, g in on.get(n, ())]
                 room[n] = room.get(n, 0) - k  # (counted free below)

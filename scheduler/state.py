@@ -443,7 +443,9 @@ def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob
     rule 2): hence at most g of its own, so the wait stays within about two g.
 
     So do victims already requeued (`pending` with `preempted_by`) whose preemptor
-    still waits: once a preemptor's victims had stopped, no preemptible job was left in
+    still waits with a stored target of their flavor (PendingJob.reserved_on, the claim;
+    a link alone outlives the claim, and a victim of a preemptor over its quota shrank
+    g for every other preemptor: a review's case): once a preemptor's victims had stopped, no preemptible job was left in
     its flavor, nothing counted as ending any more, and the preemptor, still waiting for
     the non-preemptible job it had counted on (ending 15 s later), lost its claim; the
     victims were readmitted on the GPUs they had freed for it and preempted a second
@@ -454,9 +456,9 @@ def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob
             f = r.job.flavor
             grace[f] = min(grace.get(f, r.job.grace_period), r.job.grace_period)
     pending = list(pending)
-    waiting = {j.id for j in pending}
+    claims = {(j.id, j.flavor) for j in pending if j.reserved_on}  # (Pass: a stored target)
     for j in pending:
-        if j.preempted_by in waiting:
+        if (j.preempted_by, j.flavor) in claims:
             grace[j.flavor] = min(grace.get(j.flavor, j.grace_period), j.grace_period)
     if not grace:
         return

@@ -363,3 +363,55 @@ def test_a_claim_still_waiting_for_an_ending_job_keeps_its_freed_gpus_once_its_v
     rounds = [step for step, plan in scripted(sim, arrivals, 15, 6) if preempted(plan)]
     assert rounds == [1], rounds
     assert sim.started[7] == NOW + 45  # when b's job ended
+
+
+def _stale_link(with_requeued_victim: bool) -> Cluster:
+    c = Cluster()
+    for n in ("n0", "n1", "n2"):
+        c.node(n, gpus=8)
+    c.team("a", nominal=8, cohort="c").team("e", nominal=8, cohort="c")
+    c.team("b", nominal=0, cohort="c").team("d", nominal=8, cohort="c")
+    # team e's non-preemptible job ends by itself in 10 minutes
+    c.run(10, "e", on={"n0": 8}, started=NOW - HOUR, runtime=HOUR + 600, preemptible=False)
+    # borrower b's preemptible job, with a one-hour grace period (the only candidate)
+    c.run(11, "b", on={"n1": 8}, started=NOW - HOUR, runtime=100 * HOUR, grace=HOUR)
+    # team a uses its nominal quota: its preemptor 1 is pending with no claim (over its quota)
+    c.run(12, "a", on={"n2": 8}, started=NOW - HOUR, runtime=100 * HOUR, preemptible=False)
+    c.job(1, "a", workers=1, gpus=8, submitted=NOW - 2 * HOUR, runtime=100 * HOUR)
+    if with_requeued_victim:
+        # job 1's victim of an earlier pass, requeued (grace 30 s), still linked to it
+        v = make_job(20, "a", workers=1, gpus=1, submitted=NOW - 3 * HOUR, restarts=1,
+                     eligible_at=NOW - 600, runtime=100 * HOUR)  # fmt: skip
+        c.pending.append(replace(v, preempted_by=1, grace_period=30.0))
+    # team d, within its nominal quota, wants a whole node
+    c.job(2, "d", workers=1, gpus=8, submitted=NOW, runtime=100 * HOUR)
+    return c
+
+
+def test_without_the_link_the_preemptor_waits_for_the_ending_job():
+    plan = schedule(_stale_link(False).snapshot(preemption=True))
+    assert preempted(plan) == []
+    assert reasons(plan)[2] == "waiting_for_preemption"
+
+
+def test_a_stale_requeued_victim_does_not_shrink_the_horizon():
+    """Review of f12673a (state.mark_ending counts requeued victims' grace periods).
+
+    A requeued victim whose preemptor is still pending now counts towards its flavor's
+    horizon g (docs/scheduling.md, rule 2). g is a minimum, so a victim requeued with a short
+    grace period *shrinks* the horizon for every other preemptor of the flavor, for as long
+    as its preemptor stays pending -- also when that preemptor has no claim any more (its
+    link is only cleared when it is admitted: portal/core/scheduling/apply.py).
+
+    Rule 2 (docs/scheduling.md, scheduler/preemption.py module docstring): a job that
+    needs victims counts "the running jobs that reach their max runtime before any victim
+    could stop": it waits for them and preempts fewer jobs or none. Here the only possible
+    victim has a one-hour grace period, and a non-preemptible job ends in 10 minutes, so the
+    new preemptor should wait for that job (as it does without the stale link). With the
+    requeued victim of an unrelated, claimless preemptor in the queue, g drops to 30 s, the
+    ending job no longer counts, and the preemptor preempts the borrower's job (lost work,
+    and it now waits up to an hour for that victim instead of 10 minutes).
+    """
+    plan = schedule(_stale_link(True).snapshot(preemption=True))
+    assert reasons(plan)[1] != "waiting_for_preemption"  # the linked preemptor has no claim
+    assert preempted(plan) == [], "job 11 (1 h grace) preempted though job 10 ends in 10 min"
