@@ -27,6 +27,14 @@ def _reserved_from(message: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
+def _two_hours(c: Cluster, policy: str) -> Sim:
+    """Run passes a minute apart for two hours (exact runtimes, nothing submitted)."""
+    sim = Sim(c, policy=policy)
+    for t in range(0, 2 * 3600, 60):
+        sim.step(NOW + t)
+    return sim
+
+
 def _told_true(v, started: float) -> None:
     """The job started by the reservation it was told of, if any, and by its estimate."""
     promised = _reserved_from(v.message) if "reserved for it from" in v.message else None
@@ -84,9 +92,7 @@ def test_a_job_is_not_promised_a_reservation_its_teams_quota_hold_forbids(policy
     plan = schedule(c.snapshot(policy=policy))
     assert verdict(plan, 1).reason_code == "quota"
     v = verdict(plan, 2)
-    sim = Sim(c, policy=policy)
-    for t in range(0, 2 * 3600, 60):
-        sim.step(NOW + t)
+    sim = _two_hours(c, policy)
     started = sim.started[2]
     assert sim.started[1] == NOW + 600
     assert started == NOW + 4200  # after job 1's whole run
@@ -114,9 +120,7 @@ def test_a_borrower_is_not_promised_a_reservation_the_cohort_hold_forbids(policy
     plan = schedule(c.snapshot(policy=policy))
     assert verdict(plan, 1).reason_code == "cohort_busy"
     v = verdict(plan, 2)
-    sim = Sim(c, policy=policy)
-    for t in range(0, 2 * 3600, 60):
-        sim.step(NOW + t)
+    sim = _two_hours(c, policy)
     started = sim.started[2]
     assert started == NOW + 3600
     _told_true(v, started)
@@ -287,7 +291,5 @@ def test_a_reservation_a_cohort_hold_rules_out_is_not_promised_to_a_quota_held_j
     plan = schedule(c.snapshot(policy="fairshare", explain=True))
     assert verdict(plan, 1).reason_code == "cohort_busy"
     v = verdict(plan, 2)
-    sim = Sim(c, policy="fairshare")
-    for t in range(0, 2 * 3600, 60):
-        sim.step(NOW + t)
+    sim = _two_hours(c, "fairshare")
     _told_true(v, sim.started[2])
