@@ -264,9 +264,10 @@ def choose(
     search is made again. A 2x4 job spread over the halves of two nodes left a later
     1x8 job one whole node and a later 2x8 gang two, in a block of four, but not both,
     and the gang waited for the borrower's 100-hour jobs when the 2x4 job fitted one
-    node (bench/lookahead_scan.py: 8 of 315 random cases with three such jobs). The
-    other target, searched first away from the nodes the later jobs take when placed
-    before it, is taken if more of them then fit together and it spoils no place alone."""
+    node (bench/lookahead_scan.py: 8 of 315 random cases with three such jobs). Of the
+    other targets found (searched away from the GPUs the later jobs take when placed
+    first, and away from the nodes the targets tried spoil), one that spoils no place
+    alone and leaves more of them a place together wins: most placed, then cheapest."""
     choice = _choose(p, job, pool, book, lower, reclaim)
     if choice is None or not reclaim or not choice.victims or book.cohort is None:
         return choice
@@ -275,11 +276,11 @@ def choose(
     parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
     if not parts:
         return choice
-    nodes, spoiled = _spoiled(p, pool, book, choice, parts)
+    future = _Future(p, pool, book.cohort)
+    nodes, spoiled = _spoiled(p, future, book, choice, parts)
     later = _later(p, parts)
     if not spoiled and len(later) < 2:  # one later job: _spoiled's answer is the joint one
         return choice
-    future = _Future(p, pool, book.cohort)
     short = len(_pack(future, later, choice)[0])
     if spoiled:
         # every shape it spoils, wherever it held: its victims' teams then borrow less,
@@ -288,7 +289,7 @@ def choose(
         # as sparing all) (`spoiled` is among them; a shape it spoils that another
         # target does not spoil fits once that target is taken: _spoiled asks every
         # shape that fitted before)
-        spoils = _shapes(_spoiled(p, pool, book, choice, parts, True)[1])
+        spoils = _shapes(_spoiled(p, future, book, choice, parts, True)[1])
         spared = spoils - _shapes(spoiled)
 
         def better(worse: list, missed: int) -> bool:  # spoils fewer, none of those,
@@ -322,7 +323,7 @@ def choose(
             if tried is avoid:
                 break
             continue
-        more, worse = _spoiled(p, pool, book, other, parts, True)
+        more, worse = _spoiled(p, future, book, other, parts, True)
         missed = len(_pack(future, later, other)[0])
         if better(worse, missed):
             found.append((missed, victims_cost(p, book, other.victims), i, other))
@@ -563,7 +564,7 @@ class _Future:
 
 def _spoiled(
     p: Pass,
-    pool: Pool,
+    future: _Future,
     book: TeamBook,
     choice: Choice,
     parts: list[tuple[int, tuple[str, str]]],
@@ -581,7 +582,7 @@ def _spoiled(
     that fit any domain before, not only the target's (what its victims' teams no longer
     borrow spoils places elsewhere too); asked only of a reclaim that spoils one, to
     compare targets."""
-    future = _Future(p, pool)
+    pool = future.pool
     target = choice.gpus_on
     index = p.stops(pool).future()
     near = sorted({index.dom[n] for n in target})
