@@ -734,10 +734,10 @@ def _ending(
     if not stops.ending_quota:  # ending jobs on cordoned nodes give quota, not GPUs
         return
     _release_quota(p, pool.flavor, book, stops.ending_quota, tx)
-    held = set() if kept else {n for on in stops.by_job.values() for n in on}
+    held = {} if kept else stops.holders_on  # node -> preemptors with GPUs reserved there
     for node in stops.ending_on:
         k = stops.ending_surplus(node)
-        if k > 0 and node not in held:
+        if k > 0 and not held.get(node):
             tx.give(pool.index, node, k)
 
 
@@ -1733,14 +1733,14 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
     if quota_fits(p, job, book, back):
         return []
     rest = [r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others]
-    if not quota_fits(p, job, book, _probe(p, job, book, given + rest)):
-        return []  # none would do: its decision asked another test (a priority cap)
     needed = []
     for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
-        if quota_fits(p, job, book, back):
-            break
         back.change(r.book, -r.job.gpus)
         needed.append(r)
+        if quota_fits(p, job, book, back):
+            break
+    else:
+        return []  # none would do: its decision asked another test (a priority cap)
     dropped = set()
     for r in reversed(needed[:-1]):  # the last one was needed: then the others?
         back.change(r.book, r.job.gpus)
