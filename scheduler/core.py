@@ -30,7 +30,7 @@ from .preemption import (
     unreclaimable,
     while_borrowing,
 )
-from .quota import Ledger, TeamBook, contribution
+from .quota import Ledger, Probe, TeamBook, contribution
 from .reasons import (
     ARRAY_LIMIT,
     BACKOFF,
@@ -646,10 +646,19 @@ class Pass:
         let the next reclaim take the gang's last block: a review's case); with `gone`, as
         it will be once those running jobs have stopped (their teams borrowing that much
         less)."""
-        f = pool.flavor
         out: dict[int, int] = {}
+        for r in self._reclaim_jobs(pool, team, gone):
+            for node, g in r.nodes:
+                out[node] = out.get(node, 0) + g
+        return out
+
+    def _reclaim_jobs(self, pool: Pool, team: TeamBook, gone: Iterable[Running] = ()):
+        """Yield the running jobs `reclaimable_now` counts: of each other team of the
+        cohort that borrows, its preemptible jobs, not stopping nor ending, as many as
+        preemption may take (while_borrowing), its largest first, then in victim order."""
+        f = pool.flavor
         if team.cohort is None:
-            return out
+            return
         left = {id(r) for r in gone}
         less: dict[TeamBook, int] = {}
         for r in gone:
@@ -674,9 +683,35 @@ class Pass:
             for r in (largest, *(r for r in jobs if r is not largest)):
                 if while_borrowing(gpus, big, r.job.gpus, borrows):
                     gpus += r.job.gpus
-                    for node, g in r.nodes:
-                        out[node] = out.get(node, 0) + g
-        return out
+                    yield r
+
+    def reachable(
+        self, pool: Pool, team: TeamBook, charged: PendingJob, lower: Iterable[Running]
+    ) -> float:
+        """Return the most quota of the pool's flavor the team could have in this pass
+        once `charged` (a preemptor of its cohort, whose own candidates are `lower`) has
+        its GPUs: its headroom with every job of the cohort that stops or ends gone
+        (`ended`) and given back every job a reclaim of its could take
+        (`_reclaim_jobs`), every preemptible job of its own (a job of its may preempt
+        them by priority) and the preemptor's `lower`. A reclaim's look-ahead keeps a
+        later job's place only up to this: one whose quota a non-preemptible borrower
+        held had a node kept whole for it, and the preemptor lost 60 times the work
+        elsewhere (a helper's case, test_reclaim_lookahead.py)."""
+        f = pool.flavor
+        probe = Probe(self.ledger, team, f)
+        for member in self.ledger.members.get(team.cohort, ()):
+            probe.change(member, self.ended(member, f) - member.used(f))
+        given = {id(r): r for r in self._reclaim_jobs(pool, team)}
+        given.update((id(r), r) for r in lower)
+        given.update(
+            (id(r), r)
+            for r in self.running_of(team.name, f)
+            if not (r.stopping or r.ending or not r.job.preemptible)
+        )
+        for r in given.values():
+            probe.change(r.book, -r.job.gpus)
+        probe.change(self.ledger.book(charged.team), charged.gpus)
+        return probe.headroom()
 
     def _free(self, flavor: str) -> int:
         """Return the free GPUs of a flavor in the pool's current view: not reserved for a

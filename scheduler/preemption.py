@@ -274,6 +274,7 @@ def choose(
     # asked apart: figures cached now would be stale once its victims stop (a decision
     # later in the pass read them: test_verdicts_true.py's cache case)
     parts = p.asked_apart(p.kept_for_others, book, pool.flavor)[2]
+    parts = _reachable(p, pool, job, lower, parts)
     if not parts:
         return choice
     future = _Future(p, pool, book.cohort)
@@ -330,6 +331,21 @@ def choose(
         if tried is avoid:  # (a target that helps no one: not there)
             avoid.update(dict.fromkeys(more or other.gpus_on, math.inf))
     return min(found, key=lambda f: f[:3])[3] if found else choice
+
+
+def _reachable(
+    p: Pass, pool: Pool, job: PendingJob, lower: list[Running], parts: list
+) -> list[tuple[int, tuple[str, str]]]:
+    """Return `parts` (GPUs each later team waits for, kept_for_others) each at most the
+    quota its team could have once the job has its own and every GPU a preemption may
+    take is back (Pass.reachable; `lower`: the job's own candidates): a place kept
+    beyond that is kept for a job no target admits."""
+    out = []
+    for k, key in parts:
+        k = min(k, int(p.reachable(pool, p.ledger.book(key[0]), job, lower)))
+        if k > 0:
+            out.append((k, key))
+    return out
 
 
 def _shapes(spoiled: list[tuple[TeamBook, int, int]]) -> set[tuple[int, int, int]]:

@@ -857,3 +857,51 @@ def test_room_counts_the_gpus_an_own_team_victim_frees(monkeypatch):
             f"victims {[(r.job.id, r.book.name, r.nodes) for r in choice.victims]}, target "
             f"{choice.gpus_on}: node -> (free, room) where room omits free GPUs: {short}"
         )
+
+
+def _hopeless_later() -> Cluster:
+    """Cohort c: a (nominal 4, lending limit 0: all its quota its own), e (nominal 8, idle,
+    ordered after a) and b (nominal 0) borrowing 16 GPUs: eight minute-old 1-GPU jobs on
+    n0, four hour-old 1-GPU jobs and a non-preemptible 4-GPU job on n1. e's 1x8 job fits
+    only n0's GPUs, but it needs the cohort's idle quota (8), and b's non-preemptible job
+    borrows 4 of it for 100 hours: no reclaim can admit it (a helper's case)."""
+    c = Cluster().nodes_(2)
+    c.team("a", nominal=4, lending_limit=0, cohort="c")
+    c.team("e", nominal=8, cohort="c", decayed={"h100": 100 * HOUR})
+    c.team("b", nominal=0, cohort="c")
+    for i in range(8):
+        c.run(10 + i, "b", on={"n0": 1}, started=NOW - 60, runtime=100 * HOUR)
+    for i in range(4):
+        c.run(20 + i, "b", on={"n1": 1}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.run(30, "b", on={"n1": 4}, preemptible=False, runtime=100 * HOUR)
+    c.job(1, "a", gpus=4, runtime=100 * HOUR)
+    c.job(2, "e", gpus=8, runtime=100 * HOUR)
+    return c
+
+
+def test_no_place_is_kept_for_a_later_job_the_cohorts_quota_cannot_admit():
+    """The look-ahead asked whether e's job would have GPUs, never quota: it sent a's
+    1x4 job to n1's hour-old jobs (14,400 GPU-s lost instead of 240) to keep n0 whole
+    for a job no reclaim could admit. Now a later job's place counts only up to the
+    most quota its team could have once every GPU a reclaim may take is back."""
+    c = _hopeless_later()
+    plan = schedule(c.snapshot())
+    assert len(preempted(plan)) == 4 and set(preempted(plan)) <= set(range(10, 18))
+    assert verdict(plan, 2).reason_code == "cohort_busy"
+    sim = Sim(c)
+    for step in range(6):
+        sim.step(NOW + GRACE * step)
+    assert sim.started[1] <= NOW + 2 * GRACE and 2 not in sim.started
+
+
+def test_a_later_job_the_quota_admits_once_reclaimed_keeps_its_place():
+    """The same, with b's 4-GPU job preemptible: reclaim can give e the cohort's quota,
+    so a's job leaves n0 whole and both start."""
+    c = _hopeless_later()
+    c.running = [replace(r, preemptible=True) if r.id == 30 else r for r in c.running]
+    plan = schedule(c.snapshot())
+    assert set(preempted(plan)) >= set(range(20, 24))
+    sim = Sim(c)
+    for step in range(6):
+        sim.step(NOW + GRACE * step)
+    assert sim.started[1] <= NOW + 2 * GRACE and sim.started[2] <= NOW + 2 * GRACE
