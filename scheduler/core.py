@@ -727,10 +727,18 @@ class Pass:
         return wait if why is None else Wait(COHORT_BUSY, (*wait.info[:4], why, *wait.info[5:]))
 
     def charge(self, job: PendingJob) -> None:
-        """Charge a preemptor's GPUs to its team while it waits for its victims."""
+        """Charge a preemptor's GPUs to its team while it waits for its victims, and
+        forget what its cohort's teams may reclaim (`reclaimable`): its victims, stopped
+        first (preemption.commit), borrow no more. Kept, a borrower was held back for
+        GPUs kept for a team whose reclaim an earlier one of the pass had ruled out, and
+        that team's job escaped its gang's hold as one that may reclaim (a helper's
+        case, test_reclaimable_cache.py)."""
         key = (job.team, job.flavor)
-        self.ledger.add(self.ledger.book(job.team), job.flavor, job.gpus)
+        book = self.ledger.book(job.team)
+        self.ledger.add(book, job.flavor, job.gpus)
         self.charged[key] = self.charged.get(key, 0) + job.gpus
+        for member in self.ledger.members.get(book.cohort, ()) if book.cohort else ():
+            self._reclaim.pop((job.flavor, member.name), None)
 
     def said(self, book: TeamBook, flavor: str) -> tuple[int, int]:
         """Return what messages say a team uses of a flavor now, and how much of that is
