@@ -686,21 +686,25 @@ class Pass:
                     yield r
 
     def reachable(
-        self, pool: Pool, team: TeamBook, charged: PendingJob, lower: Iterable[Running]
-    ) -> float:
-        """Return the most quota of the pool's flavor the team could have in this pass
-        once `charged` (a preemptor of its cohort, whose own candidates are `lower`) has
-        its GPUs: its headroom with every job of the cohort that stops or ends gone
-        (`ended`) and given back every job a reclaim of its could take
+        self, pool: Pool, team: TeamBook, charged: PendingJob, lower: Iterable[Running], want: int
+    ) -> int:
+        """Return `want` GPUs of the pool's flavor, or less: the most quota the team could
+        have in this pass once `charged` (a preemptor of its cohort, whose own candidates
+        are `lower`) has its GPUs: its headroom with every job of the cohort that stops or
+        ends gone (`ended`) and given back every job a reclaim of its could take
         (`_reclaim_jobs`), every preemptible job of its own (a job of its may preempt
-        them by priority) and the preemptor's `lower`. A reclaim's look-ahead keeps a
-        later job's place only up to this: one whose quota a non-preemptible borrower
+        them by priority) and the preemptor's `lower` (asked only if `want` does not fit
+        without them: giving back never lowers a headroom). A reclaim's look-ahead keeps
+        a later job's place only up to this: one whose quota a non-preemptible borrower
         held had a node kept whole for it, and the preemptor lost 60 times the work
         elsewhere (a helper's case, test_reclaim_lookahead.py)."""
         f = pool.flavor
         probe = Probe(self.ledger, team, f)
         for member in self.ledger.members.get(team.cohort, ()):
             probe.change(member, self.ended(member, f) - member.used(f))
+        probe.change(self.ledger.book(charged.team), charged.gpus)
+        if probe.headroom() >= want:
+            return want
         given = {id(r): r for r in self._reclaim_jobs(pool, team)}
         given.update((id(r), r) for r in lower)
         given.update(
@@ -710,8 +714,7 @@ class Pass:
         )
         for r in given.values():
             probe.change(r.book, -r.job.gpus)
-        probe.change(self.ledger.book(charged.team), charged.gpus)
-        return probe.headroom()
+        return min(want, int(probe.headroom()))
 
     def _free(self, flavor: str) -> int:
         """Return the free GPUs of a flavor in the pool's current view: not reserved for a

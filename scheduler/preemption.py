@@ -342,7 +342,7 @@ def _reachable(
     beyond that is kept for a job no target admits."""
     out = []
     for k, key in parts:
-        k = min(k, int(p.reachable(pool, p.ledger.book(key[0]), job, lower)))
+        k = p.reachable(pool, p.ledger.book(key[0]), job, lower, k)
         if k > 0:
             out.append((k, key))
     return out
@@ -1642,8 +1642,7 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
             if not search.allowed(r, removed):
                 continue
             chosen.append(r)
-            rank = search.rank(chosen)
-            if top is None or (after, rank) < top[0]:
+            if top is None or after < top[0][0] or search.rank(chosen) < top[0][1]:
                 if checks[0] <= 0:
                     chosen.pop()
                     return
@@ -1652,7 +1651,7 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
                 was = removed.get(r.book)
                 search.add(removed, r)
                 if quota_fits(p, job, book, probe):
-                    found[0] = ((after, rank), list(chosen))
+                    found[0] = ((after, search.rank(chosen)), list(chosen))
                 else:
                     grow(j + 1, chosen, after, removed)
                 if was is None:
@@ -1671,18 +1670,34 @@ def quota_fits(p: Pass, job: PendingJob, book: TeamBook, probe: Probe | None = N
     (and the cap of try_priority_preempt, while it searches); with `probe` (the team's
     quota.Probe), as it would if the teams it counts used that much more or less,
     nothing changed."""
-    f = job.flavor
-    limit = book.quota(f).nominal
+    if probe is None:
+        f = job.flavor
+        if book.used(f) + job.gpus > _nominal_cap(p, job, book):
+            return False
+        return p.ledger.headroom(book, f) >= job.gpus
+    if probe.used() + job.gpus > _nominal_cap(p, job, book):
+        return False
+    return probe.headroom() >= job.gpus
+
+
+def quota_short(p: Pass, job: PendingJob, book: TeamBook, probe: Probe) -> float:
+    """Return by how many GPUs the job's quota falls short as `probe` counts it (what
+    quota_fits asks; 0 or less: it fits). A GPU of the cohort given back raises it by
+    at most one (a team's term in its cohort's slack and its own unlent part move by
+    at most a GPU per GPU: quota.contribution), so a search may skip asking until it
+    has given back that many."""
+    over = probe.used() + job.gpus - _nominal_cap(p, job, book)
+    return max(over, job.gpus - probe.headroom())
+
+
+def _nominal_cap(p: Pass, job: PendingJob, book: TeamBook) -> int:
+    """Return the most GPUs the job's team may use for it: its nominal quota, and the
+    cap of try_priority_preempt while it searches."""
+    limit = book.quota(job.flavor).nominal
     cap = p.own_cap
     if cap is not None and cap[0] is book:
         limit = min(limit, cap[1])
-    if probe is None:
-        if book.used(f) + job.gpus > limit:
-            return False
-        return p.ledger.headroom(book, f) >= job.gpus
-    if probe.used() + job.gpus > limit:
-        return False
-    return probe.headroom() >= job.gpus
+    return limit
 
 
 def fits(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> bool:
@@ -1796,14 +1811,16 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
     shares = p.ledger.shares_quota
     given = [r for r in (*mine.values(), *others.values()) if shares(book, r.book)]
     back = _probe(p, job, book, given)  # its quota as it decided
-    if quota_fits(p, job, book, back):
+    short = quota_short(p, job, book, back)
+    if short <= 0:
         return []
     rest = [r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others]
     needed = []
     for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
         back.change(r.book, -r.job.gpus)
         needed.append(r)
-        if quota_fits(p, job, book, back):
+        short -= r.job.gpus  # a GPU given back frees at most a GPU of quota: asked
+        if short <= 0 and (short := quota_short(p, job, book, back)) <= 0:  # only then
             break
     else:
         return []  # none would do: its decision asked another test (a priority cap)

@@ -1,11 +1,13 @@
 """Quotas with Kueue's semantics: nominal, borrowing from a cohort, lending limits."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler import schedule
 from scheduler.model import Quota
-from scheduler.quota import contribution
-from tests.scheduler.helpers import Cluster, admitted, reasons
+from scheduler.quota import Ledger, Probe, contribution
+from tests.scheduler.helpers import FLAVOR, Cluster, admitted, examples, make_team, reasons
 
 ADMIT = "admit"
 
@@ -159,3 +161,41 @@ def test_quota_scenarios(scenario, policy):
 )
 def test_contribution_to_cohort_slack(quota, usage, want):
     assert contribution(quota, usage) == want
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 16),  # nominal
+            st.one_of(st.none(), st.integers(0, 8)),  # borrowing limit
+            st.one_of(st.none(), st.integers(0, 16)),  # lending limit
+            st.integers(0, 24),  # usage
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.integers(0, 3),
+    st.integers(1, 8),
+)
+def test_a_gpu_given_back_frees_at_most_a_gpu_of_headroom(teams, who, gives):
+    """Ledger.headroom (and the used side of a nominal quota) rise by at most one per GPU
+    any team of the cohort gives back: what preemption._quota_from counts on to skip
+    asking (quota_short) until it has given back as many GPUs as the job lacks."""
+    ledger = Ledger(
+        [
+            make_team(f"t{i}", n, cohort="c", borrowing_limit=b, lending_limit=lend)
+            for i, (n, b, lend, _) in enumerate(teams)
+        ],  # fmt: skip
+        half_life=0,
+    )
+    for i, (*_, used) in enumerate(teams):
+        ledger.add(ledger.book(f"t{i}"), FLAVOR, used)
+    book, other = ledger.book("t0"), ledger.book(f"t{who % len(teams)}")
+    gives = min(gives, other.usage[FLAVOR])
+    probe = Probe(ledger, book, FLAVOR)
+    before = (probe.headroom(), -probe.used())
+    probe.change(other, -gives)
+    after = (probe.headroom(), -probe.used())
+    assert 0 <= after[0] - before[0] <= gives and 0 <= after[1] - before[1] <= gives
+    assert probe.headroom() == ledger.headroom_with(book, FLAVOR, {other: -gives})
