@@ -1378,8 +1378,14 @@ def _heuristic(p, job, pool, book, search, cands, tx) -> list[Running] | None:
             if found is not None:
                 options.append((found[0], at, found[1]))
     options.sort(key=lambda o: (o[0], o[1]))
-    best = None  # the two cheapest targets, completed: the cheaper whole set wins
-    for _, _, victims in options[:2]:
+    tried = options[:2]
+    if not quota_fits(p, job, book):
+        # and the victims that free the quota alone (_cover), where they make room too: a
+        # target's cheapest victims can leave nothing to complete its quota with, when a
+        # dearer job there frees both (tests/scheduler/test_quota_cover.py)
+        tried.append((NO_COST, -1, []))
+    best = None  # the targets tried, completed: the cheaper whole set wins
+    for _, _, victims in tried:
         mark = tx.mark()
         chosen = _complete(p, job, pool, book, search, victims, cands, tx)
         if chosen is not None:

@@ -160,3 +160,33 @@ def test_quota_completion_takes_a_cheapest_set(c):
     if best is None or best == (0.0, 0):
         return  # no set admits it, or none is needed: other tests say what it is told
     assert got is not None and math.isclose(got[0], best[0]) and got[1] == best[1], (got, best)
+
+
+def _full() -> Cluster:
+    """Four full 8-GPU nodes of cohort c: b (nominal 30) runs 31 GPUs in 13 jobs of the
+    same age (n0: six 1-GPU jobs and a 2-GPU job, 106; n1, n2: two 4-GPU jobs each;
+    n3: a 4-GPU and a 3-GPU job), d (nominal 0) a non-preemptible 1-GPU job on n3, and
+    a (nominal 1) nothing. The cohort's idle quota is 1 - 1 - 1 = -1: a's 1-GPU job
+    needs b to give back 2 GPUs in one job (b borrows 1), and a GPU to run on."""
+    c = Cluster().nodes_(4)
+    c.team("a", nominal=1, cohort="c").team("b", nominal=30, cohort="c")
+    c.team("d", nominal=0, cohort="c")
+    jobs = [(100 + i, "n0", 1) for i in range(6)] + [(106, "n0", 2)]
+    jobs += [(107, "n1", 4), (108, "n1", 4), (109, "n2", 4), (110, "n2", 4)]
+    jobs += [(111, "n3", 4), (112, "n3", 3)]
+    for i, node, g in jobs:
+        c.run(i, "b", on={node: g}, started=NOW - HOUR, runtime=LONG)
+    c.run(113, "d", on={"n3": 1}, started=NOW - HOUR, runtime=LONG, preemptible=False)
+    c.job(1, "a", gpus=1, runtime=LONG)
+    return c
+
+
+def test_the_victims_that_free_the_quota_may_free_the_place_too():
+    """A single-node target was chosen before its quota completion: the cheapest on n0
+    was a 1-GPU job, after which b borrowed no more and nothing could free the quota,
+    so the 3-GPU job on n3 went (3 GPU-h). The 2-GPU job on n0 frees both the quota
+    and a GPU to run on (2 GPU-h): the quota's cheapest cover is a target as well."""
+    c = _full()
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == [106]
+    assert _chosen(c, plan) == _cheapest(c) == (7200.0, 1)
