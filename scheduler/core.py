@@ -691,22 +691,27 @@ class Pass:
         """Return `want` GPUs of the pool's flavor, or less: the most quota the team could
         have in this pass once `charged` (a preemptor of its cohort, whose own candidates
         are `lower`) has its GPUs: its headroom with every job of the cohort that stops or
-        ends gone (`ended`) and given back every job a reclaim of its could take
-        (`_reclaim_jobs`), every preemptible job of its own (a job of its may preempt
-        them by priority) and the preemptor's `lower` (asked only if `want` does not fit
-        without them: giving back never lowers a headroom). A reclaim's look-ahead keeps
-        a later job's place only up to this: one whose quota a non-preemptible borrower
-        held had a node kept whole for it, and the preemptor lost 60 times the work
-        elsewhere (a helper's case, test_reclaim_lookahead.py)."""
+        ends gone (`ended`), every preemptible job of its own (a job of its may preempt
+        them by priority) and the preemptor's `lower` given back, and of each other team
+        of the cohort that borrows, the most any reclaims may take (its preemptible jobs,
+        at most what it borrows less one plus its largest: Kueue's rule, while_borrowing;
+        the jobs `reclaimable_now` counts are one such set, not always the largest, and
+        a 1x8 job whose quota a team's 4-, 2- and 2-GPU jobs made up lost its place, a
+        review's case). Asked only if `want` does not fit without them: giving back
+        never lowers a headroom. A reclaim's look-ahead keeps a later job's place only up
+        to this: one whose quota a non-preemptible borrower held had a node kept whole
+        for it, and the preemptor lost 60 times the work elsewhere (a helper's case,
+        test_reclaim_lookahead.py)."""
         f = pool.flavor
         probe = Probe(self.ledger, team, f)
-        for member in self.ledger.members.get(team.cohort, ()):
+        members = self.ledger.members.get(team.cohort, ())
+        for member in members:
             probe.change(member, self.ended(member, f) - member.used(f))
-        probe.change(self.ledger.book(charged.team), charged.gpus)
+        mine = self.ledger.book(charged.team)
+        probe.change(mine, charged.gpus)
         if probe.headroom() >= want:
             return want
-        given = {id(r): r for r in self._reclaim_jobs(pool, team)}
-        given.update((id(r), r) for r in lower)
+        given = {id(r): r for r in lower}
         given.update(
             (id(r), r)
             for r in self.running_of(team.name, f)
@@ -714,6 +719,17 @@ class Pass:
         )
         for r in given.values():
             probe.change(r.book, -r.job.gpus)
+        for other in members:
+            if other is team or other is mine:
+                continue
+            borrows = self.borrows(other, f, self.settled(other, f))
+            sizes = [
+                r.job.gpus
+                for r in self.running_of(other.name, f)
+                if not (r.stopping or r.ending or not r.job.preemptible)
+            ]
+            if borrows > 0 and sizes:
+                probe.change(other, -min(sum(sizes), borrows - 1 + max(sizes)))
         return min(want, int(probe.headroom()))
 
     def _free(self, flavor: str) -> int:

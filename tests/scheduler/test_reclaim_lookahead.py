@@ -905,3 +905,45 @@ def test_a_later_job_the_quota_admits_once_reclaimed_keeps_its_place():
     for step in range(6):
         sim.step(NOW + GRACE * step)
     assert sim.started[1] <= NOW + 2 * GRACE and sim.started[2] <= NOW + 2 * GRACE
+
+
+def _greedy_short() -> Cluster:
+    """Cohort c: a (nominal 4, lending limit 0), e (nominal 8, idle, ordered after a), cc
+    (nominal 0) borrowing 12 (eight minute-old 1-GPU jobs on n0, four hour-old ones on
+    n1), b (nominal 6) using 11 (4 GPUs on n2, 3 newest on n3, 2 + 2 on n4) and q
+    (nominal 0) borrowing 3 non-preemptible on n1; x, outside the cohort, fills the rest
+    (a review's case)."""
+    c = Cluster().nodes_(5)
+    c.team("a", nominal=4, lending_limit=0, cohort="c")
+    c.team("e", nominal=8, cohort="c", decayed={"h100": 100 * HOUR})
+    c.team("cc", nominal=0, cohort="c").team("b", nominal=6, cohort="c")
+    c.team("q", nominal=0, cohort="c").team("x", nominal=64)
+    for i in range(8):
+        c.run(10 + i, "cc", on={"n0": 1}, started=NOW - 60, runtime=100 * HOUR)
+    for i in range(4):
+        c.run(20 + i, "cc", on={"n1": 1}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.run(30, "q", on={"n1": 3}, preemptible=False, runtime=100 * HOUR)
+    runs = [(40, "n2", 4, 2 * HOUR), (41, "n3", 3, 100), (42, "n4", 2, 3 * HOUR),
+            (43, "n4", 2, 3 * HOUR + 1)]  # fmt: skip
+    for i, node, g, age in runs:
+        c.run(i, "b", on={node: g}, started=NOW - age, runtime=100 * HOUR)
+    for i, node, g in ((50, "n2", 4), (51, "n3", 5), (52, "n4", 4)):
+        c.run(i, "x", on={node: g}, preemptible=False, runtime=100 * HOUR)
+    c.job(1, "a", gpus=4, runtime=100 * HOUR)
+    c.job(2, "e", gpus=8, runtime=100 * HOUR)
+    return c
+
+
+def test_the_quota_a_later_job_could_reach_counts_every_allowed_set():
+    """b borrows 5: its newest job (3 GPUs) first and its 4-GPU job make 7 GPUs back, but
+    {4, 2, 2} is allowed too (2 + 2 < 5) and gives back the 8 e's 1x8 job needs. Counted
+    as the first set, e's job lost its place: a's job took n0's young jobs, the only node
+    e's job could use, and e waited for 100-hour jobs. Both now start after one grace
+    period."""
+    alone = _greedy_short()
+    alone.pending = [j for j in alone.pending if j.id == 2]
+    assert {40, 42, 43} <= set(preempted(schedule(alone.snapshot())))
+    sim = Sim(_greedy_short())
+    for step in range(4):
+        sim.step(NOW + GRACE * step)
+    assert sim.started.get(1) == NOW + GRACE and sim.started.get(2) == NOW + GRACE
