@@ -1511,33 +1511,47 @@ def _trimmed(p, job, pool, book, search, cands, tx) -> list[Running] | None:
 
 
 def _complete(p, job, pool, book, search, victims, cands, tx) -> list[Running] | None:
-    """Release the target's victims and, while quota does not fit, more candidates: the
-    cheaper of the cheapest candidate enough by itself and the ones that lose the least
-    work per GPU (a greedy cover); then put back each victim the job does not need,
-    costliest first.
+    """Release the target's victims and, while quota does not fit, more candidates
+    (_cover); then put back each victim the job does not need, costliest first.
 
     In victim order alone, a 7-GPU job started a minute ago went where a 1-GPU job
     would do (420 GPU-seconds lost instead of 70), and a team's 4-GPU job taken first
-    ended its borrowing before its 1-GPU jobs the preemptor also needed.
+    ended its borrowing before its 1-GPU jobs the preemptor also needed. _cover may
+    offer two covers (the greedy one and a cheaper exact one): each is completed and
+    put back, and the cheaper whole set wins, since a cover's victims can also make
+    the room that lets the target's go back (the greedy cover took a job beside the
+    job's own that made a whole node, where the exact one's set left the target's
+    victim needed: a review's case, tests/scheduler/test_quota_cover.py).
     """
+    start = tx.mark()
     chosen = list(victims)
     removed: dict = {}
     for r in chosen:
         _release(p, r, pool, tx)
         search.add(removed, r)
+    covers: list[list[Running]] = [[]]
     if not quota_fits(p, job, book):
-        extra = _cover(p, job, book, search, chosen, removed, cands, tx)
-        if extra is None:
-            return None
+        covers = _cover(p, job, book, search, chosen, removed, cands, tx)
+    best = None
+    for extra in covers:
+        mark = tx.mark()
         for r in extra:
             _release(p, r, pool, tx)
-        chosen += extra
-    if not fits(p, job, pool, book):
+        if fits(p, job, pool, book):
+            # a subset of an allowed set is allowed: what it does not need goes back
+            got = _put_back(p, job, pool, book, search, chosen + extra, tx)
+            key = (search.cost(got), search.rank(got))
+            if best is None or key < best[0]:
+                best = (key, got)
+        if len(covers) > 1:
+            tx.rollback(mark)
+    if best is None:
         return None
-    # a subset of an allowed set is allowed: what it does not need goes back
-    chosen = _put_back(p, job, pool, book, search, chosen, tx)
-    chosen.sort(key=lambda r: search.order[id(r)])
-    return chosen
+    if len(covers) > 1:  # released again: only the winner's
+        tx.rollback(start)
+        for r in best[1]:
+            _release(p, r, pool, tx)
+    return sorted(best[1], key=lambda r: search.order[id(r)])
 
 
 def _put_back(p, job, pool, book, search, chosen: list, tx) -> list[Running]:
@@ -1552,9 +1566,11 @@ def _put_back(p, job, pool, book, search, chosen: list, tx) -> list[Running]:
     return chosen
 
 
-def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | None:
-    """Return the cheapest victims found, beyond `chosen`, that free the quota the job
-    lacks (quota only: the ledger is changed and restored here), or None.
+def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[list[Running]]:
+    """Return the sets of victims found, beyond `chosen`, that free the quota the job
+    lacks (quota only: the ledger is changed and restored here): the cheapest of an
+    exact search (_exact_cover) and, where that is cheaper, the greedy one's too
+    (_complete completes both); none if it found none.
 
     Greedy: candidates are added least work lost per GPU first; before each, the
     cheapest one that would be enough by itself completes a solution, and the cheapest
@@ -1565,7 +1581,7 @@ def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | 
     picked = {id(r) for r in chosen}
     rest = [r for r in cands if id(r) not in picked]
     if not rest:
-        return None
+        return []
     single = {id(r): search.cost([r]) for r in rest}
     order = search.order
     by_cost = sorted(rest, key=lambda r: (single[id(r)], order[id(r)]))
@@ -1619,27 +1635,46 @@ def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[Running] | 
                 break
     finally:
         tx.rollback(mark)
-    best = _exact_cover(p, job, book, search, rest, removed_at_start, base, single, best)
-    return None if best is None else best[1]
+    exact = _exact_cover(p, job, book, search, rest, removed_at_start, base, single, best)
+    if exact is None:
+        return []
+    return [exact[1]] if best is None or best is exact else [exact[1], best[1]]
 
 
 def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tuple | None:
     """Return ((cost, rank), victims) of the cheapest set of `rest` that frees the quota
     the job lacks, searched exactly (branch and bound, as `_exact_all`, cheapest first)
-    for at most EXACT_CHECKS quota checks on a quota.Probe, below `best` (the greedy
+    over at most EXACT_CHECKS sets, each asked on a quota.Probe, below `best` (the greedy
     cover's); `best` if it finds none cheaper. The greedy cover alone took three jobs
     where two that lost less work would do: with a team's cheapest job and its next
     taken, the one that made the pair was no longer allowed (its team would have
     stopped borrowing first; a helper's brute force: 11 of 81 cohorts with more
-    candidates than the exact search takes, tests/scheduler/test_quota_cover.py)."""
-    probe = Probe(p.ledger, book, job.flavor)
-    order = search.order
-    keyed = sorted(rest, key=lambda r: (single[id(r)], order[id(r)]))
-    found = [best]
-    checks = [EXACT_CHECKS]
+    candidates than the exact search takes, tests/scheduler/test_quota_cover.py).
 
-    def grow(i: int, chosen: list, cost: tuple, removed: dict) -> None:
+    A branch ends where the candidates after it hold fewer GPUs than the job still
+    lacks (`quota_lacks`: of its own team's, or of any); where its own team's are
+    needed they are tried first (they cost most: every set of the other teams' was
+    tried first, 1,024 of them, before any of its own, a review's case)."""
+    probe = Probe(p.ledger, book, job.flavor)
+    lacks = quota_lacks(p, job, book, probe)
+    if not _may_free(search, rest, removed, lacks):
+        return best
+    order = search.order
+    own = lacks[0] > 0  # then some of its own team's jobs are needed: they go first
+    keyed = sorted(rest, key=lambda r: (own and r.book is not book, single[id(r)], order[id(r)]))
+    mine = [0] * (len(keyed) + 1)  # GPUs of the team's own candidates from j on
+    every = [0] * (len(keyed) + 1)  # GPUs of all candidates from j on
+    for j in range(len(keyed) - 1, -1, -1):
+        g = keyed[j].job.gpus
+        every[j] = every[j + 1] + g
+        mine[j] = mine[j + 1] + (g if keyed[j].book is book else 0)
+    found = [best]
+    sets = [EXACT_CHECKS]
+
+    def grow(i: int, chosen: list, cost: tuple, removed: dict, lacks: tuple) -> None:
         for j in range(i, len(keyed)):
+            if _lacking(lacks, mine[j], every[j]):
+                return  # the rest cannot free what it lacks
             r = keyed[j]
             after = plus(cost, single[id(r)])
             top = found[0]
@@ -1649,17 +1684,18 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
                 continue
             chosen.append(r)
             if top is None or after < top[0][0] or search.rank(chosen) < top[0][1]:
-                if checks[0] <= 0:
+                if sets[0] <= 0:
                     chosen.pop()
                     return
-                checks[0] -= 1
+                sets[0] -= 1
                 probe.change(r.book, -r.job.gpus)
                 was = removed.get(r.book)
                 search.add(removed, r)
-                if quota_fits(p, job, book, probe):
+                now = quota_lacks(p, job, book, probe)
+                if not _lacking(now, 0, 0):
                     found[0] = ((after, search.rank(chosen)), list(chosen))
                 else:
-                    grow(j + 1, chosen, after, removed)
+                    grow(j + 1, chosen, after, removed, now)
                 if was is None:
                     del removed[r.book]
                 else:
@@ -1667,8 +1703,27 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
                 probe.change(r.book, r.job.gpus)
             chosen.pop()
 
-    grow(0, [], base, dict(removed))
+    grow(0, [], base, dict(removed), lacks)
     return found[0]
+
+
+def _may_free(search: _Search, rest: list[Running], removed: dict, lacks: tuple) -> bool:
+    """Return whether some allowed set of `rest` could free what the job lacks
+    (quota_lacks): of its own team's jobs, their GPUs; of each other team's, at most
+    what it borrows less one plus its largest job (while_borrowing) beyond what
+    `removed` holds already. A cover no set can make took 1,024 sets to give up (a
+    review's case: 240 candidates of a team that could lose 20 GPUs)."""
+    book = search.book
+    by_team: dict[TeamBook, list[int]] = {}
+    for r in rest:
+        by_team.setdefault(r.book, []).append(r.job.gpus)
+    mine = sum(by_team.get(book, ()))
+    most = mine
+    for b, sizes in by_team.items():
+        if b is not book:
+            gpus, largest = removed.get(b, (0, 0))
+            most += min(sum(sizes), search.borrows[b] - 1 + max(largest, *sizes) - gpus)
+    return not _lacking(lacks, mine, most)
 
 
 def quota_fits(p: Pass, job: PendingJob, book: TeamBook, probe: Probe | None = None) -> bool:
@@ -1687,13 +1742,30 @@ def quota_fits(p: Pass, job: PendingJob, book: TeamBook, probe: Probe | None = N
 
 
 def quota_short(p: Pass, job: PendingJob, book: TeamBook, probe: Probe) -> float:
-    """Return by how many GPUs the job's quota falls short as `probe` counts it (what
-    quota_fits asks; 0 or less: it fits). A GPU of the cohort given back raises it by
-    at most one (a team's term in its cohort's slack and its own unlent part move by
-    at most a GPU per GPU: quota.contribution), so a search may skip asking until it
-    has given back that many."""
-    over = probe.used() + job.gpus - _nominal_cap(p, job, book)
-    return max(over, job.gpus - probe.headroom())
+    """Return how many GPUs the cohort must give back at least before the job's quota
+    fits, as `probe` counts it (0 or less: it fits; quota_fits): a search may skip
+    asking until it has given back that many."""
+    own, alone, together = quota_lacks(p, job, book, probe)
+    return max(own, min(alone, together))
+
+
+def quota_lacks(p: Pass, job: PendingJob, book: TeamBook, probe: Probe) -> tuple:
+    """Return what the job's quota lacks as `probe` counts it, in GPUs that must still be
+    given back: of its own team's, for its nominal quota (and the cap of
+    try_priority_preempt) and its limit; then, for the cohort's part, of its own team's
+    for the quota it never lends to hold the job alone, or of any team's for that and
+    the cohort's slack together (quota.Ledger.room_parts: each moves by at most one per
+    GPU given back). It fits when the first is 0 or less and one of the others is."""
+    below, unlent, slack = probe.parts()
+    own = max(probe.used() + job.gpus - _nominal_cap(p, job, book), job.gpus - below)
+    return own, job.gpus - unlent, job.gpus - unlent - slack
+
+
+def _lacking(lacks: tuple, mine: int, every: int) -> bool:
+    """Return whether giving back `mine` GPUs of the job's own team and `every` in all
+    leaves the job's quota short still (quota_lacks)."""
+    own, alone, together = lacks
+    return own > mine or (alone > mine and together > every)
 
 
 def _nominal_cap(p: Pass, job: PendingJob, book: TeamBook) -> int:

@@ -169,12 +169,23 @@ class Ledger:
         return probe.headroom()
 
     def _room(self, book: TeamBook, flavor: str, used: int, kept: int) -> float:
+        below, own, slack = self.room_parts(book, flavor, used, kept)
+        return min(below, own + max(0, slack))
+
+    def room_parts(
+        self, book: TeamBook, flavor: str, used: int, kept: int
+    ) -> tuple[float, int, int]:
+        """Return what the team's headroom (min(first, second + max(0, third))) is made
+        of, with `used` GPUs used and `kept` of its cohort's slack taken: what its limit
+        leaves it, the part of its quota it never lends still unused, and the cohort's
+        slack. Each moves by at most one per GPU any team of the cohort gives back, the
+        first two only by its own."""
         q = book.quotas.get(flavor, NO_QUOTA)
         if book.cohort is None:
-            return q.nominal - used
+            return q.nominal - used, q.nominal - used, 0
         own = max(0, q.nominal - lendable(q) - used)  # the part of its quota it never lends
         slack = self.slack.get((book.cohort, flavor), 0) - kept
-        return min(self.limit(book, flavor) - used, own + max(0, slack))
+        return self.limit(book, flavor) - used, own, slack
 
     def borrowed(self, book: TeamBook, flavor: str, gpus: int, used: int | None = None) -> int:
         """Return how many of `gpus` more GPUs would be above the team's nominal quota,
@@ -254,3 +265,7 @@ class Probe:
     def headroom(self) -> float:
         """Return Ledger.headroom as it would be."""
         return self.ledger._room(self.book, self.flavor, self.used(), self.kept)
+
+    def parts(self) -> tuple[float, int, int]:
+        """Return Ledger.room_parts as they would be."""
+        return self.ledger.room_parts(self.book, self.flavor, self.used(), self.kept)

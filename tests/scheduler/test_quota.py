@@ -179,9 +179,10 @@ def test_contribution_to_cohort_slack(quota, usage, want):
     st.integers(1, 8),
 )
 def test_a_gpu_given_back_frees_at_most_a_gpu_of_headroom(teams, who, gives):
-    """Ledger.headroom (and the used side of a nominal quota) rise by at most one per GPU
-    any team of the cohort gives back: what preemption._quota_from counts on to skip
-    asking (quota_short) until it has given back as many GPUs as the job lacks."""
+    """Ledger.headroom, the used side of a nominal quota and Ledger.room_parts rise by at
+    most one per GPU any team of the cohort gives back, the limit's and unlent parts only
+    with the team's own: what preemption.quota_lacks counts on (a search skips asking,
+    or ends a branch, until as many GPUs as the job lacks could be given back)."""
     ledger = Ledger(
         [
             make_team(f"t{i}", n, cohort="c", borrowing_limit=b, lending_limit=lend)
@@ -194,8 +195,13 @@ def test_a_gpu_given_back_frees_at_most_a_gpu_of_headroom(teams, who, gives):
     book, other = ledger.book("t0"), ledger.book(f"t{who % len(teams)}")
     gives = min(gives, other.usage[FLAVOR])
     probe = Probe(ledger, book, FLAVOR)
-    before = (probe.headroom(), -probe.used())
+    before = (probe.headroom(), -probe.used(), *probe.parts())
     probe.change(other, -gives)
-    after = (probe.headroom(), -probe.used())
-    assert 0 <= after[0] - before[0] <= gives and 0 <= after[1] - before[1] <= gives
+    after = (probe.headroom(), -probe.used(), *probe.parts())
+    for a, b in zip(after, before, strict=True):  # headroom, used and room_parts' three
+        assert a == b or 0 <= a - b <= gives  # (equal: a limit of none, infinite)
+    if other is not book:  # its limit and the part it never lends move with its own only
+        assert after[1:4] == before[1:4]
+    together = (after[3] + after[4]) - (before[3] + before[4])
+    assert 0 <= together <= gives  # its unlent part and the slack, together
     assert probe.headroom() == ledger.headroom_with(book, FLAVOR, {other: -gives})
