@@ -253,7 +253,7 @@ class Pass:
         if self.preempting and may_preempt(wait):
             wait = try_preempt(self, job, pool) or self._unreclaimable(job, wait)
         elif self.preempting and held_from_borrowing(wait):
-            wait = try_priority_preempt(self, job, pool) or wait
+            wait = try_priority_preempt(self, job, pool, wait) or wait
         if not (wait.code == COHORT_BUSY and wait.info[4] and wait.info[4][0] == "kept"):
             # held back only for this pass (kept_for_others): no cohort hold for it
             wait = self.gate.after_block(self, job, pool, wait) or wait

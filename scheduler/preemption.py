@@ -144,7 +144,7 @@ def held_from_borrowing(wait: Wait) -> bool:
     )
 
 
-def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
+def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None, wait: Wait) -> Wait | None:
     """Preempt lower-priority jobs of the job's own queue for it, if that does not make
     its team use more (held_from_borrowing); None if it cannot.
 
@@ -175,8 +175,14 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | 
     ending = p.stops(pool).ending_quota.get(book, 0)
     if lower and sum(r.job.gpus for r in lower) + ending >= job.gpus:
         # The search's quota is at most what the team uses now (once its stopping jobs
-        # stop, as choose sees it): the victims free as many GPUs as the job takes.
-        p.own_cap = (book, p.settled(book, job.flavor))
+        # stop, as choose sees it): the victims free as many GPUs as the job takes. A
+        # claim holds only what is beyond its team's nominal quota (Pass.claim_wait):
+        # then up to that (capped at what it used, a job 2 GPUs over preempted 2 + 2 + 4
+        # GPUs where one 2-GPU job would do: a tester's case).
+        cap = p.settled(book, job.flavor)
+        if wait.code == RESERVED and wait.info[2] == CLAIM_HOLD:
+            cap = max(cap, book.quota(job.flavor).nominal)
+        p.own_cap = (book, cap)
         try:
             choice = choose(p, job, pool, book, lower, reclaim=False)
         finally:

@@ -938,3 +938,28 @@ def test_free_gpus_are_not_kept_for_a_reclaim_the_borrowers_budget_forbids():
     assert preempted(schedule(cluster(False).snapshot())) == []
     plan = schedule(cluster(True).snapshot())
     assert preempted(plan) == [] and 20 in admitted(plan), verdict(plan, 20).message
+
+
+def test_a_job_held_by_its_teams_claim_preempts_only_what_its_nominal_quota_needs():
+    """a (nominal 14, beside an idle lender) has a priority-2 1x8 job that preempted its
+    own 8-GPU job on n0 in the last pass and waits for it (a claim on a's quota); a's
+    two priority-0 2-GPU jobs run on n1 beside 4 free GPUs. A priority-1 1x4 job would
+    take a to 12 + 4 = 16: one 2-GPU victim brings it to its nominal 14, which the claim
+    does not hold. Held by the claim, it was sent to the search for jobs held from
+    borrowing, whose quota is what the team uses now, and preempted both (a tester's
+    random run: a 4x2 gang took 2 + 2 + 4 GPUs where 2 would do; outside a cohort it
+    waits `quota` and took one). Only a job over its nominal quota is held by a claim,
+    so its search may use the nominal quota."""
+    c = Cluster()
+    c.node("n0", gpus=8, block="b0", rack="r0").node("n1", gpus=8, block="b1", rack="r1")
+    c.team("a", nominal=14, cohort="c").team("l", nominal=8, cohort="c")
+    c.run(10, "a", on={"n0": 8}, started=NOW - HOUR, runtime=100 * HOUR, grace=600)
+    c.run(11, "a", on={"n1": 2}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.run(12, "a", on={"n1": 2}, started=NOW - HOUR, runtime=100 * HOUR)
+    c.job(1, "a", gpus=8, priority=2, runtime=100 * HOUR)
+    sim = Sim(c)
+    sim.step(NOW)
+    assert sim.preempted == [10]
+    sim.submit(make_job(2, "a", gpus=4, priority=1, runtime=100 * HOUR))
+    plan = sim.step(NOW + 30)
+    assert [(x.job_id, x.preemptor_id) for x in plan.preemptions] in ([(11, 2)], [(12, 2)])
