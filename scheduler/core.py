@@ -534,7 +534,7 @@ class Pass:
         would, or a later decision reads a figure from before a preemption (a review:
         `_reclaim` filled early refused a borrower the pass without explanations
         admitted)."""
-        caches = (self._reclaim, self._lower_gpus)  # only ever added to: the newest go
+        caches = (self._reclaim, self._lower_gpus)  # added to while asked: the newest go
         sizes = [len(c) for c in caches]
         try:
             return question(*args)
@@ -628,7 +628,8 @@ class Pass:
         """Return node -> GPUs a within-nominal job of the team could reclaim there: the
         preemptible jobs of its cohort's other teams that borrow, as many of each team as
         preemption may take (a team's victims but its largest add up to less than what it
-        borrows: `_Search.allowed`), in victim order; computed once per pass and team.
+        borrows: `_Search.allowed`), in victim order; cached per pass and team until a
+        preemption of its cohort (Pass.charge).
         Counted without that limit, 8 free GPUs were kept for a gang that could reclaim
         only one of a team's two jobs, and sat idle (a review's case)."""
         cache = self._reclaim
