@@ -91,6 +91,11 @@ if TYPE_CHECKING:
 # takes over (a hard search over 12 candidates may check up to 4,096 sets).
 EXACT_MAX = 12
 EXACT_CHECKS = 1024
+# The most candidates for which a quota cover is also searched exactly (_exact_cover),
+# and the most candidates it may look at in all (each set's every next candidate): on
+# a cluster fragmented everywhere, 8,000 one-GPU candidates made one cover take 4.6 s.
+EXACT_COVER_MAX = 48
+EXACT_COVER_STEPS = 16 * EXACT_CHECKS
 
 # The orders of a domain walk (_Search.domain), tried in turn until one finds room.
 CHEAPEST, BUDGET, GPUS = 0, 1, 2
@@ -1385,10 +1390,12 @@ def _heuristic(p, job, pool, book, search, cands, tx) -> list[Running] | None:
                 options.append((found[0], at, found[1]))
     options.sort(key=lambda o: (o[0], o[1]))
     tried = options[:2]
-    if not quota_fits(p, job, book):
+    if len(cands) <= EXACT_COVER_MAX and not quota_fits(p, job, book):
         # and the victims that free the quota alone (_cover), where they make room too: a
         # target's cheapest victims can leave nothing to complete its quota with, when a
-        # dearer job there frees both (tests/scheduler/test_quota_cover.py)
+        # dearer job there frees both (tests/scheduler/test_quota_cover.py); not among
+        # thousands of candidates, whose cover alone seldom makes room (a cluster
+        # fragmented everywhere: a cover of 8,000 candidates per preemptor, 2x the pass)
         tried.append((NO_COST, -1, []))
     best = None  # the targets tried, completed: the cheaper whole set wins
     for _, _, victims in tried:
@@ -1651,7 +1658,8 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
     """Return ((cost, rank), victims) of the cheapest set of `rest` that frees the quota
     the job lacks, searched exactly (branch and bound, as `_exact_all`, cheapest first)
     over at most EXACT_CHECKS sets, each asked on a quota.Probe, below `best` (the greedy
-    cover's); `best` if it finds none cheaper. The greedy cover alone took three jobs
+    cover's); `best` if it finds none cheaper, or if there are more than
+    EXACT_COVER_MAX candidates (then the greedy cover alone). The greedy cover alone took three jobs
     where two that lost less work would do: with a team's cheapest job and its next
     taken, the one that made the pair was no longer allowed (its team would have
     stopped borrowing first; a helper's brute force: 11 of 81 cohorts with more
@@ -1661,6 +1669,8 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
     lacks (`quota_lacks`: of its own team's, or of any); where its own team's are
     needed they are tried first (they cost most: every set of the other teams' was
     tried first, 1,024 of them, before any of its own, a review's case)."""
+    if len(rest) > EXACT_COVER_MAX:
+        return best
     probe = Probe(p.ledger, book, job.flavor)
     lacks = quota_lacks(p, job, book, probe)
     if not _may_free(search, rest, removed, lacks):
@@ -1676,11 +1686,13 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
         mine[j] = mine[j + 1] + (g if keyed[j].book is book else 0)
     found = [best]
     sets = [EXACT_CHECKS]
+    steps = [EXACT_COVER_STEPS]
 
     def grow(i: int, chosen: list, cost: tuple, removed: dict, lacks: tuple) -> None:
         for j in range(i, len(keyed)):
-            if _lacking(lacks, mine[j], every[j]):
-                return  # the rest cannot free what it lacks
+            steps[0] -= 1
+            if steps[0] < 0 or _lacking(lacks, mine[j], every[j]):
+                return  # out of steps, or the rest cannot free what it lacks
             r = keyed[j]
             after = plus(cost, single[id(r)])
             top = found[0]
