@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_core.py                 # the table below
     .venv/bin/python bench/bench_core.py --profile 10000 # cProfile one pass
+    .venv/bin/python bench/bench_core.py --one fairshare # one pass, timed in one process
 
 The cluster: 1,000 nodes x 8 GPUs in two flavors (racks of 16 nodes, blocks of
 32), 50 teams in 5 cohorts with quotas, about 70% of the GPUs held by running
@@ -278,7 +279,23 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 20_000, 50_000, 100_000])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", type=int, metavar="PENDING", help="profile one pass instead")
+    parser.add_argument(
+        "--one",
+        choices=("fairshare", "fragmented"),
+        help="time only this pass (10,000 pending, or 10 x 2x8 on a fragmented cluster), "
+        "in one process after a warm-up: CPU median and best of --repeat",
+    )
     args = parser.parse_args()
+    if args.one:
+        snap = build_snapshot(10_000) if args.one == "fairshare" else build_fragmented(10, 2)
+        schedule(snap)
+        times = []
+        for _ in range(args.repeat):
+            start = time.process_time()
+            schedule(snap)
+            times.append(time.process_time() - start)
+        print(f"{args.one}: median {statistics.median(times):.3f} s, best {min(times):.3f} s CPU")
+        return
     if args.profile:
         import cProfile
         import pstats

@@ -25,6 +25,7 @@ from .preemption import (
     honour_reservations,
     lower_priority,
     may_preempt,
+    most_lost,
     try_preempt,
     try_priority_preempt,
     unreclaimable,
@@ -723,14 +724,12 @@ class Pass:
         for other in members:
             if other is team or other is mine:
                 continue
-            borrows = self.borrows(other, f, self.settled(other, f))
             sizes = [
                 r.job.gpus
                 for r in self.running_of(other.name, f)
                 if not (r.stopping or r.ending or not r.job.preemptible)
             ]
-            if borrows > 0 and sizes:
-                probe.change(other, -min(sum(sizes), borrows - 1 + max(sizes)))
+            probe.change(other, -most_lost(self.borrows(other, f, self.settled(other, f)), sizes))
         return min(want, int(probe.headroom()))
 
     def _free(self, flavor: str) -> int:

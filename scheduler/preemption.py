@@ -130,6 +130,16 @@ def while_borrowing(gpus: int, largest: int, g: int, borrows: int) -> bool:
     return gpus + g - max(largest, g) < borrows
 
 
+def most_lost(borrows: int, sizes: list[int], gpus: int = 0, largest: int = 0) -> int:
+    """Return the most GPUs more that reclaims may take from a team that borrows
+    `borrows` GPUs, of its preemptible jobs of `sizes` GPUs, with victims of `gpus` GPUs
+    (the largest `largest`) chosen already: while_borrowing asked of any set, at most
+    what it borrows less one plus its largest job."""
+    if borrows <= 0 or not sizes:
+        return 0
+    return max(0, min(sum(sizes), borrows - 1 + max(largest, *sizes) - gpus))
+
+
 def held_from_borrowing(wait: Wait) -> bool:
     """Return whether the job waits only because it may not take more quota now:
     `reserved` by a cohort hold (info[2] == COHORT_HOLD), its team's waiting preemptor
@@ -1739,8 +1749,7 @@ def _may_free(search: _Search, rest: list[Running], removed: dict, lacks: tuple)
     most = mine
     for b, sizes in by_team.items():
         if b is not book:
-            gpus, largest = removed.get(b, (0, 0))
-            most += min(sum(sizes), search.borrows[b] - 1 + max(largest, *sizes) - gpus)
+            most += most_lost(search.borrows[b], sizes, *removed.get(b, (0, 0)))
     return not _lacking(lacks, mine, most)
 
 
