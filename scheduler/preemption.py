@@ -192,8 +192,9 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None, wait: Wait
         # The search's quota is at most what the team uses now (once its stopping jobs
         # stop, as choose sees it): the victims free as many GPUs as the job takes. A
         # claim holds only what is beyond its team's nominal quota (Pass.claim_wait):
-        # then up to that (capped at what it used, a job 2 GPUs over preempted 2 + 2 + 4
-        # GPUs where one 2-GPU job would do: a tester's case).
+        # then the search may use up to that quota (_nominal_cap; held to what the team
+        # used, a job 2 GPUs over preempted 2 + 2 + 4 GPUs where one 2-GPU job would do:
+        # a tester's case).
         cap = p.settled(book, job.flavor)
         if wait.code == RESERVED and wait.info[2] == CLAIM_HOLD:
             cap = max(cap, book.quota(job.flavor).nominal)
@@ -1667,9 +1668,10 @@ def _cover(p, job, book, search, chosen, removed, cands, tx) -> list[list[Runnin
 def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tuple | None:
     """Return ((cost, rank), victims) of the cheapest set of `rest` that frees the quota
     the job lacks, searched exactly (branch and bound, as `_exact_all`, cheapest first)
-    over at most EXACT_CHECKS sets, each asked on a quota.Probe, below `best` (the greedy
-    cover's); `best` if it finds none cheaper, or if there are more than
-    EXACT_COVER_MAX candidates (then the greedy cover alone). The greedy cover alone took three jobs
+    over at most EXACT_CHECKS sets, each asked on a quota.Probe, and EXACT_COVER_STEPS
+    candidates looked at, below `best` (the greedy cover's); `best` if it finds none
+    cheaper, or if there are more than EXACT_COVER_MAX candidates (then the greedy cover
+    alone). The greedy cover alone took three jobs
     where two that lost less work would do: with a team's cheapest job and its next
     taken, the one that made the pair was no longer allowed (its team would have
     stopped borrowing first; a helper's brute force: 11 of 81 cohorts with more

@@ -1,11 +1,14 @@
 """Quotas with Kueue's semantics: nominal, borrowing from a cohort, lending limits."""
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import schedule
 from scheduler.model import Quota
+from scheduler.preemption import _lacking, quota_fits, quota_lacks, quota_short
 from scheduler.quota import Ledger, Probe, contribution
 from tests.scheduler.helpers import FLAVOR, Cluster, admitted, examples, make_team, reasons
 
@@ -205,3 +208,52 @@ def test_a_gpu_given_back_frees_at_most_a_gpu_of_headroom(teams, who, gives):
     together = (after[3] + after[4]) - (before[3] + before[4])
     assert 0 <= together <= gives  # its unlent part and the slack, together
     assert probe.headroom() == ledger.headroom_with(book, FLAVOR, {other: -gives})
+
+
+@st.composite
+def _ledgers(draw):
+    """1-4 teams in a cohort or none, random limits and usage, a job of up to 12 GPUs,
+    maybe try_priority_preempt's cap, and GPUs given back one job at a time."""
+    n = draw(st.integers(1, 4))
+    cohort = draw(st.sampled_from([None, "c"]))
+    teams = [
+        make_team(
+            f"t{i}",
+            draw(st.integers(0, 12)),
+            cohort=cohort,
+            borrowing_limit=draw(st.one_of(st.none(), st.integers(0, 8))),
+            lending_limit=draw(st.one_of(st.none(), st.integers(0, 12))),
+        )
+        for i in range(n)
+    ]
+    ledger = Ledger(teams, half_life=3600.0)
+    for t in teams:
+        ledger.add(ledger.book(t.name), FLAVOR, draw(st.integers(0, 20)))
+    gives = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(1, 6)), max_size=6))
+    return ledger, draw(st.integers(1, 12)), draw(st.one_of(st.none(), st.integers(0, 20))), gives
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(_ledgers())
+def test_what_a_job_lacks_is_zero_exactly_when_its_quota_fits(case):
+    """preemption.quota_lacks splits what a job's quota lacks into GPUs its own team must
+    give back and GPUs any team of the cohort may: nothing lacking is quota_fits, and a
+    job fits after giving back some GPUs only if the first figures allowed it (what the
+    exact quota cover's branch ends and _quota_from's skips count on; a review's
+    property)."""
+    ledger, gpus, cap, gives = case
+    me = ledger.book("t0")
+    p = SimpleNamespace(ledger=ledger, own_cap=None if cap is None else (me, cap))
+    job = SimpleNamespace(gpus=gpus, flavor=FLAVOR)
+    probe = Probe(ledger, me, FLAVOR)
+    first = quota_lacks(p, job, me, probe)
+    for t, g in [(None, 0), *gives]:
+        if t is not None:
+            other = ledger.book(f"t{t}")
+            probe.change(other, -min(g, other.used(FLAVOR) + probe.deltas.get(other, 0)))
+        fits = quota_fits(p, job, me, probe)
+        assert (not _lacking(quota_lacks(p, job, me, probe), 0, 0)) == fits
+        assert (quota_short(p, job, me, probe) <= 0) == fits
+        if fits:
+            mine, every = -probe.deltas.get(me, 0), -sum(probe.deltas.values())
+            assert not _lacking(first, mine, every)
