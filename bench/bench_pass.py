@@ -208,6 +208,7 @@ def undo_pass(marks: dict, pending: list[int], running: list[int]) -> None:
         queue_position=None,
         estimated_start_at=None,
         reserved_on=[],
+        reserved_until=None,
     )
     Job.objects.filter(pk__in=running).update(
         state=Job.State.RUNNING, stop_requested_at=None, preempted_by=None

@@ -1847,7 +1847,10 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
     mine = _own_victims(stops, job, choice)
     stops.reserve(job.id, choice.gpus_on, max((r.end for r in mine.values()), default=p.now))
     p.charge(job)
-    return Wait(WAITING_FOR_PREEMPTION, _waited(p, job, book, pool, choice, mine))
+    waited = _waited(p, job, book, pool, choice, mine)
+    if waited[3]:  # it waits for jobs that reach their max runtime: the horizon it decided
+        p.claim_until[job.id] = p.horizons[job.flavor]  # with is kept with its reservation
+    return Wait(WAITING_FOR_PREEMPTION, waited)
 
 
 def _own_victims(stops: Stops, job: PendingJob, choice: Choice) -> dict[int, Running]:

@@ -422,11 +422,14 @@ class Stops:
         self.pool.invalidate()
 
 
-def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob] = ()) -> None:
+def mark_ending(
+    running: list[Running], now: float, pending: Iterable[PendingJob] = ()
+) -> dict[str, float]:
     """Mark the running jobs that reach their max runtime before any victim of this pass
     could have stopped (Running.ending; preemption rule 2): their max runtime ends no
-    later than now plus the shortest grace period g of their flavor's preemptible
-    running jobs, and their own grace period is at most g.
+    later than the flavor's horizon, now plus the shortest grace period g of its
+    preemptible running jobs, and their own grace period is at most what is left of
+    it (g). Return each flavor's horizon (none for a flavor without one).
 
     Victims stopping for a preemptor count towards g too: a victim's grace is the
     horizon its preemptor decided with. Taken from jobs not stopping, g vanished once a
@@ -449,7 +452,15 @@ def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob
     its flavor, nothing counted as ending any more, and the preemptor, still waiting for
     the non-preemptible job it had counted on (ending 15 s later), lost its claim; the
     victims were readmitted on the GPUs they had freed for it and preempted a second
-    time (the random-runs property, test_ending_jobs.py)."""
+    time (the random-runs property, test_ending_jobs.py).
+
+    And a stored claim keeps the horizon it decided with (PendingJob.reserved_until,
+    while it is still ahead): the flavor's horizon is the later of the two. Asked anew
+    from the jobs running now, a job with a 30 s grace period that started beside a
+    1x8 preemptor's target shrank the horizon below the +270 s at which the
+    non-preemptible job it waited for ends; the target no longer held the gang, and
+    it reclaimed a borrower's job with 600 s of grace and started at +630 s
+    (test_ending_jobs.py)."""
     grace: dict[str, float] = {}
     for r in running:
         if r.job.preemptible and (not r.stopping or r.job.preempted_by is not None):
@@ -460,17 +471,23 @@ def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob
     for j in pending:
         if (j.preempted_by, j.flavor) in claims:
             grace[j.flavor] = min(grace.get(j.flavor, j.grace_period), j.grace_period)
-    if not grace:
-        return
+    horizon = {f: now + g for f, g in grace.items()}
+    for j in pending:
+        until = j.reserved_until
+        if j.reserved_on and until is not None and until > horizon.get(j.flavor, now):
+            horizon[j.flavor], grace[j.flavor] = until, until - now
+    if not horizon:
+        return horizon
     for r in running:
-        g = grace.get(r.job.flavor)
+        f = r.job.flavor
         if (
-            g is not None
+            f in horizon
             and not r.stopping
-            and r.job.grace_period <= g
-            and r.job.started_at + r.job.max_runtime <= now + g
+            and r.job.grace_period <= grace[f]
+            and r.job.started_at + r.job.max_runtime <= horizon[f]
         ):
             r.ending = True
+    return horizon
 
 
 class Started:

@@ -754,6 +754,7 @@ class PendingRow(NamedTuple):
     estimated_start: float | None
     attempt: int
     grace_period: float
+    reserved_until: float | None  # the horizon its claim counted on (with reserved_on)
     reserved_on: list  # [[hostname, GPUs], ...] of a preemptor waiting for its victims
 
 
@@ -771,7 +772,7 @@ def pending_jobs(ended: Sequence[str]) -> list[PendingRow]:
         f"EXISTS (SELECT 1 FROM {worker} w WHERE w.job_id = j.id AND w.state <> ALL(%s)), "
         f"j.array_id, a.task_limit, j.reason_code, j.reason, j.queue_position, "
         f"{_epoch('j.estimated_start_at')}, j.attempt, j.grace_period_seconds::float8, "
-        f"j.reserved_on::text "
+        f"{_epoch('j.reserved_until')}, j.reserved_on::text "
         f"FROM {job} j JOIN {Team._meta.db_table} t ON t.id = j.team_id "
         f"JOIN {Queue._meta.db_table} q ON q.id = j.queue_id "
         f"JOIN {GpuFlavor._meta.db_table} f ON f.id = j.flavor_id "
@@ -818,6 +819,7 @@ def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
             "estimated_start_at",
             "attempt",
             "grace_period_seconds",
+            "reserved_until",
             "reserved_on",
         )
     )
@@ -832,7 +834,8 @@ def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
             row[20].timestamp() if row[20] else None,
             row[21],
             float(row[22]),
-            row[23] or [],
+            row[23].timestamp() if row[23] else None,
+            row[24] or [],
         )
         for row in rows
     ]
@@ -1003,24 +1006,32 @@ def name_preemptors_orm(pks: Sequence[int], preemptors: Sequence[int]) -> None:
     )
 
 
-def store_reservations(pks: Sequence[int], nodes: Sequence[list]) -> None:
-    """Set each pending job's `reserved_on` ([[hostname, GPUs], ...], [] to clear) in one
-    UPDATE … FROM unnest. PostgreSQL only (arrays as binary parameters, the JSON as
-    text cast to jsonb): a pass may name hundreds of waiting preemptors.
+def store_reservations(
+    pks: Sequence[int], nodes: Sequence[list], until: Sequence[datetime | None]
+) -> None:
+    """Set each pending job's `reserved_on` ([[hostname, GPUs], ...], [] to clear) and
+    `reserved_until` (None to clear) in one UPDATE … FROM unnest. PostgreSQL only
+    (arrays as binary parameters, the JSON as text cast to jsonb): a pass may name
+    hundreds of waiting preemptors.
 
     Replaces store_reservations_orm (an UPDATE a job)."""
     with server_binding_cursor() as cursor:
         cursor.execute(
-            f"UPDATE {Job._meta.db_table} AS t SET reserved_on = v.nodes::jsonb "
-            "FROM unnest(%b::bigint[], %b::text[]) AS v(id, nodes) "
+            f"UPDATE {Job._meta.db_table} AS t "
+            "SET reserved_on = v.nodes::jsonb, reserved_until = v.until "
+            "FROM unnest(%b::bigint[], %b::text[], %b::timestamptz[]) AS v(id, nodes, until) "
             "WHERE t.id = v.id AND t.state = %b",
-            [list(pks), [json.dumps(n) for n in nodes], Job.State.PENDING.value],
+            [list(pks), [json.dumps(n) for n in nodes], list(until), Job.State.PENDING.value],
         )
 
 
-def store_reservations_orm(pks: Sequence[int], nodes: Sequence[list]) -> None:
-    for pk, value in zip(pks, nodes, strict=True):
-        Job.objects.filter(pk=pk, state=Job.State.PENDING).update(reserved_on=value)
+def store_reservations_orm(
+    pks: Sequence[int], nodes: Sequence[list], until: Sequence[datetime | None]
+) -> None:
+    for pk, value, t in zip(pks, nodes, until, strict=True):
+        Job.objects.filter(pk=pk, state=Job.State.PENDING).update(
+            reserved_on=value, reserved_until=t
+        )
 
 
 def lock_names(space: int, names: Sequence[str]) -> None:

@@ -383,15 +383,18 @@ class Simulator:
         heapq.heappush(self.events, (r.stopping_at, STOP, r.job.id, r.attempt))
 
     def _reserve(self, plan: Plan) -> None:
-        """Store where each waiting preemptor holds its GPUs (PendingJob.reserved_on), as
-        the portal does; a job the plan no longer names holds nothing."""
-        held = {r.job_id: r.nodes for r in plan.reservations}
+        """Store where each waiting preemptor holds its GPUs (PendingJob.reserved_on) and
+        the horizon its claim counted on (reserved_until), as the portal does; a job the
+        plan no longer names holds nothing."""
+        held = {r.job_id: (r.nodes, r.until) for r in plan.reservations}
         for job_id in self.reserved | held.keys():
             job = self.pending.get(job_id)
-            nodes = held.get(job_id, ())
-            if job is not None and job.reserved_on != nodes:
+            nodes, until = held.get(job_id, ((), None))
+            if job is not None and (job.reserved_on, job.reserved_until) != (nodes, until):
                 rec = self.recs[job_id]
-                rec.pending = self.pending[job_id] = replace(job, reserved_on=nodes)
+                rec.pending = self.pending[job_id] = replace(
+                    job, reserved_on=nodes, reserved_until=until
+                )
         self.reserved = set(held)
 
     def _unlink(self, preemptor: int) -> None:
@@ -434,6 +437,7 @@ class Simulator:
             eligible_at=self.now + delay,
             preempted_by=by,
             reserved_on=(),
+            reserved_until=None,
         )
         r.pending_since = self.now
         self._enqueue(r.pending)

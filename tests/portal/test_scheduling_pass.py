@@ -260,6 +260,41 @@ def test_victims_name_their_preemptor_so_its_reservation_outlives_the_pass(clust
     }
 
 
+def test_a_reservation_and_the_horizon_it_counted_on_are_stored_and_read_back(cluster, personas):
+    """Reservation.until is written beside the nodes (Job.reserved_until) and read back
+    into the next snapshot (PendingJob.reserved_until), so a claim on a job that reaches
+    its max runtime keeps the horizon it decided with (scheduler.state.mark_ending)."""
+    from django.db import transaction
+
+    from portal.core.scheduling.apply import apply_plan
+    from portal.core.scheduling.snapshot import build_snapshot
+    from scheduler import PolicyConfig
+    from scheduler import model as m
+
+    job = submit(cluster, personas.lead_a, workers=1, gpus_per_worker=8)
+    on = (("h100-0", 8),)
+
+    def stored(*reservations):
+        _, ctx = build_snapshot(timezone.now(), PolicyConfig())
+        with transaction.atomic():
+            apply_plan(m.Plan(reservations=reservations), ctx)
+        snap, _ = build_snapshot(timezone.now(), PolicyConfig())
+        [mine] = [j for j in snap.pending if j.id == job.pk]
+        return mine.reserved_on, mine.reserved_until
+
+    until = timezone.now().timestamp() + 270.25
+    assert stored(m.Reservation(job.pk, on, until)) == (on, pytest.approx(until, abs=1e-6))
+    job.refresh_from_db()
+    assert abs(job.reserved_until.timestamp() - until) < 1e-6
+    # the horizon alone moves: written; then none counted: cleared, the nodes kept
+    assert stored(m.Reservation(job.pk, on, until + 330)) == (on, pytest.approx(until + 330))
+    assert stored(m.Reservation(job.pk, on)) == (on, None)
+    stored(m.Reservation(job.pk, on, until))
+    assert stored() == ((), None)  # a plan that names it no more clears both
+    job.refresh_from_db()
+    assert (job.reserved_on, job.reserved_until) == ([], None)
+
+
 def test_a_plan_not_from_the_snapshot_still_ends_its_preemptors_links(cluster, personas):
     """apply_plan with the context of an earlier snapshot (which does not know the jobs
     the plan admits) finds the links to end in the table."""

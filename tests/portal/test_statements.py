@@ -391,7 +391,11 @@ def _pass_jobs(cluster):
     task of an array with a limit, of team B on A100s; admitted on two nodes, one
     preempting (checkpointed, naming its preemptor), one whose allocations ended."""
     now = timezone.now()
-    plain = make_job(cluster, reserved_on=[["h100-0", 4], ["h100-1", 4]])
+    plain = make_job(
+        cluster,
+        reserved_on=[["h100-0", 4], ["h100-1", 4]],
+        reserved_until=now + timedelta(seconds=270, microseconds=11),
+    )
     make_job(
         cluster,
         priority=5,
@@ -456,6 +460,8 @@ def test_pass_snapshot_statements_read_as_the_orm(cluster):
     assert [row.reserved_on for row in pending if row.reserved_on] == [
         [["h100-0", 4], ["h100-1", 4]]
     ]
+    [until] = [row.reserved_until for row in pending if row.reserved_until is not None]
+    assert until == Job.objects.exclude(reserved_until=None).get().reserved_until.timestamp()
     running = statements.running_jobs()
     assert running == statements.running_jobs_orm()
     assert [row.pk for row in running] == [one.pk, victim.pk]
@@ -480,7 +486,7 @@ def test_pass_write_statements_write_as_the_orm(cluster):
     def shown():
         return list(
             Job.objects.order_by("pk").values_list(
-                "pk", *statements.VERDICT_FIELDS, "preempted_by", "reserved_on"
+                "pk", *statements.VERDICT_FIELDS, "preempted_by", "reserved_on", "reserved_until"
             )
         )
 
@@ -494,7 +500,7 @@ def test_pass_write_statements_write_as_the_orm(cluster):
         ),
     ):
         Job.objects.update(reason_code="", reason="", queue_position=None, estimated_start_at=None)
-        Job.objects.update(preempted_by=None, reserved_on=[["x", 1]])
+        Job.objects.update(preempted_by=None, reserved_on=[["x", 1]], reserved_until=now)
         write(
             jobs,
             ["no_capacity"] * len(jobs),
@@ -506,11 +512,17 @@ def test_pass_write_statements_write_as_the_orm(cluster):
             ],
         )
         name([one.pk, victim.pk], [jobs[0], jobs[1]])
-        store([jobs[1], jobs[2], one.pk], [[["h100-0", 4], ["h100-1", 4]], [], [["h100-2", 8]]])
+        horizon = now + timedelta(seconds=600, microseconds=9)
+        store(
+            [jobs[1], jobs[2], one.pk],
+            [[["h100-0", 4], ["h100-1", 4]], [], [["h100-2", 8]]],
+            [horizon, None, horizon],
+        )
         results.append(shown())
     assert results[0] == results[1]
     written = {row[0]: row for row in results[0]}
     assert written[jobs[1]][6] == [["h100-0", 4], ["h100-1", 4]] and written[jobs[2]][6] == []
-    assert written[one.pk][6] == [["x", 1]]  # pending only
+    assert (written[jobs[1]][7], written[jobs[2]][7]) == (horizon, None)
+    assert written[one.pk][6:] == ([["x", 1]], now)  # pending only
     assert written[one.pk][1] == "" and written[jobs[1]][1] == "no_capacity"  # pending only
     assert (written[one.pk][5], written[victim.pk][5]) == (jobs[0], jobs[1])

@@ -442,14 +442,74 @@ def test_a_wait_for_an_ending_job_is_told_its_end():
     assert admitted(plan) == [2] and not plan.preemptions
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: the horizon shrinks (docs/scheduling.md)")
 def test_a_wait_for_an_ending_job_outlasts_a_shorter_grace_starting_beside_it():
-    """At the next pass the flavor's shortest grace is the 1x4 job's 30 s: the job
-    ending at +270 no longer counts as ending (state.mark_ending), the kept target no
-    longer holds the 1x8 job, and it reclaims d's job (600 s of grace): it starts at
-    +630 instead of +270, and d's job lost its work for nothing. The horizon is asked
-    anew at every pass from the jobs running then; the time the claim counted on is
-    not stored (Known limits)."""
+    """At the next pass the flavor's shortest grace is the 1x4 job's 30 s. Asked anew
+    from the jobs running then, the job ending at +270 no longer counted as ending, the
+    kept target no longer held the 1x8 job, and it reclaimed d's job (600 s of grace):
+    it started at +630 instead of +270, and d's job lost its work for nothing. The
+    claim keeps the horizon it decided with (Reservation.until, state.mark_ending)."""
     sim = Sim(_shorter_grace_beside(), preemption=True)
     start = sim.start_of(1, every=30.0, passes=30)
     assert sim.preempted == [] and start is not None and start <= NOW + 300
+
+
+def test_a_claim_on_an_ending_job_stores_the_horizon_it_decided_with():
+    """Its reservation carries now + the flavor's shortest grace then (d's 600 s)."""
+    plan = schedule(_shorter_grace_beside().snapshot())
+    [held] = plan.reservations
+    assert (held.job_id, held.nodes, held.until) == (1, (("n3", 8),), NOW + 600)
+
+
+def test_a_claim_on_its_victims_alone_stores_no_horizon():
+    c = Cluster().node("n1").team("a", nominal=8, cohort="c").team("d", cohort="c")
+    c.run(10, "d", on={"n1": 8}, runtime=LONG)
+    c.job(1, "a", gpus=8)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == [10]
+    assert [(r.job_id, r.until) for r in plan.reservations] == [(1, None)]
+
+
+def _the_second_pass(now: float = NOW + 30, grace: float = 30.0, **stored) -> object:
+    """A pass after the first of _shorter_grace_beside: a's 1x4 job (30 s of grace) runs
+    on n2, and the 1x8 job waits with its stored target on n3 (and `stored`); a's
+    non-preemptible job ending at +270 has `grace`."""
+    c = _shorter_grace_beside()
+    c.pending = [j for j in c.pending if j.id != 2]
+    c.running = [replace(r, grace_period=grace) if r.id == 20 else r for r in c.running]
+    c.run(2, "a", on={"n2": 4}, started=NOW)
+    c.pending[0] = replace(c.pending[0], **{"reserved_on": (("n3", 8),), **stored})
+    return schedule(c.snapshot(now=now))
+
+
+@pytest.mark.parametrize(
+    ("stored", "kept"),
+    [
+        ({"reserved_until": NOW + 600}, True),
+        ({}, False),  # none stored: the flavor's horizon is now + 30 s
+        ({"reserved_until": NOW + 20}, False),  # no longer ahead
+        ({"reserved_until": NOW + 200}, False),  # before the job's end, +270
+    ],
+)
+def test_a_stored_horizon_keeps_the_wait_for_the_job_it_counted_on(stored, kept):
+    plan = _the_second_pass(**stored)
+    if kept:
+        assert not plan.preemptions
+        assert verdict(plan, 1).reason_code == "waiting_for_preemption"
+        assert verdict(plan, 1).estimated_start == NOW + 270
+    else:
+        assert preempted(plan) == [10]
+
+
+def test_a_stored_horizon_counts_no_job_whose_grace_outlasts_what_is_left_of_it():
+    """The non-preemptible job ends at +270 but may take its 400 s of grace to stop once
+    it runs into its limit: counted while 400 s of the claim's horizon (+600) are left."""
+    assert not _the_second_pass(NOW + 30, 400.0, reserved_until=NOW + 600).preemptions
+    assert not _the_second_pass(NOW + 200, 400.0, reserved_until=NOW + 600).preemptions
+    plan = _the_second_pass(NOW + 240, 400.0, reserved_until=NOW + 600)  # 360 s left
+    assert preempted(plan) == [10]
+
+
+def test_a_horizon_without_its_target_is_not_kept():
+    """reserved_until counts only with the stored target it was written with."""
+    plan = _the_second_pass(reserved_until=NOW + 600, reserved_on=())
+    assert preempted(plan) == [10]

@@ -138,6 +138,12 @@ class Job(models.Model):
         help_text="While this job waits for the jobs it preempted: the [node, GPUs] pairs "
         "its reservation holds, kept there by the next passes (docs/scheduling.md).",
     )
+    reserved_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="With reserved_on, where it waits for jobs that reach their max runtime: "
+        "the horizon its claim decided with, kept by the next passes (docs/scheduling.md).",
+    )
 
     # A task of a job array (JobArray), with its index; both null for a plain job.
     array = models.ForeignKey(

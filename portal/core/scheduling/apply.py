@@ -64,6 +64,7 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
         estimated_start_at=None,
         preempted_by=None,
         reserved_on=[],
+        reserved_until=None,
     )
     if not moved:
         return []
@@ -116,18 +117,18 @@ def _end_links(linked: list[int], admitted: list[int]) -> None:
 def _store_reservations(
     reservations: tuple[m.Reservation, ...], ctx: PassContext, admitted: list[int]
 ) -> None:
-    """Store where each waiting preemptor holds its GPUs (scheduler.model.PendingJob.
-    reserved_on), so the next pass keeps it there; clear it where the plan names none.
-    Only rows that change are written (one statement): the preemptors, not every
-    pending job."""
-    held = {r.job_id: r.nodes for r in reservations}
+    """Store where each waiting preemptor holds its GPUs and the horizon its claim
+    counted on (scheduler.model.PendingJob.reserved_on, reserved_until), so the next
+    pass keeps them; clear them where the plan names none. Only rows that change are
+    written (one statement): the preemptors, not every pending job."""
+    held = {r.job_id: (r.nodes, r.until) for r in reservations}
     gone = set(admitted)
     changed = {
-        pk: nodes
-        for pk, nodes in held.items()
-        if ctx.reserved.get(pk, ()) != nodes and pk not in gone
+        pk: stored
+        for pk, stored in held.items()
+        if _stored(ctx.reserved.get(pk)) != _stored(stored) and pk not in gone
     }
-    changed.update((pk, ()) for pk in ctx.reserved if pk not in held and pk not in gone)
+    changed.update((pk, ((), None)) for pk in ctx.reserved if pk not in held and pk not in gone)
     if not changed:
         return
     pks = sorted(changed)
@@ -136,7 +137,23 @@ def _store_reservations(
         if connection.vendor == "postgresql"
         else statements.store_reservations_orm
     )
-    store(pks, [[[name, gpus] for name, gpus in changed[pk]] for pk in pks])
+    store(
+        pks,
+        [[[name, gpus] for name, gpus in changed[pk][0]] for pk in pks],
+        [_when(changed[pk][1]) for pk in pks],
+    )
+
+
+def _stored(reservation: tuple | None) -> tuple:
+    """A reservation as its row stores it: nodes, and the horizon to the microsecond."""
+    if reservation is None:
+        return (), None
+    nodes, until = reservation
+    return nodes, None if until is None else round(until, 6)
+
+
+def _when(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
 def _insert(model, rows: list[dict]) -> list[int]:

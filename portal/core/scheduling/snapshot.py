@@ -47,8 +47,11 @@ class PassContext:
     budgets: list[BudgetStatus] = field(default_factory=list)  # behind Snapshot.budgets
     # preemptor pk → the jobs whose `preempted_by` names it (stopping or requeued)
     links: dict[int, list[int]] = field(default_factory=dict)
-    # Job.pk → the reservation its row stores (Job.reserved_on), of pending jobs with one
-    reserved: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    # Job.pk → the reservation its row stores (Job.reserved_on, Job.reserved_until as
+    # seconds), of pending jobs with one
+    reserved: dict[int, tuple[tuple[tuple[str, int], ...], float | None]] = field(
+        default_factory=dict
+    )
 
 
 def build_snapshot(now: datetime, config: m.PolicyConfig) -> tuple[m.Snapshot, PassContext]:
@@ -154,9 +157,11 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
         flavor_ids[row.flavor] = row.flavor_id
         if row.preempted_by is not None:
             ctx.links.setdefault(row.preempted_by, []).append(row.pk)
-        reserved_on = ()
+        reserved_on, reserved_until = (), None
         if row.reserved_on:
-            reserved_on = ctx.reserved[row.pk] = tuple((str(n), int(k)) for n, k in row.reserved_on)
+            reserved_on = tuple((str(n), int(k)) for n, k in row.reserved_on)
+            reserved_until = row.reserved_until
+            ctx.reserved[row.pk] = (reserved_on, reserved_until)
         pending.append(
             Pending(
                 id=row.pk,
@@ -173,6 +178,7 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
                 eligible_at=row.eligible_at,
                 preempted_by=row.preempted_by,
                 reserved_on=reserved_on,
+                reserved_until=reserved_until,
                 previous_attempt_stopping=row.draining,
                 array_id=row.array_id,
                 array_limit=row.array_limit,
