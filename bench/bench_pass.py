@@ -209,6 +209,7 @@ def undo_pass(marks: dict, pending: list[int], running: list[int]) -> None:
         estimated_start_at=None,
         reserved_on=[],
         reserved_until=None,
+        reserved_ending=[],
     )
     Job.objects.filter(pk__in=running).update(
         state=Job.State.RUNNING, stop_requested_at=None, preempted_by=None

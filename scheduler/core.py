@@ -130,7 +130,6 @@ class Pass:
         "charged",
         "waiting_preemptors",
         "claimed",
-        "horizons",
         "claim_until",
         "demand",
         "demanded",
@@ -203,10 +202,9 @@ class Pass:
         # each preemptor waiting for its victims, and when they will have stopped: its
         # charge ends its max runtime later (backfill.cohort_free_at)
         self.waiting_preemptors: list[tuple[PendingJob, float]] = []
-        # flavor -> the horizon of jobs that reach their max runtime (state.mark_ending),
-        # and preemptor -> the one its claim counted on (Reservation.until)
-        self.horizons: dict[str, float] = {}
-        self.claim_until: dict[JobId, float] = {}
+        # preemptor -> the jobs reaching their max runtime its claim counted on, and the
+        # horizon they end by (Reservation.until, ending; state.mark_ending)
+        self.claim_until: dict[JobId, tuple[float, tuple[JobId, ...]]] = {}
         # (team, flavor) -> GPUs its jobs within nominal not yet considered ask for;
         # built when a job that would borrow first needs it (kept_for_others)
         self.demand: dict[tuple[str, str], int] | None = None
@@ -1100,7 +1098,8 @@ class Pass:
             names = pool.names
             for job_id, on in pool.stops.by_job.items():
                 nodes = tuple(sorted((names[n], k) for n, k in on.items() if k))
-                out.append(Reservation(job_id, nodes, self.claim_until.get(job_id)))
+                until, ending = self.claim_until.get(job_id, (None, ()))
+                out.append(Reservation(job_id, nodes, until, ending))
         out.sort(key=lambda r: r.job_id)
         return tuple(out)
 
@@ -1112,7 +1111,7 @@ class Pass:
         if self._running is None:
             self._running = build_running(self._running_jobs, self.pools, self.ledger, self.now)
             if self.preempting:
-                self.horizons = mark_ending(self._running, self.now, self.queued)
+                mark_ending(self._running, self.now, self.queued)
         return self._running
 
     def team_queues(self) -> list[tuple[str, list[PendingJob]]]:

@@ -87,8 +87,9 @@ class PendingJob:
     its reservation, as (node, GPUs there) pairs (Plan.reservations, which the writer
     stores); the next pass keeps it there while it still holds the gang, so a
     target is chosen once (scheduler.preemption, "reservations"). Empty otherwise.
-    `reserved_until`: with `reserved_on`, the horizon of the jobs that reach their max
-    runtime that its claim counted on (Reservation.until); None if it counted none.
+    `reserved_until`, `reserved_ending`: with `reserved_on`, the running jobs that reach
+    their max runtime that its claim counted on, and the horizon they end by
+    (Reservation.until, ending); None and () if it counted none.
     `previous_attempt_stopping`: a requeued job whose previous attempt still has
     workers that have not stopped; the pass sets it aside (reason
     `previous_attempt`) until they have. The portal sets it from its workers'
@@ -117,6 +118,7 @@ class PendingJob:
     preempted_by: JobId | None = None
     reserved_on: tuple[tuple[str, int], ...] = ()
     reserved_until: float | None = None
+    reserved_ending: tuple[JobId, ...] = ()
     previous_attempt_stopping: bool = False
     array_id: int | None = None
     array_limit: int | None = None
@@ -256,16 +258,17 @@ class Reservation:
     (node, GPUs there) pairs, sorted. The writer stores them in the job
     (PendingJob.reserved_on) and clears what a pass no longer names.
 
-    `until`: where the preemptor waits for running jobs that reach their max runtime
-    (preemption rule 2), the horizon it decided with: those ending by then, with a
-    grace period no longer than what is left of it, count as ending (state.mark_ending)
-    while its claim stands, whatever shorter grace period a job started since brings.
-    None when it counted none. The writer stores it with the nodes
-    (PendingJob.reserved_until)."""
+    `until`, `ending`: where the preemptor waits for running jobs that reach their max
+    runtime (preemption rule 2), the horizon it decided with and those jobs: they count
+    as ending while its claim stands and they end by the horizon, with a grace period
+    no longer than what is left of it (state.mark_ending), whatever shorter grace
+    period a job started since brings. None and () when it counted none. The writer
+    stores them with the nodes (PendingJob.reserved_until, reserved_ending)."""
 
     job_id: JobId
     nodes: tuple[tuple[str, int], ...]
     until: float | None = None
+    ending: tuple[JobId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1848,9 +1848,28 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
     stops.reserve(job.id, choice.gpus_on, max((r.end for r in mine.values()), default=p.now))
     p.charge(job)
     waited = _waited(p, job, book, pool, choice, mine)
-    if waited[3]:  # it waits for jobs that reach their max runtime: the horizon it decided
-        p.claim_until[job.id] = p.horizons[job.flavor]  # with is kept with its reservation
+    if waited[3]:  # it waits for jobs that reach their max runtime (the last ids)
+        _keep_ending(p, job, stops, choice, set(waited[0][len(waited[0]) - waited[3] :]))
     return Wait(WAITING_FOR_PREEMPTION, waited)
+
+
+def _keep_ending(p: Pass, job: PendingJob, stops: Stops, choice: Choice, ids: set) -> None:
+    """Keep with a preemptor's reservation the jobs reaching their max runtime that it
+    waits for on its target's nodes, and the latest horizon they count by
+    (Reservation.until, ending; state.mark_ending): the next passes count them as
+    ending while its claim stands, whatever shorter grace period a job started since
+    brings. Not those elsewhere, which it counts for their quota only: kept, they
+    counted as ending for every preemptor of the flavor, and another team's job waited
+    for them, up to its claim's horizon, where a 30 s-grace victim would have let it
+    start at once (a review's random runs)."""
+    mine = [
+        r
+        for r in stops.ending_jobs
+        if r.job.id in ids and any(n in choice.gpus_on for n, _ in r.nodes)
+    ]
+    if mine:
+        horizon = max(r.horizon for r in mine)
+        p.claim_until[job.id] = (horizon, tuple(sorted(r.job.id for r in mine)))
 
 
 def _own_victims(stops: Stops, job: PendingJob, choice: Choice) -> dict[int, Running]:

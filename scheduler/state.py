@@ -12,7 +12,7 @@ from itertools import chain
 from operator import attrgetter
 
 from .index import FreeIndex
-from .model import GpuId, Node, PendingJob, RunningJob, WorkerPlacement, stops_by
+from .model import GpuId, JobId, Node, PendingJob, RunningJob, WorkerPlacement, stops_by
 from .quota import Ledger, TeamBook
 
 # Placement views a pool can be in (see Pool.fails).
@@ -166,7 +166,7 @@ def _unique(gpus: tuple[GpuId, ...], stale: set) -> list[GpuId]:
 class Running:
     """A running or stopping job during the pass, with where its GPUs are."""
 
-    __slots__ = ("job", "book", "pool", "_nodes", "end", "stopping", "ending")
+    __slots__ = ("job", "book", "pool", "_nodes", "end", "stopping", "ending", "horizon")
 
     def __init__(self, job: RunningJob, book: TeamBook, pool: Pool | None, now: float) -> None:
         self.job = job
@@ -175,6 +175,7 @@ class Running:
         self._nodes: list[tuple[int, int]] | None = None
         self.stopping = job.stopping
         self.ending = False  # counted as coming free by the pass's preemptors (Stops.end)
+        self.horizon = 0.0  # if ending, the latest horizon it ends by (state.mark_ending)
         if job.stopping:
             asked = now if job.stop_requested_at is None else job.stop_requested_at
             self.end = max(now, stops_by(asked, job.grace_period))  # overdue: any moment now
@@ -422,14 +423,11 @@ class Stops:
         self.pool.invalidate()
 
 
-def mark_ending(
-    running: list[Running], now: float, pending: Iterable[PendingJob] = ()
-) -> dict[str, float]:
+def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob] = ()) -> None:
     """Mark the running jobs that reach their max runtime before any victim of this pass
     could have stopped (Running.ending; preemption rule 2): their max runtime ends no
     later than the flavor's horizon, now plus the shortest grace period g of its
-    preemptible running jobs, and their own grace period is at most what is left of
-    it (g). Return each flavor's horizon (none for a flavor without one).
+    preemptible running jobs, and their own grace period is at most g.
 
     Victims stopping for a preemptor count towards g too: a victim's grace is the
     horizon its preemptor decided with. Taken from jobs not stopping, g vanished once a
@@ -454,13 +452,22 @@ def mark_ending(
     victims were readmitted on the GPUs they had freed for it and preempted a second
     time (the random-runs property, test_ending_jobs.py).
 
-    And a stored claim keeps the horizon it decided with (PendingJob.reserved_until,
-    while it is still ahead): the flavor's horizon is the later of the two. Asked anew
-    from the jobs running now, a job with a 30 s grace period that started beside a
-    1x8 preemptor's target shrank the horizon below the +270 s at which the
-    non-preemptible job it waited for ends; the target no longer held the gang, and
-    it reclaimed a borrower's job with 600 s of grace and started at +630 s
-    (test_ending_jobs.py)."""
+    And a stored claim keeps what it counted on (PendingJob.reserved_ending, while its
+    horizon reserved_until is still ahead): those of its jobs still running, not
+    stopping, count as well (they end by that horizon, and their grace periods were at
+    most g when it counted them: asked of what is left of the horizon, a job with 600 s
+    of grace stopped counting 30 s after the claim was made, and its preemptor
+    preempted a second job for the quota it had counted on: a random run). Asked anew from the jobs running now, a job with a 30 s grace
+    period that started beside a 1x8 preemptor's target shrank the horizon below the
+    +270 s at which the non-preemptible job it waited for ends; the target no longer held
+    the gang, and it reclaimed a borrower's job with 600 s of grace and started at +630
+    s (test_ending_jobs.py). Only those jobs: a flavor's horizon moved to the claim's
+    counted a borrower's 30 s-grace job admitted after it, so another team's preemptor
+    waited for that job's max runtime (+570 s) instead of preempting it (+90 s); the
+    jobs running when it decided were still too many, a job another claim had counted
+    (a review's random runs).
+
+    Each ending job's `horizon` is the latest it counts by."""
     grace: dict[str, float] = {}
     for r in running:
         if r.job.preemptible and (not r.stopping or r.job.preempted_by is not None):
@@ -472,22 +479,24 @@ def mark_ending(
         if (j.preempted_by, j.flavor) in claims:
             grace[j.flavor] = min(grace.get(j.flavor, j.grace_period), j.grace_period)
     horizon = {f: now + g for f, g in grace.items()}
+    kept: dict[JobId, float] = {}  # a job a stored claim counted on -> its latest horizon
     for j in pending:
         until = j.reserved_until
-        if j.reserved_on and until is not None and until > horizon.get(j.flavor, now):
-            horizon[j.flavor], grace[j.flavor] = until, until - now
-    if not horizon:
-        return horizon
+        if j.reserved_on and until is not None and until > now:
+            for job_id in j.reserved_ending:
+                kept[job_id] = max(kept.get(job_id, until), until)
+    if not horizon and not kept:
+        return
     for r in running:
-        f = r.job.flavor
-        if (
-            f in horizon
-            and not r.stopping
-            and r.job.grace_period <= grace[f]
-            and r.job.started_at + r.job.max_runtime <= horizon[f]
-        ):
-            r.ending = True
-    return horizon
+        if r.stopping:
+            continue
+        job = r.job
+        f, end = job.flavor, job.started_at + job.max_runtime
+        if f in horizon and job.grace_period <= grace[f] and end <= horizon[f]:
+            r.ending, r.horizon = True, horizon[f]
+        until = kept.get(job.id)
+        if until is not None and end <= until:  # its grace was at most g when counted
+            r.ending, r.horizon = True, max(r.horizon, until)
 
 
 class Started:

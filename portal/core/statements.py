@@ -755,6 +755,7 @@ class PendingRow(NamedTuple):
     attempt: int
     grace_period: float
     reserved_until: float | None  # the horizon its claim counted on (with reserved_on)
+    reserved_ending: list  # the ids of the jobs reaching their max runtime it counted on
     reserved_on: list  # [[hostname, GPUs], ...] of a preemptor waiting for its victims
 
 
@@ -772,7 +773,7 @@ def pending_jobs(ended: Sequence[str]) -> list[PendingRow]:
         f"EXISTS (SELECT 1 FROM {worker} w WHERE w.job_id = j.id AND w.state <> ALL(%s)), "
         f"j.array_id, a.task_limit, j.reason_code, j.reason, j.queue_position, "
         f"{_epoch('j.estimated_start_at')}, j.attempt, j.grace_period_seconds::float8, "
-        f"{_epoch('j.reserved_until')}, j.reserved_on::text "
+        f"{_epoch('j.reserved_until')}, j.reserved_ending::text, j.reserved_on::text "
         f"FROM {job} j JOIN {Team._meta.db_table} t ON t.id = j.team_id "
         f"JOIN {Queue._meta.db_table} q ON q.id = j.queue_id "
         f"JOIN {GpuFlavor._meta.db_table} f ON f.id = j.flavor_id "
@@ -782,11 +783,14 @@ def pending_jobs(ended: Sequence[str]) -> list[PendingRow]:
     with server_binding_cursor() as cursor:
         _binary_results(cursor)
         cursor.execute(sql, [list(ended), Job.State.PENDING])
-        return [PendingRow(*row[:-1], _reserved_on(row[-1])) for row in cursor.fetchall()]
+        return [
+            PendingRow(*row[:-2], _reserved_on(row[-2]), _reserved_on(row[-1]))
+            for row in cursor.fetchall()
+        ]
 
 
 def _reserved_on(text: str) -> list:
-    """The stored reservation ('[]' for nearly every job: no parsing)."""
+    """A stored reservation's list ('[]' for nearly every job: no parsing)."""
     return [] if text == "[]" else json.loads(text)
 
 
@@ -820,6 +824,7 @@ def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
             "attempt",
             "grace_period_seconds",
             "reserved_until",
+            "reserved_ending",
             "reserved_on",
         )
     )
@@ -836,6 +841,7 @@ def pending_jobs_orm(ended: Sequence[str]) -> list[PendingRow]:
             float(row[22]),
             row[23].timestamp() if row[23] else None,
             row[24] or [],
+            row[25] or [],
         )
         for row in rows
     ]
@@ -1007,30 +1013,42 @@ def name_preemptors_orm(pks: Sequence[int], preemptors: Sequence[int]) -> None:
 
 
 def store_reservations(
-    pks: Sequence[int], nodes: Sequence[list], until: Sequence[datetime | None]
+    pks: Sequence[int],
+    nodes: Sequence[list],
+    until: Sequence[datetime | None],
+    ending: Sequence[list],
 ) -> None:
-    """Set each pending job's `reserved_on` ([[hostname, GPUs], ...], [] to clear) and
-    `reserved_until` (None to clear) in one UPDATE … FROM unnest. PostgreSQL only
-    (arrays as binary parameters, the JSON as text cast to jsonb): a pass may name
-    hundreds of waiting preemptors.
+    """Set each pending job's `reserved_on` ([[hostname, GPUs], ...], [] to clear),
+    `reserved_until` (None to clear) and `reserved_ending` (job ids, [] to clear) in one
+    UPDATE … FROM unnest. PostgreSQL only (arrays as binary parameters, the JSON as
+    text cast to jsonb): a pass may name hundreds of waiting preemptors.
 
     Replaces store_reservations_orm (an UPDATE a job)."""
     with server_binding_cursor() as cursor:
         cursor.execute(
-            f"UPDATE {Job._meta.db_table} AS t "
-            "SET reserved_on = v.nodes::jsonb, reserved_until = v.until "
-            "FROM unnest(%b::bigint[], %b::text[], %b::timestamptz[]) AS v(id, nodes, until) "
-            "WHERE t.id = v.id AND t.state = %b",
-            [list(pks), [json.dumps(n) for n in nodes], list(until), Job.State.PENDING.value],
+            f"UPDATE {Job._meta.db_table} AS t SET reserved_on = v.nodes::jsonb, "
+            "reserved_until = v.until, reserved_ending = v.ending::jsonb "
+            "FROM unnest(%b::bigint[], %b::text[], %b::timestamptz[], %b::text[]) "
+            "AS v(id, nodes, until, ending) WHERE t.id = v.id AND t.state = %b",
+            [
+                list(pks),
+                [json.dumps(n) for n in nodes],
+                list(until),
+                [json.dumps(e) for e in ending],
+                Job.State.PENDING.value,
+            ],
         )
 
 
 def store_reservations_orm(
-    pks: Sequence[int], nodes: Sequence[list], until: Sequence[datetime | None]
+    pks: Sequence[int],
+    nodes: Sequence[list],
+    until: Sequence[datetime | None],
+    ending: Sequence[list],
 ) -> None:
-    for pk, value, t in zip(pks, nodes, until, strict=True):
+    for pk, value, t, e in zip(pks, nodes, until, ending, strict=True):
         Job.objects.filter(pk=pk, state=Job.State.PENDING).update(
-            reserved_on=value, reserved_until=t
+            reserved_on=value, reserved_until=t, reserved_ending=e
         )
 
 

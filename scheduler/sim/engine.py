@@ -384,16 +384,20 @@ class Simulator:
 
     def _reserve(self, plan: Plan) -> None:
         """Store where each waiting preemptor holds its GPUs (PendingJob.reserved_on) and
-        the horizon its claim counted on (reserved_until), as the portal does; a job the
-        plan no longer names holds nothing."""
-        held = {r.job_id: (r.nodes, r.until) for r in plan.reservations}
+        the jobs and horizon its claim counted on (reserved_until, reserved_ending), as
+        the portal does; a job the plan no longer names holds nothing."""
+        held = {r.job_id: (r.nodes, r.until, r.ending) for r in plan.reservations}
         for job_id in self.reserved | held.keys():
             job = self.pending.get(job_id)
-            nodes, until = held.get(job_id, ((), None))
-            if job is not None and (job.reserved_on, job.reserved_until) != (nodes, until):
+            nodes, until, ending = held.get(job_id, ((), None, ()))
+            if job is not None and (job.reserved_on, job.reserved_until, job.reserved_ending) != (
+                nodes,
+                until,
+                ending,
+            ):
                 rec = self.recs[job_id]
                 rec.pending = self.pending[job_id] = replace(
-                    job, reserved_on=nodes, reserved_until=until
+                    job, reserved_on=nodes, reserved_until=until, reserved_ending=ending
                 )
         self.reserved = set(held)
 
@@ -438,6 +442,7 @@ class Simulator:
             preempted_by=by,
             reserved_on=(),
             reserved_until=None,
+            reserved_ending=(),
         )
         r.pending_since = self.now
         self._enqueue(r.pending)

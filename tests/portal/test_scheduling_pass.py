@@ -261,9 +261,10 @@ def test_victims_name_their_preemptor_so_its_reservation_outlives_the_pass(clust
 
 
 def test_a_reservation_and_the_horizon_it_counted_on_are_stored_and_read_back(cluster, personas):
-    """Reservation.until is written beside the nodes (Job.reserved_until) and read back
-    into the next snapshot (PendingJob.reserved_until), so a claim on a job that reaches
-    its max runtime keeps the horizon it decided with (scheduler.state.mark_ending)."""
+    """Reservation.until and ending are written beside the nodes (Job.reserved_until,
+    reserved_ending) and read back into the next snapshot (PendingJob.reserved_until,
+    reserved_ending), so a claim on jobs that reach their max runtime keeps them and the
+    horizon it decided with (scheduler.state.mark_ending)."""
     from django.db import transaction
 
     from portal.core.scheduling.apply import apply_plan
@@ -280,19 +281,23 @@ def test_a_reservation_and_the_horizon_it_counted_on_are_stored_and_read_back(cl
             apply_plan(m.Plan(reservations=reservations), ctx)
         snap, _ = build_snapshot(timezone.now(), PolicyConfig())
         [mine] = [j for j in snap.pending if j.id == job.pk]
-        return mine.reserved_on, mine.reserved_until
+        return mine.reserved_on, mine.reserved_until, mine.reserved_ending
 
     until = timezone.now().timestamp() + 270.25
-    assert stored(m.Reservation(job.pk, on, until)) == (on, pytest.approx(until, abs=1e-6))
+    kept = (on, pytest.approx(until, abs=1e-6), (7, 11))
+    assert stored(m.Reservation(job.pk, on, until, (7, 11))) == kept
     job.refresh_from_db()
     assert abs(job.reserved_until.timestamp() - until) < 1e-6
-    # the horizon alone moves: written; then none counted: cleared, the nodes kept
-    assert stored(m.Reservation(job.pk, on, until + 330)) == (on, pytest.approx(until + 330))
-    assert stored(m.Reservation(job.pk, on)) == (on, None)
-    stored(m.Reservation(job.pk, on, until))
-    assert stored() == ((), None)  # a plan that names it no more clears both
+    assert job.reserved_ending == [7, 11]
+    # the horizon alone moves, then the jobs alone: written; then none counted: cleared,
+    # the nodes kept
+    assert stored(m.Reservation(job.pk, on, until + 330, (7, 11)))[1] == pytest.approx(until + 330)
+    assert stored(m.Reservation(job.pk, on, until + 330, (7,)))[2] == (7,)
+    assert stored(m.Reservation(job.pk, on)) == (on, None, ())
+    stored(m.Reservation(job.pk, on, until, (7,)))
+    assert stored() == ((), None, ())  # a plan that names it no more clears all three
     job.refresh_from_db()
-    assert (job.reserved_on, job.reserved_until) == ([], None)
+    assert (job.reserved_on, job.reserved_until, job.reserved_ending) == ([], None, [])
 
 
 def test_a_plan_not_from_the_snapshot_still_ends_its_preemptors_links(cluster, personas):

@@ -395,6 +395,7 @@ def _pass_jobs(cluster):
         cluster,
         reserved_on=[["h100-0", 4], ["h100-1", 4]],
         reserved_until=now + timedelta(seconds=270, microseconds=11),
+        reserved_ending=[7, 9],
     )
     make_job(
         cluster,
@@ -460,8 +461,14 @@ def test_pass_snapshot_statements_read_as_the_orm(cluster):
     assert [row.reserved_on for row in pending if row.reserved_on] == [
         [["h100-0", 4], ["h100-1", 4]]
     ]
-    [until] = [row.reserved_until for row in pending if row.reserved_until is not None]
-    assert until == Job.objects.exclude(reserved_until=None).get().reserved_until.timestamp()
+    [stored] = [
+        (row.reserved_until, row.reserved_ending)
+        for row in pending
+        if row.reserved_until is not None
+    ]
+    row = Job.objects.exclude(reserved_until=None).get()
+    assert stored == (row.reserved_until.timestamp(), [7, 9])
+    assert {tuple(row.reserved_ending) for row in pending} == {(7, 9), ()}
     running = statements.running_jobs()
     assert running == statements.running_jobs_orm()
     assert [row.pk for row in running] == [one.pk, victim.pk]
@@ -486,7 +493,12 @@ def test_pass_write_statements_write_as_the_orm(cluster):
     def shown():
         return list(
             Job.objects.order_by("pk").values_list(
-                "pk", *statements.VERDICT_FIELDS, "preempted_by", "reserved_on", "reserved_until"
+                "pk",
+                *statements.VERDICT_FIELDS,
+                "preempted_by",
+                "reserved_on",
+                "reserved_until",
+                "reserved_ending",
             )
         )
 
@@ -500,7 +512,9 @@ def test_pass_write_statements_write_as_the_orm(cluster):
         ),
     ):
         Job.objects.update(reason_code="", reason="", queue_position=None, estimated_start_at=None)
-        Job.objects.update(preempted_by=None, reserved_on=[["x", 1]], reserved_until=now)
+        Job.objects.update(
+            preempted_by=None, reserved_on=[["x", 1]], reserved_until=now, reserved_ending=[3]
+        )
         write(
             jobs,
             ["no_capacity"] * len(jobs),
@@ -517,12 +531,13 @@ def test_pass_write_statements_write_as_the_orm(cluster):
             [jobs[1], jobs[2], one.pk],
             [[["h100-0", 4], ["h100-1", 4]], [], [["h100-2", 8]]],
             [horizon, None, horizon],
+            [[4, 5], [], [6]],
         )
         results.append(shown())
     assert results[0] == results[1]
     written = {row[0]: row for row in results[0]}
     assert written[jobs[1]][6] == [["h100-0", 4], ["h100-1", 4]] and written[jobs[2]][6] == []
-    assert (written[jobs[1]][7], written[jobs[2]][7]) == (horizon, None)
-    assert written[one.pk][6:] == ([["x", 1]], now)  # pending only
+    assert written[jobs[1]][7:] == (horizon, [4, 5]) and written[jobs[2]][7:] == (None, [])
+    assert written[one.pk][6:] == ([["x", 1]], now, [3])  # pending only
     assert written[one.pk][1] == "" and written[jobs[1]][1] == "no_capacity"  # pending only
     assert (written[one.pk][5], written[victim.pk][5]) == (jobs[0], jobs[1])

@@ -288,12 +288,15 @@ class Sim:
 
     def _reserve(self, plan: Plan) -> None:
         # Where each waiting preemptor holds its GPUs, as the portal stores it
-        # (PendingJob.reserved_on, reserved_until); a job the plan does not name holds nothing.
-        held = {r.job_id: (r.nodes, r.until) for r in plan.reservations}
+        # (PendingJob.reserved_on, reserved_until, reserved_ending); a job the plan does not
+        # name holds nothing.
+        held = {r.job_id: (r.nodes, r.until, r.ending) for r in plan.reservations}
         for job in list(self.pending.values()):
-            nodes, until = held.get(job.id, ((), None))
-            if (job.reserved_on, job.reserved_until) != (nodes, until):
-                self.pending[job.id] = replace(job, reserved_on=nodes, reserved_until=until)
+            nodes, until, ending = held.get(job.id, ((), None, ()))
+            if (job.reserved_on, job.reserved_until, job.reserved_ending) != (nodes, until, ending):
+                self.pending[job.id] = replace(
+                    job, reserved_on=nodes, reserved_until=until, reserved_ending=ending
+                )
 
     def _finish(self, now: float) -> None:
         for r in list(self.running.values()):

@@ -457,7 +457,7 @@ def test_a_claim_on_an_ending_job_stores_the_horizon_it_decided_with():
     """Its reservation carries now + the flavor's shortest grace then (d's 600 s)."""
     plan = schedule(_shorter_grace_beside().snapshot())
     [held] = plan.reservations
-    assert (held.job_id, held.nodes, held.until) == (1, (("n3", 8),), NOW + 600)
+    assert (held.job_id, held.nodes, held.until, held.ending) == (1, (("n3", 8),), NOW + 600, (20,))
 
 
 def test_a_claim_on_its_victims_alone_stores_no_horizon():
@@ -466,7 +466,7 @@ def test_a_claim_on_its_victims_alone_stores_no_horizon():
     c.job(1, "a", gpus=8)
     plan = schedule(c.snapshot())
     assert preempted(plan) == [10]
-    assert [(r.job_id, r.until) for r in plan.reservations] == [(1, None)]
+    assert [(r.job_id, r.until, r.ending) for r in plan.reservations] == [(1, None, ())]
 
 
 def _the_second_pass(now: float = NOW + 30, grace: float = 30.0, **stored) -> object:
@@ -484,10 +484,12 @@ def _the_second_pass(now: float = NOW + 30, grace: float = 30.0, **stored) -> ob
 @pytest.mark.parametrize(
     ("stored", "kept"),
     [
-        ({"reserved_until": NOW + 600}, True),
+        ({"reserved_until": NOW + 600, "reserved_ending": (20,)}, True),
         ({}, False),  # none stored: the flavor's horizon is now + 30 s
-        ({"reserved_until": NOW + 20}, False),  # no longer ahead
-        ({"reserved_until": NOW + 200}, False),  # before the job's end, +270
+        ({"reserved_until": NOW + 20, "reserved_ending": (20,)}, False),  # no longer ahead
+        ({"reserved_until": NOW + 200, "reserved_ending": (20,)}, False),  # before its end
+        ({"reserved_until": NOW + 600, "reserved_ending": (10,)}, False),  # not that job
+        ({"reserved_until": NOW + 600}, False),  # no job counted: none
     ],
 )
 def test_a_stored_horizon_keeps_the_wait_for_the_job_it_counted_on(stored, kept):
@@ -500,16 +502,69 @@ def test_a_stored_horizon_keeps_the_wait_for_the_job_it_counted_on(stored, kept)
         assert preempted(plan) == [10]
 
 
-def test_a_stored_horizon_counts_no_job_whose_grace_outlasts_what_is_left_of_it():
-    """The non-preemptible job ends at +270 but may take its 400 s of grace to stop once
-    it runs into its limit: counted while 400 s of the claim's horizon (+600) are left."""
-    assert not _the_second_pass(NOW + 30, 400.0, reserved_until=NOW + 600).preemptions
-    assert not _the_second_pass(NOW + 200, 400.0, reserved_until=NOW + 600).preemptions
-    plan = _the_second_pass(NOW + 240, 400.0, reserved_until=NOW + 600)  # 360 s left
-    assert preempted(plan) == [10]
+def test_a_stored_claim_keeps_a_job_whose_grace_outlasts_what_is_left_of_its_horizon():
+    """The non-preemptible job ends at +270 with 400 s of grace, at most the 600 s it was
+    counted with. Asked of what is left of the horizon (360 s at +240), it stopped
+    counting while it still ran, and the claim preempted after all (a random run)."""
+    kept = {"reserved_until": NOW + 600, "reserved_ending": (20,)}
+    for now in (NOW + 30, NOW + 240, NOW + 290):  # past its max runtime: overdue
+        plan = _the_second_pass(now, 400.0, **kept)
+        assert not plan.preemptions
+        assert verdict(plan, 1).estimated_start == max(now, NOW + 270)
+    assert preempted(_the_second_pass(NOW + 240, 400.0)) == [10]  # none stored
 
 
 def test_a_horizon_without_its_target_is_not_kept():
     """reserved_until counts only with the stored target it was written with."""
-    plan = _the_second_pass(reserved_until=NOW + 600, reserved_on=())
+    plan = _the_second_pass(reserved_until=NOW + 600, reserved_ending=(20,), reserved_on=())
     assert preempted(plan) == [10]
+
+
+def test_a_stored_claim_counts_no_job_started_after_it_decided():
+    """a's 1x8 job waits with n3 for a's job 20 ending at +270 (stored: +600, job 20).
+    A borrower's 4-GPU job with 30 s of grace, admitted on n4 at +30, ends at +570: no
+    job the claim counted. b's within-nominal 1x4 job, which only preempting it (or d's
+    600 s-grace job) lets in, preempts it. Counted as ending (the flavor's horizon moved
+    to the claim's), it was no victim, and b's job waited for its max runtime, kept
+    waiting by that horizon copied into its own reservation (a review's case)."""
+    c = Cluster()
+    c.node("n1", gpus=8, block="b0", rack="r0")
+    c.node("n2", gpus=4, block="b2", rack="r2")
+    c.node("n3", gpus=8, block="b1", rack="r1")
+    c.node("n4", gpus=4, block="b4", rack="r4")
+    c.team("a", nominal=14, cohort="c").team("b", nominal=8, cohort="c")
+    c.team("d", nominal=0, cohort="c")
+    c.run(10, "d", on={"n1": 5}, grace=600.0, runtime=LONG)
+    c.run(20, "a", on={"n3": 1}, preemptible=False, started=NOW - 30, runtime=300.0)
+    c.run(2, "a", on={"n2": 4}, started=NOW)
+    c.run(3, "d", on={"n4": 4}, started=NOW + 30, runtime=540.0)
+    gang = c.job(1, "a", gpus=8, priority=1, submitted=NOW - 20)
+    c.pending[0] = replace(
+        gang, reserved_on=(("n3", 8),), reserved_until=NOW + 600, reserved_ending=(20,)
+    )
+    c.job(4, "b", gpus=4, submitted=NOW + 50, runtime=LONG)
+    plan = schedule(c.snapshot(now=NOW + 60))
+    assert preempted(plan) == [3]
+    assert verdict(plan, 1).reason_code == "waiting_for_preemption"  # its own claim holds
+    assert verdict(plan, 1).estimated_start == NOW + 270
+    assert verdict(plan, 4).estimated_start <= NOW + 270  # not X's end, +570
+
+
+def test_a_claim_keeps_no_job_it_counts_for_quota_alone():
+    """a's priority-1 1x8 job preempts a's priority-0 job on n3 for its GPUs, and counts
+    a's non-preemptible job on n1, ending at +200, for a's nominal 8: it keeps nothing
+    with its reservation. Kept, a job elsewhere counted as ending for every preemptor of
+    the flavor, and another team's job waited for it where a 30 s-grace victim would
+    have let it start at once (a review's random runs)."""
+    c = Cluster().node("n1").node("n3", block="b3", rack="r3")
+    c.team("a", nominal=8, cohort="c").team("e", nominal=2)
+    c.run(10, "e", on={"n1": 2}, grace=600.0, runtime=LONG)
+    c.run(21, "a", on={"n1": 1}, preemptible=False, **ends_in(200))
+    c.run(22, "a", on={"n3": 1}, grace=600.0, runtime=LONG)
+    c.job(1, "a", gpus=8, priority=1)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == [22]
+    assert "(21)" in verdict(plan, 1).message  # it waits for 21's quota
+    assert [(r.job_id, r.nodes, r.until, r.ending) for r in plan.reservations] == [
+        (1, (("n3", 8),), None, ())
+    ]

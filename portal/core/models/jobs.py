@@ -144,6 +144,12 @@ class Job(models.Model):
         help_text="With reserved_on, where it waits for jobs that reach their max runtime: "
         "the horizon its claim decided with, kept by the next passes (docs/scheduling.md).",
     )
+    reserved_ending = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="With reserved_until: the ids of the running jobs reaching their max "
+        "runtime that its claim counted on (docs/scheduling.md).",
+    )
 
     # A task of a job array (JobArray), with its index; both null for a plain job.
     array = models.ForeignKey(

@@ -65,6 +65,7 @@ def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
         preempted_by=None,
         reserved_on=[],
         reserved_until=None,
+        reserved_ending=[],
     )
     if not moved:
         return []
@@ -117,18 +118,19 @@ def _end_links(linked: list[int], admitted: list[int]) -> None:
 def _store_reservations(
     reservations: tuple[m.Reservation, ...], ctx: PassContext, admitted: list[int]
 ) -> None:
-    """Store where each waiting preemptor holds its GPUs and the horizon its claim
-    counted on (scheduler.model.PendingJob.reserved_on, reserved_until), so the next
-    pass keeps them; clear them where the plan names none. Only rows that change are
-    written (one statement): the preemptors, not every pending job."""
-    held = {r.job_id: (r.nodes, r.until) for r in reservations}
+    """Store where each waiting preemptor holds its GPUs, and the jobs reaching their max
+    runtime its claim counted on with their horizon (scheduler.model.PendingJob.
+    reserved_on, reserved_ending, reserved_until), so the next pass keeps them; clear
+    them where the plan names none. Only rows that change are written (one statement):
+    the preemptors, not every pending job."""
+    held = {r.job_id: (r.nodes, r.until, r.ending) for r in reservations}
     gone = set(admitted)
     changed = {
         pk: stored
         for pk, stored in held.items()
         if _stored(ctx.reserved.get(pk)) != _stored(stored) and pk not in gone
     }
-    changed.update((pk, ((), None)) for pk in ctx.reserved if pk not in held and pk not in gone)
+    changed.update((pk, ((), None, ())) for pk in ctx.reserved if pk not in held and pk not in gone)
     if not changed:
         return
     pks = sorted(changed)
@@ -141,15 +143,17 @@ def _store_reservations(
         pks,
         [[[name, gpus] for name, gpus in changed[pk][0]] for pk in pks],
         [_when(changed[pk][1]) for pk in pks],
+        [list(changed[pk][2]) for pk in pks],
     )
 
 
 def _stored(reservation: tuple | None) -> tuple:
-    """A reservation as its row stores it: nodes, and the horizon to the microsecond."""
+    """A reservation as its row stores it: nodes, the horizon to the microsecond, and the
+    jobs it counted on."""
     if reservation is None:
-        return (), None
-    nodes, until = reservation
-    return nodes, None if until is None else round(until, 6)
+        return (), None, ()
+    nodes, until, ending = reservation
+    return nodes, None if until is None else round(until, 6), tuple(ending)
 
 
 def _when(seconds: float | None) -> datetime | None:

@@ -47,9 +47,9 @@ class PassContext:
     budgets: list[BudgetStatus] = field(default_factory=list)  # behind Snapshot.budgets
     # preemptor pk → the jobs whose `preempted_by` names it (stopping or requeued)
     links: dict[int, list[int]] = field(default_factory=dict)
-    # Job.pk → the reservation its row stores (Job.reserved_on, Job.reserved_until as
-    # seconds), of pending jobs with one
-    reserved: dict[int, tuple[tuple[tuple[str, int], ...], float | None]] = field(
+    # Job.pk → the reservation its row stores (Job.reserved_on, reserved_until as
+    # seconds, reserved_ending), of pending jobs with one
+    reserved: dict[int, tuple[tuple[tuple[str, int], ...], float | None, tuple[int, ...]]] = field(
         default_factory=dict
     )
 
@@ -157,11 +157,12 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
         flavor_ids[row.flavor] = row.flavor_id
         if row.preempted_by is not None:
             ctx.links.setdefault(row.preempted_by, []).append(row.pk)
-        reserved_on, reserved_until = (), None
+        reserved_on, reserved_until, reserved_ending = (), None, ()
         if row.reserved_on:
             reserved_on = tuple((str(n), int(k)) for n, k in row.reserved_on)
             reserved_until = row.reserved_until
-            ctx.reserved[row.pk] = (reserved_on, reserved_until)
+            reserved_ending = tuple(int(pk) for pk in row.reserved_ending)
+            ctx.reserved[row.pk] = (reserved_on, reserved_until, reserved_ending)
         pending.append(
             Pending(
                 id=row.pk,
@@ -179,6 +180,7 @@ def _pending(ctx: PassContext) -> list[m.PendingJob]:
                 preempted_by=row.preempted_by,
                 reserved_on=reserved_on,
                 reserved_until=reserved_until,
+                reserved_ending=reserved_ending,
                 previous_attempt_stopping=row.draining,
                 array_id=row.array_id,
                 array_limit=row.array_limit,
