@@ -138,14 +138,19 @@ class Job(models.Model):
         help_text="While this job waits for the jobs it preempted: the [node, GPUs] pairs "
         "its reservation holds, kept there by the next passes (docs/scheduling.md).",
     )
+    # The two below are left to the database on insert (db_default), so the submit
+    # statement stays within the parameters psycopg caches (statements.submit_statement).
     reserved_until = models.DateTimeField(
         null=True,
         blank=True,
+        default=None,
+        db_default=None,
         help_text="With reserved_on, where it waits for jobs that reach their max runtime: "
         "the horizon its claim decided with, kept by the next passes (docs/scheduling.md).",
     )
     reserved_ending = models.JSONField(
         default=list,
+        db_default=models.Value([], output_field=models.JSONField()),
         blank=True,
         help_text="With reserved_until: the ids of the running jobs reaching their max "
         "runtime that its claim counted on (docs/scheduling.md).",
