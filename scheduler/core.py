@@ -755,11 +755,18 @@ class Pass:
         first (preemption.commit), borrow no more. Kept, a borrower was held back for
         GPUs kept for a team whose reclaim an earlier one of the pass had ruled out, and
         that team's job escaped its gang's hold as one that may reclaim (a helper's
-        case, test_reclaimable_cache.py)."""
+        case, test_reclaimable_cache.py).
+
+        Its GPU-hours are committed to its team's budget too, as an admission's are:
+        left out, a later job of its team preempted for itself within the budget, and
+        at the next pass, the preemptor admitted first, was over it, its victim's work
+        lost for nothing (a random disrupted run, test_budgets.py)."""
         key = (job.team, job.flavor)
         book = self.ledger.book(job.team)
         self.ledger.add(book, job.flavor, job.gpus)
         self.charged[key] = self.charged.get(key, 0) + job.gpus
+        if self.budgets is not None:
+            self.budgets.charge(job)
         for member in self.ledger.members.get(book.cohort, ()) if book.cohort else ():
             self._reclaim.pop((job.flavor, member.name), None)
 

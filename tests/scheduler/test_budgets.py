@@ -242,3 +242,21 @@ def test_admissions_never_overrun_a_budget(snap):
     assert all(
         (jobs[i].team, jobs[i].flavor) in {(b.team, b.flavor) for b in snap.budgets} for i in over
     )
+
+
+def test_a_preemptor_waiting_for_its_victims_is_charged_to_its_budget():
+    """a's 1x4 gang (400 GPU-hours at most) reclaims two of b's borrowed jobs and waits
+    for them; a's 1-GPU job (100 more) would take a past its 500 once the gang runs.
+    Left out of the budget while it waited, the gang's GPU-hours let the 1-GPU job
+    reclaim b's third job too, and at the next pass, the gang admitted first, the job
+    was over the budget: b's job lost its work for nothing (a random disrupted run)."""
+    c = Cluster().node("n0", gpus=4, block="b0", rack="r0").node("n1", gpus=4)
+    c.team("a", nominal=5, cohort="c").team("b", cohort="c")
+    for i in (1, 2, 3):
+        c.run(i, "b", on={"n0": 1}, runtime=100 * HOUR)
+    c.job(6, "a", gpus=4, runtime=100 * HOUR)
+    c.job(7, "a", gpus=1, runtime=100 * HOUR)
+    plan = schedule(with_budgets(c, budget(1.0, limit=500.0, team="a")))
+    assert sorted(p.preemptor_id for p in plan.preemptions) == [6, 6]
+    assert verdict(plan, 7).reason_code == "budget_exhausted"
+    assert "may use 400 more" in verdict(plan, 7).message
