@@ -258,6 +258,8 @@ def run_disrupted(run, strict=True):
             g = before[p.job_id].grace_period
             due = step + math.ceil(g / every)
             claims[p.preemptor_id] = max(claims.get(p.preemptor_id, 0), due)
+        for a in plan.admissions:  # a claim met; requeued and preempting again, it is told anew
+            told.pop(a.job_id, None)
         for v in plan.verdicts:
             if v.reason_code == "waiting_for_preemption" and v.estimated_start is not None:
                 told.setdefault(v.job_id, v.estimated_start)
