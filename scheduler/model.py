@@ -259,11 +259,11 @@ class Reservation:
     (PendingJob.reserved_on) and clears what a pass no longer names.
 
     `until`, `ending`: where the preemptor waits for running jobs that reach their max
-    runtime (preemption rule 2), the horizon it decided with and those jobs: they count
-    as ending while its claim stands and they end by the horizon, with a grace period
-    no longer than what is left of it (state.mark_ending), whatever shorter grace
-    period a job started since brings. None and () when it counted none. The writer
-    stores them with the nodes (PendingJob.reserved_until, reserved_ending)."""
+    runtime (preemption rule 2) on its target's nodes, those jobs and the horizon they
+    end by: the next passes count them as ending while its claim stands and the
+    horizon is ahead (state.mark_ending), whatever shorter grace period a job started
+    since brings. None and () when it counted none. The writer stores them with the
+    nodes (PendingJob.reserved_until, reserved_ending)."""
 
     job_id: JobId
     nodes: tuple[tuple[str, int], ...]

@@ -452,20 +452,19 @@ def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob
     victims were readmitted on the GPUs they had freed for it and preempted a second
     time (the random-runs property, test_ending_jobs.py).
 
-    And a stored claim keeps what it counted on (PendingJob.reserved_ending, while its
-    horizon reserved_until is still ahead): those of its jobs still running, not
-    stopping, count as well (they end by that horizon, and their grace periods were at
-    most g when it counted them: asked of what is left of the horizon, a job with 600 s
-    of grace stopped counting 30 s after the claim was made, and its preemptor
-    preempted a second job for the quota it had counted on: a random run). Asked anew from the jobs running now, a job with a 30 s grace
-    period that started beside a 1x8 preemptor's target shrank the horizon below the
-    +270 s at which the non-preemptible job it waited for ends; the target no longer held
-    the gang, and it reclaimed a borrower's job with 600 s of grace and started at +630
-    s (test_ending_jobs.py). Only those jobs: a flavor's horizon moved to the claim's
+    And a stored claim keeps the jobs it counted on (PendingJob.reserved_ending, those on
+    its target: preemption._keep_ending) while their horizon (reserved_until) is still
+    ahead: those still running and not stopping count as well, whatever g is now.
+    Asked anew from the jobs running now, a job with a 30 s grace period that started
+    beside a 1x8 preemptor's target shrank the horizon below the +270 s at which the
+    non-preemptible job it waited for ends; the target no longer held the gang, and it
+    reclaimed a borrower's job with 600 s of grace and started at +630 s
+    (test_ending_jobs.py). Only those jobs: the flavor's horizon moved to the claim's
     counted a borrower's 30 s-grace job admitted after it, so another team's preemptor
-    waited for that job's max runtime (+570 s) instead of preempting it (+90 s); the
-    jobs running when it decided were still too many, a job another claim had counted
-    (a review's random runs).
+    waited for that job's max runtime (+570 s) instead of preempting it (+90 s) (a
+    review). Their grace periods are not asked again: they were at most g when counted;
+    asked of what is left of the horizon, a job with 600 s of grace stopped counting 30 s
+    after the claim was made, and its preemptor preempted a second job (a random run).
 
     Each ending job's `horizon` is the latest it counts by."""
     grace: dict[str, float] = {}
