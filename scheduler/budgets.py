@@ -10,7 +10,9 @@ until their time limits, and the job's own request. Here, per team and flavor:
 `used` comes in the snapshot (scheduler.model.Budget); `committed` is the
 running jobs' GPUs times the rest of their max run time (a stopping job
 commits nothing more: it is ending); jobs admitted earlier in the same pass
-commit their whole max run time. Running jobs are never stopped by a budget:
+commit their whole max run time, and so do the team's jobs the pass made wait for
+stopping or ending jobs (a preemptor waiting for its victims: counted apart, as
+`waiting`, for the sentence). Running jobs are never stopped by a budget:
 only admissions wait (reason `budget_exhausted`), with no reservation and no
 preemption, since freeing GPUs would not let them start.
 """
@@ -28,13 +30,14 @@ EPSILON = 1e-9
 class Budgets:
     """What is left of each budget during one pass, charged as jobs are admitted."""
 
-    __slots__ = ("by_key", "committed")
+    __slots__ = ("by_key", "committed", "waiting")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.by_key: dict[tuple[str, str], Budget] = {
             (b.team, b.flavor): b for b in snapshot.budgets
         }
         self.committed: dict[tuple[str, str], float] = dict.fromkeys(self.by_key, 0.0)
+        self.waiting: dict[tuple[str, str], float] = dict.fromkeys(self.by_key, 0.0)
         now = snapshot.now
         for r in snapshot.running:
             key = (r.team, r.flavor)
@@ -45,23 +48,26 @@ class Budgets:
     def wait(self, job: PendingJob) -> Wait | None:
         """Return `budget_exhausted` if the job could cross its team's budget, else None.
 
-        info: (the Budget, GPU-hours committed to running jobs, the job's GPU-hours)
+        info: (the Budget, GPU-hours committed to running and admitted jobs, the job's
+        GPU-hours, GPU-hours committed to the team's jobs waiting for stopping jobs)
         """
         key = (job.team, job.flavor)
         budget = self.by_key.get(key)
         if budget is None:
             return None
-        committed = self.committed[key]
+        committed, waiting = self.committed[key], self.waiting[key]
         need = job_gpu_hours(job)
-        if budget.used + committed + need <= budget.limit + EPSILON:
+        if budget.used + committed + waiting + need <= budget.limit + EPSILON:
             return None
-        return Wait(BUDGET_EXHAUSTED, (budget, committed, need))
+        return Wait(BUDGET_EXHAUSTED, (budget, committed, need, waiting))
 
-    def charge(self, job: PendingJob) -> None:
-        """Commit an admitted job's whole max run time to its budget, if it has one."""
+    def charge(self, job: PendingJob, waiting: bool = False) -> None:
+        """Commit a job's whole max run time to its budget, if it has one: admitted, or
+        (`waiting`) made to wait for stopping jobs, as a preemptor waiting for its
+        victims is (Pass.charge)."""
         key = (job.team, job.flavor)
         if key in self.committed:
-            self.committed[key] += job_gpu_hours(job)
+            (self.waiting if waiting else self.committed)[key] += job_gpu_hours(job)
 
 
 def job_gpu_hours(job: PendingJob) -> float:

@@ -766,7 +766,7 @@ class Pass:
         self.ledger.add(book, job.flavor, job.gpus)
         self.charged[key] = self.charged.get(key, 0) + job.gpus
         if self.budgets is not None:
-            self.budgets.charge(job)
+            self.budgets.charge(job, waiting=True)
         for member in self.ledger.members.get(book.cohort, ()) if book.cohort else ():
             self._reclaim.pop((job.flavor, member.name), None)
 

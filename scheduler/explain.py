@@ -215,7 +215,9 @@ def _whole_workers(p: Pass, job: PendingJob, known: dict) -> float | None:
     return known[key]
 
 
-def _budget_start(job: PendingJob, budget, committed: float, need: float) -> float | None:
+def _budget_start(
+    job: PendingJob, budget, committed: float, need: float, waiting: float = 0.0
+) -> float | None:
     """Return when a job over its budget may start at the earliest: when the budget resets.
 
     Not booked in the shadow: a job of another team after it in pass order must not
@@ -305,8 +307,14 @@ def _no_nodes(p: Pass, job: PendingJob) -> str:
     return f"{_needs(p, job)}; no {job.flavor} node is Ready and uncordoned"
 
 
-def _budget(p: Pass, job: PendingJob, budget, committed: float, need: float) -> str:
-    """Return 'team vision used 4,980 of 5,000 h100 GPU-hours this month; resets at …'."""
+def _budget(
+    p: Pass, job: PendingJob, budget, committed: float, need: float, waiting: float = 0.0
+) -> str:
+    """Return 'team vision used 4,980 of 5,000 h100 GPU-hours this month; resets at …'.
+
+    What its jobs waiting for stopping jobs (a preemptor waiting for its victims) will
+    use is said apart: counted as its running jobs', a team that ran nothing was told
+    its running jobs may use 400 more (a review)."""
     when = "this month" if budget.period == "month" else f"in the last {budget.window_days} days"
     text = (
         f"team {job.team} used {_hours(budget.used)} of {_hours(budget.limit)} {job.flavor} "
@@ -319,11 +327,20 @@ def _budget(p: Pass, job: PendingJob, budget, committed: float, need: float) -> 
             f"shorter max run time, fewer GPUs or a bigger budget"
         )
     elif budget.used < budget.limit:
-        running = f"its running jobs may use {_hours(committed)} more and " if committed else ""
-        text += (
-            f"; {running}this job up to {_hours(need)} ({job.gpus} GPUs x "
-            f"{duration(job.max_runtime)} max run time), which would cross the limit"
+        this = (
+            f"this job up to {_hours(need)} ({job.gpus} GPUs x {duration(job.max_runtime)} "
+            f"max run time)"
         )
+        waits = f"its jobs waiting for stopping jobs {{}}{_hours(waiting)} once they start"
+        if committed and waiting:
+            this = (
+                f"its running jobs may use {_hours(committed)} more, {waits.format('')}, and {this}"
+            )
+        elif committed:
+            this = f"its running jobs may use {_hours(committed)} more and {this}"
+        elif waiting:
+            this = f"{waits.format('may use ')} and {this}"
+        text += f"; {this}, which would cross the limit"
     if budget.resets_at is not None:
         return f"{text}; resets at {_at(p, budget.resets_at)}"
     return f"{text}; usage older than {budget.window_days} days leaves the window"

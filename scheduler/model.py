@@ -260,8 +260,8 @@ class Reservation:
 
     `until`, `ending`: where the preemptor waits for running jobs that reach their max
     runtime (preemption rule 2) on its target's nodes, those jobs and the horizon they
-    end by: the next passes count them as ending while its claim stands and the
-    horizon is ahead (state.mark_ending), whatever shorter grace period a job started
+    end by: the next passes count them as ending while it keeps its stored target and
+    the horizon is ahead (state.mark_ending), whatever shorter grace period a job started
     since brings. None and () when it counted none. The writer stores them with the
     nodes (PendingJob.reserved_until, reserved_ending)."""
 

@@ -116,7 +116,8 @@ class Wait(NamedTuple):
       never_fits: ("shape",) | ("node", largest node) |
                   ("topology", most workers one domain holds) | ("quota", most ever)
       budget_exhausted: (the Budget, GPU-hours its running jobs may still use, the
-                         job's GPU-hours: GPUs x max run time)  (scheduler.budgets)
+                         job's GPU-hours: GPUs x max run time, GPU-hours its jobs
+                         waiting for stopping jobs may use)  (scheduler.budgets)
       backoff: (when it becomes eligible, how many times it was requeued)
       fifo_blocked: (id of the blocked job ahead, its reason code)
       waiting_for_preemption: (ids waited for, its victims first, their latest end,

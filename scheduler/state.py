@@ -454,7 +454,9 @@ def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob
 
     And a stored claim keeps the jobs it counted on (PendingJob.reserved_ending, those on
     its target: preemption._keep_ending) while their horizon (reserved_until) is still
-    ahead: those still running and not stopping count as well, whatever g is now.
+    ahead: those still running and not stopping count as well, whatever g is now (for
+    this pass even if the claim falls in it: it is asked after; the writer then clears
+    them).
     Asked anew from the jobs running now, a job with a 30 s grace period that started
     beside a 1x8 preemptor's target shrank the horizon below the +270 s at which the
     non-preemptible job it waited for ends; the target no longer held the gang, and it

@@ -259,4 +259,23 @@ def test_a_preemptor_waiting_for_its_victims_is_charged_to_its_budget():
     plan = schedule(with_budgets(c, budget(1.0, limit=500.0, team="a")))
     assert sorted(p.preemptor_id for p in plan.preemptions) == [6, 6]
     assert verdict(plan, 7).reason_code == "budget_exhausted"
-    assert "may use 400 more" in verdict(plan, 7).message
+    message = verdict(plan, 7).message  # a runs nothing: not "its running jobs" (a review)
+    assert (
+        "; its jobs waiting for stopping jobs may use 400 once they start and this job" in message
+    )
+
+
+def test_the_budget_sentence_names_running_and_waiting_jobs_apart():
+    c = Cluster().node("n0", gpus=4, block="b0", rack="r0").node("n1", gpus=4)
+    c.team("a", nominal=5, cohort="c").team("b", cohort="c")
+    for i in (1, 2, 3):
+        c.run(i, "b", on={"n0": 1}, runtime=100 * HOUR)
+    c.run(4, "a", on={"n1": 1}, started=NOW - HOUR, runtime=11 * HOUR)  # 10 GPU-hours left
+    c.job(6, "a", gpus=3, runtime=100 * HOUR)
+    c.job(7, "a", gpus=1, runtime=100 * HOUR)
+    plan = schedule(with_budgets(c, budget(1.0, limit=400.0, team="a")))
+    assert {p.preemptor_id for p in plan.preemptions} == {6}
+    assert (
+        "; its running jobs may use 10 more, its jobs waiting for stopping jobs 300 once they "
+        "start, and this job up to 100 (1 GPUs x 4 d 4 h max run time), which would cross"
+    ) in verdict(plan, 7).message
