@@ -216,7 +216,7 @@ def _whole_workers(p: Pass, job: PendingJob, known: dict) -> float | None:
 
 
 def _budget_start(
-    job: PendingJob, budget, committed: float, need: float, waiting: float = 0.0
+    job: PendingJob, budget, committed: float, need: float, waiting: float
 ) -> float | None:
     """Return when a job over its budget may start at the earliest: when the budget resets.
 
@@ -307,9 +307,7 @@ def _no_nodes(p: Pass, job: PendingJob) -> str:
     return f"{_needs(p, job)}; no {job.flavor} node is Ready and uncordoned"
 
 
-def _budget(
-    p: Pass, job: PendingJob, budget, committed: float, need: float, waiting: float = 0.0
-) -> str:
+def _budget(p: Pass, job: PendingJob, budget, committed: float, need: float, waiting: float) -> str:
     """Return 'team vision used 4,980 of 5,000 h100 GPU-hours this month; resets at …'.
 
     What its jobs waiting for stopping jobs (a preemptor waiting for its victims) will
@@ -331,15 +329,14 @@ def _budget(
             f"this job up to {_hours(need)} ({job.gpus} GPUs x {duration(job.max_runtime)} "
             f"max run time)"
         )
-        waits = f"its jobs waiting for stopping jobs {{}}{_hours(waiting)} once they start"
+        may = "" if committed else "may use "
+        waits = f"its jobs waiting for stopping jobs {may}{_hours(waiting)} once they start"
         if committed and waiting:
-            this = (
-                f"its running jobs may use {_hours(committed)} more, {waits.format('')}, and {this}"
-            )
+            this = f"its running jobs may use {_hours(committed)} more, {waits}, and {this}"
         elif committed:
             this = f"its running jobs may use {_hours(committed)} more and {this}"
         elif waiting:
-            this = f"{waits.format('may use ')} and {this}"
+            this = f"{waits} and {this}"
         text += f"; {this}, which would cross the limit"
     if budget.resets_at is not None:
         return f"{text}; resets at {_at(p, budget.resets_at)}"

@@ -157,6 +157,7 @@ def _stored(reservation: tuple | None) -> tuple:
 
 
 def _when(seconds: float | None) -> datetime | None:
+    """Seconds since the epoch (the scheduler's time) as the aware datetime a row stores."""
     return None if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
@@ -261,9 +262,7 @@ def _write_verdicts(verdicts: tuple[m.Verdict, ...], ctx: PassContext) -> int:
         row = shown.get(v.job_id)
         if row is not None and _same(row, v):
             continue
-        start = v.estimated_start
-        if start is not None:
-            start = datetime.fromtimestamp(start, tz=UTC)
+        start = _when(v.estimated_start)
         changed.append((v.job_id, v.reason_code[:32], v.message, v.position, start))
     if changed:
         _update_pending(changed)
