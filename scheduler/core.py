@@ -478,6 +478,17 @@ class Pass:
             self._lower_gpus[level] = sum(r.job.gpus for r in victims)
         return self._lower_gpus[level]
 
+    def forget_lower(self, flavor: str, teams: Iterable[str]) -> None:
+        """Forget the teams' cached lower-priority GPUs of a flavor (_preemptible_below):
+        their jobs just stopped as victims are no longer there to preempt. Kept, a team
+        whose own priority preemptor had stopped its priority-0 jobs still counted them
+        for its next job, that job could not fit even so, and the idle quota kept for it
+        held a borrower back for the pass (test_reclaim_fresh.py)."""
+        teams = set(teams)
+        for level in [level for level in self._lower_gpus if level[0] in teams]:
+            if level[1] == flavor:
+                del self._lower_gpus[level]
+
     def _usable(self, parts: list[tuple[int, tuple[str, str]]], flavor: str) -> tuple[int, int]:
         """Return how much of the kept quota the waiting teams' jobs could use on the free
         GPUs now: per team, at most what its waiting jobs that fit them ask for (GPUs a

@@ -1840,6 +1840,7 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
         p.preemptions.append(_preemption(p, job, book, r, stopping))
         r.stop(p.now)
         stops.add(r)
+    p.forget_lower(job.flavor, (r.job.team for r in choice.victims))
     # by when its victims (of this pass and earlier ones) have stopped: the reservation
     # draws on the stopping GPUs that stop by then first (state.Stops.reserve); from
     # now, a kept target of a preemptor whose victims still stopped hid the free GPUs

@@ -370,3 +370,30 @@ def test_no_more_gpus_are_said_kept_than_are_free():
     plan = schedule(c.snapshot())
     assert admitted(plan) == [] and preempted(plan) == []
     assert "2 of the 2 free GPUs are kept" in verdict(plan, 1).message
+
+
+def test_no_quota_is_kept_for_a_job_that_counts_its_teams_stopped_victims():
+    """a (nominal 8, no borrowing) runs two priority-0 4-GPU jobs; b (nominal 8) uses 7
+    and c's 6 are idle. In fair-share order: b's job 3 borrows 2; a's priority-1 2-GPU
+    job 1 preempts one of a's own 4-GPU jobs; then b's job 4 asks for 2 more of c's
+    idle quota.
+
+    a's 8-GPU job 2 cannot fit a's quota this pass (a settles at 6 of 8, and only its
+    other 4-GPU job is left below it), so nothing is kept for it and job 4 borrows.
+    Before the fix the pass still counted the stopped victim among the a jobs job 2
+    could preempt (`Pass._preemptible_below`, filled when job 3 asked), kept 2 GPUs of
+    idle quota for job 2 and told job 4 `cohort_busy` for the pass."""
+    c = Cluster().node("n0").node("n1").node("n2")
+    c.team("a", nominal=8, cohort="c", borrowing_limit=0)
+    c.team("b", nominal=8, cohort="c").team("c", nominal=6, cohort="c")
+    c.run(100, "a", on={"n0": 4}, runtime=LONG)
+    c.run(101, "a", on={"n0": 4}, runtime=LONG)
+    c.run(200, "b", on={"n1": 7}, runtime=LONG)
+    c.job(1, "a", gpus=2, priority=1, runtime=LONG)
+    c.job(2, "a", gpus=8, priority=1, runtime=LONG)
+    c.job(3, "b", gpus=2, runtime=LONG)
+    c.job(4, "b", gpus=2, runtime=LONG)
+    plan = schedule(c.snapshot())
+    assert len(preempted(plan)) == 1 and set(preempted(plan)) <= {100, 101}
+    assert admitted(plan) == [3, 4], reasons(plan)
+    assert reasons(plan)[2] == "quota"
