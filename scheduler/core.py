@@ -7,6 +7,7 @@ order, gives the same plan.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Iterable
 from itertools import islice
@@ -82,20 +83,26 @@ def schedule(snapshot: Snapshot) -> Plan:
     5. Explain: a verdict with reason, position and estimated start for every
        job not admitted.
     """
-    p = Pass(snapshot)
-    p.honour_reservations(snapshot)
-    order = p.policy.order(p)
-    for job in islice(order, p.config.max_backfill_candidates):
-        p.consider(job)
-    for job in order:
-        p.not_reached(job)
-    for job in p.backing_off:
-        p.back_off(job)
-    for job in p.old_attempts:
-        p.await_old_attempt(job)
-    for job in p.array_held:
-        p.hold_for_array(job)
-    return p.plan()
+    collecting = gc.isenabled()
+    gc.disable()  # the pass makes few cycles and many short-lived objects: collect after
+    try:
+        p = Pass(snapshot)
+        p.honour_reservations(snapshot)
+        order = p.policy.order(p)
+        for job in islice(order, p.config.max_backfill_candidates):
+            p.consider(job)
+        for job in order:
+            p.not_reached(job)
+        for job in p.backing_off:
+            p.back_off(job)
+        for job in p.old_attempts:
+            p.await_old_attempt(job)
+        for job in p.array_held:
+            p.hold_for_array(job)
+        return p.plan()
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class Pass:
@@ -550,12 +557,12 @@ class Pass:
         would, or a later decision reads a figure from before a preemption (a review:
         `_reclaim` filled early refused a borrower the pass without explanations
         admitted)."""
-        caches = (self._reclaim, self._lower_gpus)  # added to while asked: the newest go
-        sizes = [len(c) for c in caches]
+        reclaim, lower = self._reclaim, self._lower_gpus  # added to while asked: the newest go
+        sizes = len(reclaim), len(lower)
         try:
             return question(*args)
         finally:
-            for cache, size in zip(caches, sizes, strict=True):
+            for cache, size in ((reclaim, sizes[0]), (lower, sizes[1])):
                 while len(cache) > size:
                     del cache[next(reversed(cache))]
 

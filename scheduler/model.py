@@ -123,10 +123,10 @@ class PendingJob:
     array_id: int | None = None
     array_limit: int | None = None
     grace_period: float = 30.0
+    gpus: int = field(init=False, repr=False, compare=False)  # workers x GPUs per worker
 
-    @property
-    def gpus(self) -> int:
-        return self.workers * self.gpus_per_worker
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", self.workers * self.gpus_per_worker)  # asked often
 
 
 @dataclass(frozen=True, slots=True)
