@@ -7,7 +7,6 @@ order, gives the same plan.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Iterable
 from itertools import islice
@@ -83,26 +82,20 @@ def schedule(snapshot: Snapshot) -> Plan:
     5. Explain: a verdict with reason, position and estimated start for every
        job not admitted.
     """
-    collecting = gc.isenabled()
-    gc.disable()  # the pass makes few cycles and many short-lived objects: collect after
-    try:
-        p = Pass(snapshot)
-        p.honour_reservations(snapshot)
-        order = p.policy.order(p)
-        for job in islice(order, p.config.max_backfill_candidates):
-            p.consider(job)
-        for job in order:
-            p.not_reached(job)
-        for job in p.backing_off:
-            p.back_off(job)
-        for job in p.old_attempts:
-            p.await_old_attempt(job)
-        for job in p.array_held:
-            p.hold_for_array(job)
-        return p.plan()
-    finally:
-        if collecting:
-            gc.enable()
+    p = Pass(snapshot)
+    p.honour_reservations(snapshot)
+    order = p.policy.order(p)
+    for job in islice(order, p.config.max_backfill_candidates):
+        p.consider(job)
+    for job in order:
+        p.not_reached(job)
+    for job in p.backing_off:
+        p.back_off(job)
+    for job in p.old_attempts:
+        p.await_old_attempt(job)
+    for job in p.array_held:
+        p.hold_for_array(job)
+    return p.plan()
 
 
 class Pass:

@@ -1082,6 +1082,7 @@ class _Search:
                     removed[r.book] = was
 
         grow(0, 0, NO_COST, [], dict(self.removed))
+        del grow  # a recursive closure is a cycle: broken here, its search is freed at once
         return best[1]
 
     def _walk(self, items, free: int, goal: int, taken: set) -> tuple[list | None, bool]:
@@ -1478,6 +1479,7 @@ def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
             chosen.pop()
 
     grow(0, [], NO_COST, {})
+    del grow  # (a cycle, as in _Search._exact)
     if checks[0] <= 0:
         return _handed_over(p, job, pool, book, search, cands, tx, best)
     if best[1] is None:
@@ -1734,6 +1736,7 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
             chosen.pop()
 
     grow(0, [], base, dict(removed), lacks)
+    del grow  # (a cycle, as in _Search._exact)
     return found[0]
 
 
