@@ -62,6 +62,7 @@ from it; a priority preemption goes strictly down in priority within a queue.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
@@ -490,7 +491,7 @@ class _Future:
     borrowing that much less; its target taken). Asked node by node (`before` and
     `after` return a function of the node), domain by domain until one holds a shape."""
 
-    __slots__ = ("p", "pool", "free", "totals", "domains", "base", "lent", "members")
+    __slots__ = ("p", "pool", "free", "totals", "domains", "base", "lent", "members", "_before")
 
     def __init__(self, p: Pass, pool: Pool, cohort: str | None = None) -> None:
         stops = p.stops(pool)
@@ -502,12 +503,17 @@ class _Future:
         self.domains = pool.domain_nodes()
         self.base: dict[int, int] | None = None  # node -> GPUs free, where some are (nodes)
         self.lent: tuple | None = None  # space() before the choice
+        self._before: dict[int, Callable[[int], int]] = {}  # id(team) -> before(team)
 
-    def before(self, team: TeamBook):
-        """Return node -> GPUs the team could use now."""
-        free, totals = self.free, self.totals
-        extra = self.p.reclaimable_now(self.pool, team)
-        return lambda n: min(totals[n], free[n] + extra.get(n, 0))
+    def before(self, team: TeamBook) -> Callable[[int], int]:
+        """Return node -> GPUs the team could use now (the same for every choice: one
+        per team)."""
+        avail = self._before.get(id(team))
+        if avail is None:
+            free, totals = self.free, self.totals
+            extra = self.p.reclaimable_now(self.pool, team)
+            avail = self._before[id(team)] = lambda n: min(totals[n], free[n] + extra.get(n, 0))
+        return avail
 
     def after(self, team: TeamBook, choice: Choice):
         """Return node -> GPUs the team could use once the choice is made."""
@@ -590,14 +596,22 @@ class _Future:
         """Return whether w workers of g GPUs fit one domain, counted per worker slot as
         placement.choose places a gang: of the domains `first` (unless `others`: asked
         already), then the others."""
-        if not others and any(sum(avail(n) // g for n in nodes) >= w for nodes in first):
+        if not others and any(_slots_reach(avail, nodes, g, w) for nodes in first):
             return True
         skip = {id(nodes) for nodes in first}
         return any(
-            sum(avail(n) // g for n in nodes) >= w
-            for nodes in self.domains
-            if id(nodes) not in skip
+            _slots_reach(avail, nodes, g, w) for nodes in self.domains if id(nodes) not in skip
         )
+
+
+def _slots_reach(avail, nodes, g: int, w: int) -> bool:
+    """Return whether the nodes hold w workers of g GPUs with `avail` (node -> GPUs)
+    free: counted node by node until they do."""
+    for n in nodes:
+        w -= avail(n) // g
+        if w <= 0:
+            return True
+    return w <= 0
 
 
 def _spoiled(
