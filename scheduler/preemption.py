@@ -1507,16 +1507,29 @@ def _handed_over(p, job, pool, book, search, cands, tx, best: list) -> list[Runn
     """Return the victims of an exact search that ran out of fit checks, released in tx
     as `_exact_all` does, or None (nothing released): not every set was tried, so the
     cheaper of the set it had found by then (`best`: [(cost, rank), victims] or
-    [None, None]) and the search per target's; if neither found one, `_trimmed`'s, if
-    that is allowed. So it may miss a cheaper set, or, rarely, every set (Known limits)."""
+    [None, None]), with each victim the job does not need put back, and the search per
+    target's; if neither found one, `_trimmed`'s, if that is allowed. So it may miss a
+    cheaper set, or, rarely, every set (Known limits). Taken as found, the set held a
+    victim a cheaper branch not yet tried would have spared: a borrower's job in
+    another block, whose GPUs and quota the 3x4 gang did not need (an adversarial
+    helper's case, test_victim_sets.py). A subset of an allowed set is allowed: each
+    team's victims but its largest add up to no more."""
     mark = tx.mark()
+    chosen = None
+    if best[1] is not None:
+        for r in best[1]:
+            _release(p, r, pool, tx)
+        chosen = _put_back(p, job, pool, book, search, list(best[1]), tx)
+        tx.rollback(mark)
     found = _heuristic(p, job, pool, book, search, cands, tx)
     if found is not None and (
-        best[1] is None or (search.cost(found), search.rank(found)) <= best[0]
+        chosen is None
+        or (search.cost(found), search.rank(found)) <= (search.cost(chosen), search.rank(chosen))
     ):
         return found
     tx.rollback(mark)
-    chosen = best[1] if best[1] is not None else _trimmed(p, job, pool, book, search, cands, tx)
+    if chosen is None:
+        chosen = _trimmed(p, job, pool, book, search, cands, tx)
     if chosen is None:
         return None
     for r in chosen:
