@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from heapq import merge
 from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
@@ -1096,7 +1097,7 @@ class _Search:
                     removed[r.book] = was
 
         grow(0, 0, NO_COST, [], dict(self.removed))
-        del grow  # a recursive closure is a cycle: broken here, its search is freed at once
+        grow = None  # a recursive closure is a cycle: broken here, its search is freed at once
         return best[1]
 
     def _walk(self, items, free: int, goal: int, taken: set) -> tuple[list | None, bool]:
@@ -1493,7 +1494,7 @@ def _exact_all(p, job, pool, book, search, cands, tx) -> list[Running] | None:
             chosen.pop()
 
     grow(0, [], NO_COST, {})
-    del grow  # (a cycle, as in _Search._exact)
+    grow = None  # (a cycle, as in _Search._exact)
     if checks[0] <= 0:
         return _handed_over(p, job, pool, book, search, cands, tx, best)
     if best[1] is None:
@@ -1763,7 +1764,7 @@ def _exact_cover(p, job, book, search, rest, removed, base, single, best) -> tup
             chosen.pop()
 
     grow(0, [], base, dict(removed), lacks)
-    del grow  # (a cycle, as in _Search._exact)
+    grow = None  # (a cycle, as in _Search._exact)
     return found[0]
 
 
@@ -1946,7 +1947,12 @@ def _waited(
     if not mine and not others:  # it waits for quota only
         others = {id(r): r for r in jobs if shares(book, r.book)} or {id(r): r for r in jobs}
     else:  # and for the quota of those elsewhere that its decision counted on
-        others.update((id(r), r) for r in _quota_from(p, job, book, mine, others, jobs))
+        ordered = (
+            merge(stops.by_stop, stops.ending_by_stop, key=lambda r: stopping_key(r.end, r.job))
+            if choice.ending
+            else stops.by_stop
+        )
+        others.update((id(r), r) for r in _quota_from(p, job, book, mine, others, ordered))
     first = sorted(mine.values(), key=lambda r: stopping_key(r.end, r.job))
     then = sorted(others.values(), key=lambda r: (r.ending, stopping_key(r.end, r.job)))
     ids = tuple(r.job.id for r in (*first, *then))
@@ -1955,7 +1961,9 @@ def _waited(
     return (ids, end, len(first), sum(r.ending for r in then))
 
 
-def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: dict, jobs) -> list:
+def _quota_from(
+    p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: dict, ordered
+) -> list:
     """Return the stopping (or ending) jobs of its team and cohort, beyond `mine` and
     `others`, whose quota the preemptor needs: soonest end first, until its quota fits
     with theirs and its victims' released (its own charge taken back, as it decided),
@@ -1974,9 +1982,11 @@ def _quota_from(p: Pass, job: PendingJob, book: TeamBook, mine: dict, others: di
     short = quota_short(p, job, book, back)
     if short <= 0:
         return []
-    rest = [r for r in jobs if shares(book, r.book) and id(r) not in mine and id(r) not in others]
+    peers = set(p.ledger.peers(book))  # the teams whose quota is pooled with its own
     needed = []
-    for r in sorted(rest, key=lambda r: stopping_key(r.end, r.job)):
+    for r in ordered:  # (soonest stop first: Stops.by_stop)
+        if r.book not in peers or id(r) in mine or id(r) in others:
+            continue
         back.change(r.book, -r.job.gpus)
         needed.append(r)
         short -= r.job.gpus  # a GPU given back frees at most a GPU of quota: asked

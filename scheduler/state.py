@@ -7,12 +7,14 @@ a Transaction so it can be undone in reverse (Volcano framework/statement.go).
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections.abc import Iterable
 from itertools import chain
 from operator import attrgetter
 
 from .index import FreeIndex
 from .model import GpuId, JobId, Node, PendingJob, RunningJob, WorkerPlacement, stops_by
+from .ordering import stopping_key
 from .quota import Ledger, TeamBook
 
 # Placement views a pool can be in (see Pool.fails).
@@ -195,6 +197,10 @@ class Running:
         self.end = now + self.job.grace_period
 
 
+def _stop_order(r: Running) -> tuple:
+    return stopping_key(r.end, r.job)
+
+
 class Stops:
     """GPUs of one pool that stopping jobs will free, and the preemptors they are promised to.
 
@@ -248,6 +254,8 @@ class Stops:
         "ending_on",
         "ending_quota",
         "ending_jobs",
+        "by_stop",
+        "ending_by_stop",
     )
 
     def __init__(self, pool: Pool) -> None:
@@ -270,11 +278,16 @@ class Stops:
         self.ending_on: dict[int, int] = {}
         self.ending_quota: dict[TeamBook, int] = {}  # team -> GPUs its ending jobs hold
         self.ending_jobs: list[Running] = []
+        # `jobs` and `ending_jobs` soonest stop first (ordering.stopping_key), kept so as
+        # they grow: a preemptor's wait looks through them in that order (_quota_from)
+        self.by_stop: list[Running] = []
+        self.ending_by_stop: list[Running] = []
 
     def add(self, r: Running) -> None:
         """Count a stopping job's GPUs and quota as coming free."""
         self.quota[r.book] = self.quota.get(r.book, 0) + r.job.gpus
         self.jobs.append(r)
+        insort(self.by_stop, r, key=_stop_order)
         if r.job.preempted_by is not None:  # a victim of an earlier pass
             self.by_preemptor.setdefault(r.job.preempted_by, []).append(r)
         self.first_end = min(self.first_end, r.end)
@@ -288,6 +301,7 @@ class Stops:
         """Count a running job that ends by itself before any victim could stop, apart."""
         self.ending_quota[r.book] = self.ending_quota.get(r.book, 0) + r.job.gpus
         self.ending_jobs.append(r)
+        insort(self.ending_by_stop, r, key=_stop_order)
         for node, k in r.nodes:
             self.ending_on[node] = self.ending_on.get(node, 0) + k
             self.jobs_on.setdefault(node, []).append(r)

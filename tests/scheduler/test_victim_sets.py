@@ -14,8 +14,8 @@ property compares the search with every allowed subset of the candidates.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from collections import Counter
+from dataclasses import replace
 from itertools import count
 
 from hypothesis import HealthCheck, assume, given, note, settings
