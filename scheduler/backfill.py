@@ -40,6 +40,7 @@ they would take quota the gang is sure to have by then (_takes_own_gangs).
 from __future__ import annotations
 
 import math
+from bisect import insort
 from typing import TYPE_CHECKING
 
 from . import placement
@@ -688,13 +689,20 @@ def cohort_free_at(p: Pass, job: PendingJob, reserved: Reservation | None = None
 
 
 def room_steps(
-    p: Pass, team: str, flavor: str, reserved: Reservation | None, upto: float
+    p: Pass, team: str, flavor: str, reserved: Reservation | None, upto: float, known: dict
 ) -> tuple[list[float], list[float]]:
     """Return the times of cohort_free_at's replay and, at each, the most GPUs the team
     could take by then, until that is `upto`: one replay answers every job size of the
-    team up to it (with bisect on the second list, which never decreases)."""
+    team up to it (with bisect on the second list, which never decreases). Asked once
+    the pass is over (the sentences' estimates): the end estimates a replay reads are
+    then the same for every team that pools its quota with the same teams, and are
+    kept in `known` ((cohort, or the team alone, flavor) -> _ends)."""
+    book = p.ledger.book(team)
+    key = (book.cohort, flavor) if book.cohort is not None else ((team,), flavor)
+    if key not in known:
+        known[key] = _ends(p, book, flavor)
     steps: list = []
-    _replay(p, p.ledger.book(team), flavor, reserved, upto, steps)
+    _replay(p, book, flavor, reserved, upto, steps, known[key])
     times, rooms, most = [], [], -math.inf
     for t, room in steps:
         most = max(most, room)
@@ -704,7 +712,13 @@ def room_steps(
 
 
 def _replay(
-    p: Pass, book, f: str, reserved: Reservation | None, gpus: float, steps: list | None = None
+    p: Pass,
+    book,
+    f: str,
+    reserved: Reservation | None,
+    gpus: float,
+    steps: list | None = None,
+    ends: list | None = None,
 ) -> float:
     """Return when enough of the jobs of the flavor end for the job's team to take its
     GPUs: the team's and, in a cohort, the cohort's (its headroom: its limit and what
@@ -719,20 +733,11 @@ def _replay(
     never free enough: then no quota is held. With `reserved` (a GPU
     reservation whose quota the job may not take, Backfill.quota_taken): not before
     its start, with its job (and those of the flavor's reservations before it still
-    running then) charged until their max runtimes end.
+    running then) charged until their max runtimes end. `ends`: _ends(p, book, f), if
+    known already (room_steps).
     """
     ledger = p.ledger
-    ends = []
-    for member in ledger.peers(book):
-        ends += [(r.end, r.job.id, member, r.job.gpus) for r in p.running_of(member.name, f)]
-    for i, a in enumerate(p.admitted.get(f, ())):
-        started = ledger.book(a.team)
-        if ledger.shares_quota(book, started):
-            ends.append((a.end, -1 - i, started, a.gpus))
-    for w, until in p.waiting_preemptors:
-        charged = ledger.book(w.team)
-        if w.flavor == f and ledger.shares_quota(book, charged):
-            ends.append((until + w.max_runtime, w.id, charged, w.gpus))
+    ends = _ends(p, book, f) if ends is None else list(ends)
     at = p.now
     tx = Transaction()
     try:
@@ -743,8 +748,8 @@ def _replay(
             for r in (*charged, reserved):
                 owner = ledger.book(r.job.team)
                 tx.add(ledger, owner, f, r.job.gpus)
-                ends.append((r.start + r.job.max_runtime, math.inf, owner, r.job.gpus))
-        ends.sort(key=lambda e: (e[0], e[1]))
+                end = (r.start + r.job.max_runtime, math.inf, owner, r.job.gpus)
+                insort(ends, end, key=_end_order)  # after those ending as soon: in turn
         k = 0
         while k < len(ends) and ends[k][0] <= at:  # what has ended by then
             tx.add(ledger, ends[k][2], f, -ends[k][3])
@@ -765,6 +770,31 @@ def _replay(
         return math.inf
     finally:
         tx.rollback()
+
+
+def _ends(p: Pass, book, f: str) -> list[tuple]:
+    """Return the end estimates _replay replays for a team's quota of a flavor, soonest
+    first, as (end, tiebreak, team, GPUs): its (its cohort's) running jobs, the jobs
+    admitted in this pass and the waiting preemptors (until their max runtime after
+    their victims have stopped)."""
+    ledger = p.ledger
+    ends = []
+    for member in ledger.peers(book):
+        ends += [(r.end, r.job.id, member, r.job.gpus) for r in p.running_of(member.name, f)]
+    for i, a in enumerate(p.admitted.get(f, ())):
+        started = ledger.book(a.team)
+        if ledger.shares_quota(book, started):
+            ends.append((a.end, -1 - i, started, a.gpus))
+    for w, until in p.waiting_preemptors:
+        charged = ledger.book(w.team)
+        if w.flavor == f and ledger.shares_quota(book, charged):
+            ends.append((until + w.max_runtime, w.id, charged, w.gpus))
+    ends.sort(key=_end_order)
+    return ends
+
+
+def _end_order(e: tuple) -> tuple:
+    return e[0], e[1]
 
 
 def waits_for_gpus(wait: Wait) -> bool:

@@ -147,7 +147,7 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
     out: dict[int, float | None] = {}
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     wholes: dict = {}  # gang shape -> when its workers fit whole (_whole_workers)
-    quota_back: dict = {"biggest": {}}  # (holder, kind, team) -> _quota_back_at's replay
+    quota_back: dict = {"biggest": {}, "ends": {}}  # (holder, kind, team) -> its replay
     biggest = quota_back["biggest"]  # (holder, kind, team) -> the largest job it holds
     for job in waiting:
         wait = p.waits[job.id]
@@ -542,7 +542,8 @@ def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:
         known = cache[key] = (None, [], [])
         for res in holds:
             if res is not None and res.job.id == holder:
-                known = cache[key] = (res, *room_steps(p, job.team, job.flavor, res, upto))
+                steps = room_steps(p, job.team, job.flavor, res, upto, cache["ends"])
+                known = cache[key] = (res, *steps)
     res, times, rooms = known
     if res is None:
         return p.now
