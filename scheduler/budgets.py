@@ -8,8 +8,13 @@ until their time limits, and the job's own request. Here, per team and flavor:
     used + committed + gpus x max_runtime  <=  limit      (all in GPU-hours)
 
 `used` comes in the snapshot (scheduler.model.Budget); `committed` is the
-running jobs' GPUs times the rest of their max run time (a stopping job
-commits nothing more: it is ending); jobs admitted earlier in the same pass
+running jobs' GPUs times the rest of their max run time, and a stopping job's
+times the rest of its grace period (RunningJob.ends_by: its GPUs are in use,
+and counted as used, until it has stopped; committing nothing, a job admitted
+meanwhile took that room, and the team's preemptor, once its victim had stopped,
+was over the budget, the victim's work lost for nothing: an adversarial helper's
+case, tests/scheduler/test_budgets.py), summed exactly (math.fsum: the same
+in any order of the snapshot's jobs); jobs admitted earlier in the same pass
 commit their whole max run time, and so do the team's jobs the pass made wait for
 stopping or ending jobs (a preemptor waiting for its victims: counted apart, as
 `waiting`, for the sentence). Running jobs are never stopped by a budget:
@@ -18,6 +23,8 @@ preemption, since freeing GPUs would not let them start.
 """
 
 from __future__ import annotations
+
+from math import fsum
 
 from .model import Budget, PendingJob, Snapshot
 from .reasons import BUDGET_EXHAUSTED, Wait
@@ -36,14 +43,13 @@ class Budgets:
         self.by_key: dict[tuple[str, str], Budget] = {
             (b.team, b.flavor): b for b in snapshot.budgets
         }
-        self.committed: dict[tuple[str, str], float] = dict.fromkeys(self.by_key, 0.0)
         self.waiting: dict[tuple[str, str], float] = dict.fromkeys(self.by_key, 0.0)
         now = snapshot.now
+        left: dict[tuple[str, str], list[float]] = {key: [] for key in self.by_key}
         for r in snapshot.running:
-            key = (r.team, r.flavor)
-            if key in self.by_key and not r.stopping:
-                left = max(0.0, r.started_at + r.max_runtime - now)
-                self.committed[key] += r.gpus * left / HOUR
+            if (key := (r.team, r.flavor)) in left:
+                left[key].append(r.gpus * (r.ends_by(now) - now) / HOUR)
+        self.committed: dict[tuple[str, str], float] = {k: fsum(v) for k, v in left.items()}
 
     def wait(self, job: PendingJob) -> Wait | None:
         """Return `budget_exhausted` if the job could cross its team's budget, else None.

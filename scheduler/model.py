@@ -162,6 +162,17 @@ class RunningJob:
     array_id: int | None = None
     stop_requested_at: float | None = None
 
+    def ends_by(self, now: float) -> float:
+        """Return when it is expected to free its GPUs, not before `now`: a stopping job
+        when its grace period ends (stops_by; told to stop at an unknown time: a grace
+        period from now), any other at the end of its max run time. The pass's view of
+        its end (scheduler.state.Running) and what its team's GPU-hour budget commits
+        for it (scheduler.budgets) alike."""
+        if self.stopping:
+            asked = now if self.stop_requested_at is None else self.stop_requested_at
+            return max(now, stops_by(asked, self.grace_period))
+        return max(now, self.started_at + self.max_runtime)
+
 
 def stops_by(stop_requested_at: float, grace_period: float) -> float:
     """Return when a job told to stop at `stop_requested_at` is expected to have stopped:

@@ -13,7 +13,7 @@ from itertools import chain
 from operator import attrgetter
 
 from .index import FreeIndex
-from .model import GpuId, JobId, Node, PendingJob, RunningJob, WorkerPlacement, stops_by
+from .model import GpuId, JobId, Node, PendingJob, RunningJob, WorkerPlacement
 from .ordering import stopping_key
 from .quota import Ledger, TeamBook
 
@@ -178,11 +178,7 @@ class Running:
         self.stopping = job.stopping
         self.ending = False  # counted as coming free by the pass's preemptors (Stops.end)
         self.horizon = 0.0  # if ending, the latest horizon it ends by (state.mark_ending)
-        if job.stopping:
-            asked = now if job.stop_requested_at is None else job.stop_requested_at
-            self.end = max(now, stops_by(asked, job.grace_period))  # overdue: any moment now
-        else:
-            self.end = max(now, job.started_at + job.max_runtime)
+        self.end = job.ends_by(now)  # a stopping job overdue: any moment now
 
     @property
     def nodes(self) -> list[tuple[int, int]]:

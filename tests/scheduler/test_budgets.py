@@ -8,9 +8,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler import REASONS, Budget, schedule
+from scheduler import REASONS, Budget, Snapshot, schedule
 from scheduler.timewords import instant
-from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, examples, reasons, verdict
+from tests.scheduler.helpers import (
+    HOUR,
+    NOW,
+    Cluster,
+    Sim,
+    admitted,
+    examples,
+    make_job,
+    make_team,
+    preempted,
+    reasons,
+    verdict,
+)
 from tests.scheduler.test_properties import snapshots
 
 RESETS = NOW + 10 * 24 * HOUR
@@ -279,3 +291,92 @@ def test_the_budget_sentence_names_running_and_waiting_jobs_apart():
         "; its running jobs may use 10 more, its jobs waiting for stopping jobs 300 once they "
         "start, and this job up to 100 (1 GPUs x 4 d 4 h max run time), which would cross"
     ) in verdict(plan, 7).message
+
+
+def test_a_stopping_jobs_grace_period_is_committed_so_its_preemptor_keeps_its_budget():
+    """Team e (nominal 24, budget 170 GPU-hours, no cohort) runs job 5 (8 GPUs, priority 0,
+    an hour of grace). At NOW its priority-1 job 6 (8 GPUs x 10 h) preempts job 5 by
+    priority: 8 used + 72 committed + 80 = 160 <= 170. At NOW + 710 (another team's job has
+    ended, n1 is free) e's job 9 (8 GPUs x 10 h) was admitted: used 9.6 + 0 committed (a
+    stopping job committed nothing more) + 80 (job 6, waiting) + 80 = 169.6 <= 170. But job
+    5 still holds its 8 GPUs for 2,890 s (6.4 GPU-hours), and when it stopped (NOW + 3600)
+    job 6 was told budget_exhausted: job 5 lost its work for a preemptor that could not
+    start (an adversarial helper's random runs). A stopping job now commits the rest of
+    its grace period: job 9 waits (176 > 170), and job 6 starts when job 5 has stopped."""
+    c = Cluster().node("n0", block="b0", rack="r0").node("n1", block="b0", rack="r0")
+    c.node("n2", gpus=1, block="b0", rack="r0")
+    c.team("e", nominal=24)
+    c.teams += [make_team("x", 8), make_team("y", 1)]
+    c.run(5, "e", on={"n0": 8}, started=NOW - HOUR, runtime=10 * HOUR, grace=3600.0)
+    c.run(7, "x", on={"n1": 8}, started=NOW - HOUR, runtime=HOUR + 700, preemptible=False)
+    c.run(8, "y", on={"n2": 1}, runtime=100 * HOUR, grace=30.0)  # the flavor's grace: 30 s
+    c.job(6, "e", gpus=8, priority=1, runtime=10 * HOUR)
+    sim = Sim(c)
+
+    def used_at(t):  # e's GPU-hours so far (the showback figure, exact here)
+        u = 8 * (min(t, NOW + 3600) - (NOW - HOUR)) / HOUR
+        return u + sum(8 * (t - sim.started[j]) / HOUR for j in (6, 9) if j in sim.started)
+
+    def step(t):
+        sim._finish(t)
+        budget = Budget("e", "h100", 170.0, used_at(t), resets_at=NOW + 30 * 86400)
+        snap = Snapshot(
+            t,
+            sim._nodes(),
+            sim.teams,
+            tuple(sim.running.values()),
+            tuple(sim.pending.values()),
+            sim.config,
+            (budget,),
+        )
+        return sim.apply(schedule(snap), t)
+
+    assert preempted(step(NOW)) == [5]
+    sim.submit(make_job(9, "e", gpus=8, runtime=10 * HOUR, queue="r", submitted=NOW + 700))
+    assert reasons(step(NOW + 710)).get(9) == OVER  # job 5 still uses its grace period
+    plan = step(NOW + 3600)  # job 5 has stopped
+    assert admitted(plan) == [6], reasons(plan)
+    assert 9 not in sim.started
+
+
+def test_no_job_is_admitted_onto_the_budget_a_stopping_jobs_grace_period_still_uses():
+    """The same gap in one pass: team e's job 5 was told to stop 100 s ago and has an hour
+    of grace (8 GPUs: 7.8 GPU-hours still to use). Job 6 (80 GPU-hours) is admitted with
+    used 8 + 80 = 88 = the limit, so e ends at 95.8 of 88 if job 6 runs to its max run
+    time: the budget was overrun. It waits `budget_exhausted` now."""
+    c = Cluster().node("n0", block="b0", rack="r0").node("n1", block="b0", rack="r0")
+    c.team("e", nominal=16)
+    c.run(
+        5,
+        "e",
+        on={"n0": 8},
+        started=NOW - HOUR,
+        runtime=10 * HOUR,
+        stopping=True,
+        grace=3600.0,
+        stop_requested=NOW - 100,
+    )
+    c.job(6, "e", gpus=8, runtime=10 * HOUR)
+    budget = Budget("e", "h100", limit=88.0, used=8.0, resets_at=NOW + 30 * 86400)
+    plan = schedule(replace(c.snapshot(), budgets=(budget,)))
+    assert reasons(plan).get(6) == "budget_exhausted"
+
+
+def test_the_budget_sentence_does_not_depend_on_the_order_of_running_jobs():
+    """Team b runs three 1-GPU jobs with 36 s, 36 s and 468 s of max run time left (0.01,
+    0.01 and 0.13 GPU-hours). Summed in snapshot order, 0.01 + 0.01 + 0.13 is 0.15 and
+    prints "0.1"; in the reverse order it is 0.15000000000000002 and prints "0.2". The
+    plan's sentence changed with the order of the snapshot's tuples (an adversarial
+    helper's determinism check). The committed GPU-hours are now summed exactly
+    (math.fsum), in any order the same."""
+    c = Cluster().node("n0", block="b0", rack="r0")
+    c.team("b", nominal=8)
+    for i, left in ((1, 36.0), (2, 36.0), (3, 468.0)):
+        c.run(i, "b", on={"n0": 1}, started=NOW - 100, runtime=100 + left)
+    c.job(9, "b", gpus=1, runtime=49.9 * HOUR)  # 49.9 + 0.15 crosses 50
+    budget = Budget("b", "h100", limit=50.0, used=0.0, resets_at=NOW + 30 * 86400)
+    snap = replace(c.snapshot(), budgets=(budget,))
+    flipped = replace(snap, running=snap.running[::-1])
+    one, two = verdict(schedule(snap), 9), verdict(schedule(flipped), 9)
+    assert one.reason_code == two.reason_code == "budget_exhausted"
+    assert one.message == two.message
