@@ -51,8 +51,9 @@ class Budgets:
                 left[key].append(r.gpus * (r.ends_by(now) - now) / HOUR)
         self.committed: dict[tuple[str, str], float] = {k: fsum(v) for k, v in left.items()}
 
-    def wait(self, job: PendingJob) -> Wait | None:
-        """Return `budget_exhausted` if the job could cross its team's budget, else None.
+    def wait(self, job: PendingJob, ahead: float = 0.0) -> Wait | None:
+        """Return `budget_exhausted` if the job could cross its team's budget, else None;
+        `ahead`: GPU-hours of its team's jobs counted as admitted before it (Pass._demand).
 
         info: (the Budget, GPU-hours committed to running and admitted jobs, the job's
         GPU-hours, GPU-hours committed to the team's jobs waiting for stopping jobs)
@@ -63,7 +64,7 @@ class Budgets:
             return None
         committed, waiting = self.committed[key], self.waiting[key]
         need = job_gpu_hours(job)
-        if budget.used + committed + waiting + need <= budget.limit + EPSILON:
+        if budget.used + committed + waiting + ahead + need <= budget.limit + EPSILON:
             return None
         return Wait(BUDGET_EXHAUSTED, (budget, committed, need, waiting))
 

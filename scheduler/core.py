@@ -14,7 +14,7 @@ from itertools import islice
 from . import placement
 from .arrays import beyond_limit
 from .backfill import CLAIM_HOLD, lift, restore
-from .budgets import Budgets
+from .budgets import Budgets, job_gpu_hours
 from .explain import verdicts
 from .model import Admission, JobId, PendingJob, Plan, Reservation, Snapshot
 from .ordering import queue_key, stopping_key, victim_key
@@ -374,21 +374,29 @@ class Pass:
         were not considered yet ask for: not a job over its GPU-hour budget, which takes
         nothing in this pass (budget_wait: a budget only fills during a pass), for which
         a reclaim's look-ahead took a dearer target (a review's case,
-        test_reclaim_lookahead.py) and idle quota was kept."""
+        test_reclaim_lookahead.py) and idle quota was kept; nor one over it with the
+        team's jobs counted before it (in queue order, the pass's order within a team)
+        charged, as the pass would charge them: a 1x8 reclaim went to a node with twice
+        the work to lose, to keep a block for a 2x8 gang that the same pass then told
+        `budget_exhausted` after its team's 1-GPU job ahead of it (an adversarial
+        helper's case, test_budgets.py)."""
         demand: dict[tuple[str, str], int] = {}
         book = self.ledger.book
         seen = {j.id for j in self.order}
         budgets = self.budgets
+        ahead: dict[tuple[str, str], float] = {}  # GPU-hours of the jobs counted so far
         for job in self.pending:
             if job.id in seen:
                 continue
             b = book(job.team)
             if job.workers < 1 or job.gpus_per_worker < 1:
                 continue  # never fits (static_wait): no demand
-            if budgets is not None and budgets.wait(job) is not None:
+            key = (job.team, job.flavor)
+            if budgets is not None and budgets.wait(job, ahead.get(key, 0.0)) is not None:
                 continue
             if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
-                key = (job.team, job.flavor)
+                if budgets is not None:
+                    ahead[key] = ahead.get(key, 0.0) + job_gpu_hours(job)
                 demand[key] = demand.get(key, 0) + job.gpus
                 self.demanded.add(job.id)
                 shapes = self.sizes.setdefault(key, {})

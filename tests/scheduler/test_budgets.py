@@ -380,3 +380,38 @@ def test_the_budget_sentence_does_not_depend_on_the_order_of_running_jobs():
     one, two = verdict(schedule(snap), 9), verdict(schedule(flipped), 9)
     assert one.reason_code == two.reason_code == "budget_exhausted"
     assert one.message == two.message
+
+
+def test_a_reclaims_look_ahead_keeps_no_place_for_a_gang_its_teams_budget_refuses():
+    """Team a's 1x8 job reclaims one node of borrower b's 1-GPU jobs. Team e waits with a
+    priority-1 1-GPU job (1 GPU-hour) and then a 2x8 gang (16 GPU-hours); e's budget has
+    16.5 GPU-hours left: each job alone fits, both together do not. The look-ahead kept
+    block b0 (n0, n1, the only two-node block) for the gang and sent a's job to n2, whose
+    jobs lost twice the work of n1's; the same pass then told the gang budget_exhausted,
+    since e's 1-GPU job took the budget first (an adversarial helper's case). The pass's
+    demand now charges a team's jobs ahead in its queue to its budget (Pass._demand):
+    a's job takes n1, the cheapest node, as it does without the gang."""
+    c = Cluster()
+    c.node("n0", block="b0", rack="r0").node("n1", block="b0", rack="r0")
+    c.node("n2", block="b1", rack="r1")
+    c.node("n3", gpus=1, block="b2", rack="r2")
+    c.team("a", nominal=8, cohort="c").team("e", nominal=17, cohort="c")
+    c.team("b", nominal=0, cohort="c")
+    ids = iter(range(10, 100))
+    on_n1 = []
+    for node, started in (("n0", NOW - 3000), ("n1", NOW - 600), ("n2", NOW - 1200)):
+        for _ in range(8):
+            r = c.run(next(ids), "b", on={node: 1}, started=started, runtime=100 * HOUR)
+            if node == "n1":
+                on_n1.append(r.id)
+    c.job(1, "a", gpus=8, runtime=HOUR)
+    c.job(2, "e", gpus=1, priority=1, runtime=HOUR)
+    c.job(3, "e", workers=2, gpus=8, runtime=HOUR)
+    snap = replace(
+        c.snapshot(),
+        budgets=(Budget("e", "h100", limit=16.5, used=0.0, resets_at=NOW + 86400),),
+    )
+    plan = schedule(snap)
+    assert reasons(plan)[3] == "budget_exhausted"  # the gang cannot start in this pass
+    # so job 1 is not moved off the cheapest node (n1: 4,800 GPU-seconds lost, n2 9,600)
+    assert sorted(preempted(plan)) == on_n1
