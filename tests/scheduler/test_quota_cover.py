@@ -222,9 +222,12 @@ def test_a_cover_that_needs_its_own_teams_jobs_tries_them_first(monkeypatch):
     cover tried every allowed set of b's and d's ten jobs first, ran out of its 1,024
     checks, and kept a dearer set ({108, 110, 105} beside the target's victim, where
     {110, 105} does: a review's random case). Every cover asked is now the cheapest.
-    (The whole plan is not: {105, 108, 110} on n0 frees both, 4,464 GPU-s against
+    (The whole plan was not: {105, 108, 110} on n0 frees both, 4,464 GPU-s against
     5,154, but n0 is not among the two cheapest targets; docs/scheduling.md, Known
-    limits. At the session's start it preempted ten jobs, 36,289 GPU-s.)"""
+    limits. At the session's start it preempted ten jobs, 36,289 GPU-s.) Searched
+    class by class (`preemption._classes`: b's and d's priority-0 jobs first, then
+    with a's own), the search now finds it: the covers are asked of all candidates at
+    once here, as they were, and the plan is checked both ways."""
     c = Cluster().nodes_(4)
     c.team("b", nominal=0, lending_limit=1, cohort="c")
     c.team("d", nominal=2, lending_limit=2, cohort="c")
@@ -248,7 +251,10 @@ def test_a_cover_that_needs_its_own_teams_jobs_tries_them_first(monkeypatch):
         asked.append((best, got and (search.cost([*chosen, *got[0]]), search.rank(got[0]))))
         return got
 
-    monkeypatch.setattr(preemption, "_cover", checked)
-    plan = schedule(c.snapshot())
+    with monkeypatch.context() as m:
+        m.setattr(preemption, "_cover", checked)
+        m.setattr(preemption, "_classes", lambda book, cands: iter([cands]))
+        plan = schedule(c.snapshot())
     assert asked and all(best == got for best, got in asked), asked
     assert _chosen(c, plan) == (5154.0, 3)
+    assert _chosen(c, schedule(c.snapshot())) == (4464.0, 3)  # class by class

@@ -316,3 +316,89 @@ def test_a_handed_over_exact_search_preempts_a_victim_the_gang_does_not_need():
     without = set(preempted(schedule(replace(snap, running=spared))))
     assert without == {11, 12, 13, 18, 19, 20}  # the gang fits without job 23's GPUs
     assert got == without, f"preempted {sorted(got)}; {sorted(got - without)} not needed"
+
+
+def test_a_gang_with_many_candidates_takes_the_cheapest_class_of_set_first():
+    """A priority-3 2x4 gang of team a (nominal 86) with more candidates than the exact
+    search takes (its queue's priority-0 jobs, and b's and d's borrowed jobs, most of
+    them priority 0 and some priority 1), on 12 nodes in four blocks (an adversarial
+    helper's random cluster, cut down to what keeps the case; GPUs of the jobs cut
+    out are unhealthy here).
+
+    Rule 3's cost takes the highest priority a set preempts before the work it loses,
+    and a set of priority-0 jobs exists: {63, 64, 66, 80, 81}. Searched all at once,
+    the search per target's greedy steps and quota completion took b's priority-1 job
+    69 with four priority-0 jobs, because that lost less work. The candidates are now
+    searched class by class, cheapest first (other teams' jobs before the team's own,
+    then up to each priority: `preemption._classes`)."""
+    c = Cluster()
+    c.node("n2", gpus=8, block="b2", rack="r2")
+    c.node("n4", gpus=4, block="b0", rack="r0", unhealthy=2)
+    c.node("n9", gpus=8, block="b1", rack="r1", unhealthy=5)
+    c.node("n10", gpus=8, block="b2", rack="r2", unhealthy=4)
+    c.node("n11", gpus=8, block="b2", rack="r2", unhealthy=3)
+    c.node("n12", gpus=4, block="b2", rack="r2", unhealthy=3)
+    c.node("n13", gpus=8, block="b2", rack="r2", unhealthy=4)
+    c.node("n14", gpus=8, block="b2", rack="r2", unhealthy=6)
+    c.node("n15", gpus=8, block="b3", rack="r3", unhealthy=4)
+    c.node("n16", gpus=8, block="b3", rack="r3", unhealthy=5)
+    c.node("n17", gpus=8, block="b1", rack="r1", unhealthy=5)
+    c.node("n18", gpus=8, block="b2", rack="r2", unhealthy=6)
+    c.run(22, "b", on={"n2": 2}, priority=1, started=NOW - 2765, runtime=LONG)
+    c.run(
+        23, "b", on={"n2": 1}, priority=0, started=NOW - 1929, runtime=LONG, checkpointed=NOW - 1582
+    )
+    c.run(24, "b", on={"n2": 1}, priority=0, started=NOW - 2110, runtime=LONG)
+    c.run(25, "b", on={"n2": 1}, priority=1, started=NOW - 4897, runtime=LONG)
+    c.run(26, "b", on={"n2": 1}, priority=1, started=NOW - 2462, runtime=LONG)
+    c.run(27, "b", on={"n2": 1}, priority=1, started=NOW - 625, runtime=LONG, preemptible=False)
+    c.run(
+        28, "b", on={"n2": 1}, priority=0, started=NOW - 314, runtime=LONG, checkpointed=NOW - 166
+    )
+    c.run(37, "b", on={"n4": 1}, priority=0, started=NOW - 3638, runtime=LONG)
+    c.run(58, "d", on={"n9": 1}, priority=1, started=NOW - 708, runtime=LONG)
+    c.run(63, "a", on={"n10": 2}, priority=0, started=NOW - 3645, runtime=LONG)
+    c.run(64, "d", on={"n10": 1}, priority=0, started=NOW - 3431, runtime=LONG)
+    c.run(
+        66, "a", on={"n10": 1}, priority=0, started=NOW - 1666, runtime=LONG, checkpointed=NOW - 92
+    )
+    c.run(68, "d", on={"n11": 2}, priority=0, started=NOW - 2685, runtime=LONG)
+    c.run(
+        69, "b", on={"n11": 1}, priority=1, started=NOW - 2819, runtime=LONG, checkpointed=NOW - 800
+    )
+    c.run(71, "b", on={"n11": 1}, priority=1, started=NOW - 1266, runtime=LONG)
+    c.run(73, "d", on={"n11": 1}, priority=0, started=NOW - 1185, runtime=LONG)
+    c.run(75, "b", on={"n12": 1}, priority=1, started=NOW - 4871, runtime=LONG)
+    c.run(80, "a", on={"n13": 1}, priority=0, started=NOW - 165, runtime=LONG)
+    c.run(81, "a", on={"n13": 1}, priority=0, started=NOW - 2571, runtime=LONG)
+    c.run(86, "d", on={"n14": 1}, priority=1, started=NOW - 1547, runtime=LONG)
+    c.run(89, "d", on={"n14": 1}, priority=0, started=NOW - 2367, runtime=LONG)
+    c.run(92, "d", on={"n15": 1}, priority=0, started=NOW - 303, runtime=LONG, preemptible=False)
+    c.run(93, "d", on={"n15": 1}, priority=0, started=NOW - 1515, runtime=LONG)
+    c.run(94, "b", on={"n15": 1}, priority=0, started=NOW - 2587, runtime=LONG)
+    c.run(99, "d", on={"n16": 1}, priority=1, started=NOW - 1431, runtime=LONG)
+    c.run(
+        100,
+        "d",
+        on={"n16": 1},
+        priority=0,
+        started=NOW - 2085,
+        runtime=LONG,
+        checkpointed=NOW - 101,
+    )
+    c.run(102, "d", on={"n16": 1}, priority=0, started=NOW - 1762, runtime=LONG)
+    c.run(108, "d", on={"n17": 2}, priority=0, started=NOW - 4453, runtime=LONG)
+    c.run(109, "b", on={"n17": 1}, priority=0, started=NOW - 3930, runtime=LONG, preemptible=False)
+    c.run(116, "a", on={"n18": 1}, priority=2, started=NOW - 2682, runtime=LONG)
+    c.teams = [
+        Team("a", 1.0, "c", {"h100": Quota(86)}, {}),
+        Team("b", 1.0, "c", {"h100": Quota(13, 1, 0)}, {}),
+        Team("d", 1.0, "c", {"h100": Quota(12)}, {}),
+        Team("x", 1.0, None, {"h100": Quota(20)}, {}),
+    ]
+    c.job(1, "a", workers=2, gpus=4, priority=3, runtime=LONG)
+    snap = c.snapshot()
+    plan = schedule(snap)
+    victims = {r.id: r for r in snap.running if r.id in set(preempted(plan))}
+    assert sorted(victims) == [63, 64, 66, 80, 81]
+    assert max(r.priority for r in victims.values()) == 0
