@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_core.py                 # the table below
     .venv/bin/python bench/bench_core.py --profile 10000 # cProfile one pass
     .venv/bin/python bench/bench_core.py --one fairshare # one pass, timed in one process
+    .venv/bin/python bench/bench_core.py --one fragmented --priorities 64  # victims of 64 priorities
 
 The cluster: 1,000 nodes x 8 GPUs in two flavors (racks of 16 nodes, blocks of
 32), 50 teams in 5 cohorts with quotas, about 70% of the GPUs held by running
@@ -190,12 +191,17 @@ def build_snapshot(
     )
 
 
-def build_fragmented(gangs: int, workers: int = 1, pending: int = 0, nodes: int = 1000) -> Snapshot:
+def build_fragmented(
+    gangs: int, workers: int = 1, pending: int = 0, nodes: int = 1000, priorities: int = 1
+) -> Snapshot:
     """The worst case of placement-aware reclaim: team b borrows every GPU of the
     cluster as 1-GPU jobs (eight on each node, of mixed ages) and team a, with half the
     cluster as nominal quota and nothing running, has `gangs` gangs of `workers` x 8
-    GPUs waiting; each must preempt whole nodes. `pending` 1-GPU jobs of b wait too."""
+    GPUs waiting; each must preempt whole nodes. `pending` 1-GPU jobs of b wait too.
+    `priorities` > 1: b's running jobs get priorities 0..priorities-1 at random (the
+    victim search goes class by class of priority: scheduler.preemption._classes)."""
     rng = random.Random(7)
+    prio = random.Random(priorities)
     built, running, jid = [], [], 1_000_000
     for i in range(nodes):
         built.append(Node(f"n{i:04d}", FLAVORS[0], (), 8, f"r{i // 16}", f"b{i // 32}"))
@@ -203,8 +209,9 @@ def build_fragmented(gangs: int, workers: int = 1, pending: int = 0, nodes: int 
             runtime = rng.choice(RUNTIMES)
             started = NOW - rng.uniform(0, runtime * 0.9)
             placed = (WorkerPlacement(0, f"n{i:04d}", (f"n{i:04d}/{g}",)),)
+            level = prio.randrange(priorities) if priorities > 1 else 0
             running.append(
-                RunningJob(jid, "b", "default", FLAVORS[0], 1, 0, started - 60, started,
+                RunningJob(jid, "b", "default", FLAVORS[0], 1, level, started - 60, started,
                            runtime, placed, True, False, None, 30.0)
             )  # fmt: skip
             jid += 1
@@ -285,9 +292,19 @@ def main() -> None:
         help="time only this pass (10,000 pending, or 10 x 2x8 on a fragmented cluster), "
         "in one process after a warm-up: CPU median and best of --repeat",
     )
+    parser.add_argument(
+        "--priorities",
+        type=int,
+        default=1,
+        help="with --one fragmented: spread the borrower's jobs over this many priorities",
+    )
     args = parser.parse_args()
     if args.one:
-        snap = build_snapshot(10_000) if args.one == "fairshare" else build_fragmented(10, 2)
+        snap = (
+            build_snapshot(10_000)
+            if args.one == "fairshare"
+            else build_fragmented(10, 2, priorities=args.priorities)
+        )
         schedule(snap)
         times = []
         for _ in range(args.repeat):

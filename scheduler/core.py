@@ -375,8 +375,9 @@ class Pass:
         nothing in this pass (budget_wait: a budget only fills during a pass), for which
         a reclaim's look-ahead took a dearer target (a review's case,
         test_reclaim_lookahead.py) and idle quota was kept; nor one over it with the
-        team's jobs counted before it (in queue order, the pass's order within a team)
-        charged, as the pass would charge them: a 1x8 reclaim went to a node with twice
+        team's jobs before it (in queue order, the pass's order within a team) that fit
+        it and may start (not never_fits: static_wait), within nominal quota or not,
+        charged as the pass would charge them: a 1x8 reclaim went to a node with twice
         the work to lose, to keep a block for a 2x8 gang that the same pass then told
         `budget_exhausted` after its team's 1-GPU job ahead of it (an adversarial
         helper's case, test_budgets.py)."""
@@ -392,11 +393,12 @@ class Pass:
             if job.workers < 1 or job.gpus_per_worker < 1:
                 continue  # never fits (static_wait): no demand
             key = (job.team, job.flavor)
-            if budgets is not None and budgets.wait(job, ahead.get(key, 0.0)) is not None:
-                continue
+            if budgets is not None:
+                if budgets.wait(job, ahead.get(key, 0.0)) is not None:
+                    continue
+                if self.static_wait(job, self.pools.get(job.flavor), b) is None:
+                    ahead[key] = ahead.get(key, 0.0) + job_gpu_hours(job)  # it may start
             if b.cohort is not None and job.gpus <= b.quota(job.flavor).nominal:
-                if budgets is not None:
-                    ahead[key] = ahead.get(key, 0.0) + job_gpu_hours(job)
                 demand[key] = demand.get(key, 0) + job.gpus
                 self.demanded.add(job.id)
                 shapes = self.sizes.setdefault(key, {})

@@ -75,8 +75,9 @@ def test_running_jobs_count_with_the_rest_of_their_max_run_time():
     assert reasons(plan) == {1: OVER}
     assert plan.preemptions == ()  # running jobs continue
 
-    c.running = [replace(c.running[0], stopping=True)]  # ending: commits nothing more
+    c.running = [replace(c.running[0], stopping=True)]  # stopping: commits its 30 s of grace
     assert admitted(schedule(with_budgets(c, budget(4900.0)))) == [1]
+    assert reasons(schedule(with_budgets(c, budget(4970.0 - 8 * 30 / HOUR + 0.01)))) == {1: OVER}
 
 
 def test_jobs_admitted_in_the_same_pass_are_charged():
@@ -415,3 +416,12 @@ def test_a_reclaims_look_ahead_keeps_no_place_for_a_gang_its_teams_budget_refuse
     assert reasons(plan)[3] == "budget_exhausted"  # the gang cannot start in this pass
     # so job 1 is not moved off the cheapest node (n1: 4,800 GPU-seconds lost, n2 9,600)
     assert sorted(preempted(plan)) == on_n1
+
+    # A job ahead that can never run (16 GPUs on one node of 8) is not charged: the gang
+    # is kept its block (a's job goes to n2) and reclaims it, as without that job.
+    never = replace(c.pending[1], gpus_per_worker=16)
+    plan = schedule(replace(snap, pending=(c.pending[0], never, c.pending[2])))
+    alone = schedule(replace(snap, pending=(c.pending[0], c.pending[2])))
+    assert reasons(plan) == {**reasons(alone), 2: "never_fits"}
+    assert reasons(plan)[3] == "waiting_for_preemption"
+    assert preempted(plan) == preempted(alone) and set(on_n1) <= set(preempted(plan))

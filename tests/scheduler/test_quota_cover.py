@@ -253,7 +253,7 @@ def test_a_cover_that_needs_its_own_teams_jobs_tries_them_first(monkeypatch):
 
     with monkeypatch.context() as m:
         m.setattr(preemption, "_cover", checked)
-        m.setattr(preemption, "_classes", lambda book, cands: iter([cands]))
+        m.setattr(preemption, "_classes", lambda p, job, pool, book, cands, tx: [cands])
         plan = schedule(c.snapshot())
     assert asked and all(best == got for best, got in asked), asked
     assert _chosen(c, plan) == (5154.0, 3)
