@@ -9,6 +9,7 @@ until their time limits, and the job's own request. Here, per team and flavor:
 
 `used` comes in the snapshot (scheduler.model.Budget); `committed` is the
 running jobs' GPUs times the rest of their max run time, and a stopping job's
+(one the pass preempts too, from then on: `stopped`)
 times the rest of its grace period (RunningJob.ends_by: its GPUs are in use,
 and counted as used, until it has stopped; committing nothing, a job admitted
 meanwhile took that room, and the team's preemptor, once its victim had stopped,
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from math import fsum
 
-from .model import Budget, PendingJob, Snapshot
+from .model import Budget, PendingJob, RunningJob, Snapshot
 from .reasons import BUDGET_EXHAUSTED, Wait
 
 HOUR = 3600.0
@@ -67,6 +68,16 @@ class Budgets:
         if budget.used + committed + waiting + ahead + need <= budget.limit + EPSILON:
             return None
         return Wait(BUDGET_EXHAUSTED, (budget, committed, need, waiting))
+
+    def stopped(self, job: RunningJob, was: float, now: float) -> None:
+        """Commit what a job the pass just preempted uses from now on: its GPUs until it
+        has stopped (`now`), not until it would have ended (`was`), as the next pass will
+        count it. Left at its whole max run time, a job of its team was told
+        `budget_exhausted` in the pass that preempted it and started in the next with
+        nothing else changed (a review)."""
+        key = (job.team, job.flavor)
+        if key in self.committed:
+            self.committed[key] += job.gpus * (now - was) / HOUR
 
     def charge(self, job: PendingJob, waiting: bool = False) -> None:
         """Commit a job's whole max run time to its budget, if it has one: admitted, or

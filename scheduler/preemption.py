@@ -1933,8 +1933,11 @@ def commit(p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice)
             stopping[b] = stopping.get(b, 0) + gpus
     for r in choice.victims:
         p.preemptions.append(_preemption(p, job, book, r, stopping))
+        was = r.end
         r.stop(p.now)
         stops.add(r)
+        if p.budgets is not None:
+            p.budgets.stopped(r.job, was, r.end)
     p.forget_lower(job.flavor, (r.job.team for r in choice.victims))
     # by when its victims (of this pass and earlier ones) have stopped: the reservation
     # draws on the stopping GPUs that stop by then first (state.Stops.reserve); from

@@ -425,3 +425,22 @@ def test_a_reclaims_look_ahead_keeps_no_place_for_a_gang_its_teams_budget_refuse
     assert reasons(plan) == {**reasons(alone), 2: "never_fits"}
     assert reasons(plan)[3] == "waiting_for_preemption"
     assert preempted(plan) == preempted(alone) and set(on_n1) <= set(preempted(plan))
+
+
+def test_a_job_the_pass_preempts_commits_only_its_grace_period_from_then_on():
+    """Team e (nominal 17, budget 160.5 GPU-hours, nothing used) runs job 5 (8 GPUs, 10 h
+    left, priority 0) on n0; n1 is another team's. e's priority-1 job 6 (8 GPUs x 10 h)
+    passes the budget with job 5's 80 committed (160) and preempts it. e's 1-GPU job 9
+    fits the free GPU of n2 and its quota. Job 5 committed its 10 h for the rest of the
+    pass, so job 9 was told budget_exhausted (80 + 80 + 1 = 161) and started in the next
+    pass with nothing else changed (a review). Once preempted, job 5 commits its 30 s of
+    grace: job 9 starts now."""
+    c = Cluster().node("n0").node("n1").node("n2", gpus=1)
+    c.team("e", nominal=17).team("x", nominal=8)
+    c.run(5, "e", on={"n0": 8}, started=NOW - HOUR, runtime=11 * HOUR)
+    c.run(7, "x", on={"n1": 8}, runtime=100 * HOUR, preemptible=False)
+    c.job(6, "e", gpus=8, priority=1, runtime=10 * HOUR)
+    c.job(9, "e", gpus=1, runtime=HOUR, queue="r")
+    plan = schedule(with_budgets(c, budget(0.0, limit=160.5, team="e")))
+    assert preempted(plan) == [5]
+    assert admitted(plan) == [9], reasons(plan)
