@@ -17,7 +17,7 @@ from .backfill import CLAIM_HOLD, lift, restore
 from .budgets import Budgets, job_gpu_hours
 from .explain import verdicts
 from .model import Admission, JobId, PendingJob, Plan, Reservation, Snapshot
-from .ordering import queue_key, stopping_key, victim_key
+from .ordering import queue_key, victim_key
 from .placement import Where
 from .policies import get_policy
 from .preemption import (
@@ -1161,9 +1161,7 @@ class Pass:
         """Return the jobs of a flavor that were stopping before this pass, soonest end first."""
         if self._stopping is None:
             self._stopping = {}
-            for r in sorted(
-                (r for r in self.running if r.stopping), key=lambda r: stopping_key(r.end, r.job)
-            ):
+            for r in sorted((r for r in self.running if r.stopping), key=Running.stop_order):
                 self._stopping.setdefault(r.job.flavor, []).append(r)
         return self._stopping.get(flavor, [])
 

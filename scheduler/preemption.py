@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from . import placement
 from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA
 from .model import PendingJob, Preemption
-from .ordering import claim_key, job_victim_key, last_progress, queue_key, stopping_key
+from .ordering import claim_key, job_victim_key, last_progress, queue_key
 from .quota import Probe, contribution
 from .reasons import (
     BACKOFF,
@@ -2015,13 +2015,13 @@ def _waited(
         others = {id(r): r for r in jobs if shares(book, r.book)} or {id(r): r for r in jobs}
     else:  # and for the quota of those elsewhere that its decision counted on
         ordered = (
-            merge(stops.by_stop, stops.ending_by_stop, key=lambda r: stopping_key(r.end, r.job))
+            merge(stops.by_stop, stops.ending_by_stop, key=Running.stop_order)
             if choice.ending
             else stops.by_stop
         )
         others.update((id(r), r) for r in _quota_from(p, job, book, mine, others, ordered))
-    first = sorted(mine.values(), key=lambda r: stopping_key(r.end, r.job))
-    then = sorted(others.values(), key=lambda r: (r.ending, stopping_key(r.end, r.job)))
+    first = sorted(mine.values(), key=Running.stop_order)
+    then = sorted(others.values(), key=lambda r: (r.ending, r.stop_order()))
     ids = tuple(r.job.id for r in (*first, *then))
     end = max((r.end for r in (*first, *then)), default=p.now)
     p.claim(job, end)
@@ -2043,13 +2043,12 @@ def _quota_from(
     beyond that preemptor's need (another team's job, with 90 s of grace) was told 30 s
     and started at 90 s (test_verdicts_true.py). A peer's job that the team's own
     nominal quota makes useless is not named: the pruning drops it."""
-    shares = p.ledger.shares_quota
-    given = [r for r in (*mine.values(), *others.values()) if shares(book, r.book)]
+    peers = set(p.ledger.peers(book))  # the teams whose quota is pooled with its own
+    given = [r for r in (*mine.values(), *others.values()) if r.book in peers]
     back = _probe(p, job, book, given)  # its quota as it decided
     short = quota_short(p, job, book, back)
     if short <= 0:
         return []
-    peers = set(p.ledger.peers(book))  # the teams whose quota is pooled with its own
     needed = []
     for r in ordered:  # (soonest stop first: Stops.by_stop)
         if r.book not in peers or id(r) in mine or id(r) in others:

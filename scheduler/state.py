@@ -187,14 +187,14 @@ class Running:
             self._nodes = _nodes_of(self.job, self.pool)
         return self._nodes
 
+    def stop_order(self) -> tuple:
+        """Return its place among stopping jobs, soonest stop first (ordering.stopping_key)."""
+        return stopping_key(self.end, self.job)
+
     def stop(self, now: float) -> None:
         """Mark it preempted in this pass: it ends after its grace period."""
         self.stopping = True
         self.end = now + self.job.grace_period
-
-
-def _stop_order(r: Running) -> tuple:
-    return stopping_key(r.end, r.job)
 
 
 class Stops:
@@ -283,7 +283,7 @@ class Stops:
         """Count a stopping job's GPUs and quota as coming free."""
         self.quota[r.book] = self.quota.get(r.book, 0) + r.job.gpus
         self.jobs.append(r)
-        insort(self.by_stop, r, key=_stop_order)
+        insort(self.by_stop, r, key=Running.stop_order)
         if r.job.preempted_by is not None:  # a victim of an earlier pass
             self.by_preemptor.setdefault(r.job.preempted_by, []).append(r)
         self.first_end = min(self.first_end, r.end)
@@ -297,7 +297,7 @@ class Stops:
         """Count a running job that ends by itself before any victim could stop, apart."""
         self.ending_quota[r.book] = self.ending_quota.get(r.book, 0) + r.job.gpus
         self.ending_jobs.append(r)
-        insort(self.ending_by_stop, r, key=_stop_order)
+        insort(self.ending_by_stop, r, key=Running.stop_order)
         for node, k in r.nodes:
             self.ending_on[node] = self.ending_on.get(node, 0) + k
             self.jobs_on.setdefault(node, []).append(r)
