@@ -497,16 +497,21 @@ def _cohort_busy(
             f"(jobs that reclaim cannot take hold GPUs on the nodes it would need); it waits "
             f"for those to end"
         )
-    if extra and extra[0] == "lent":
-        _, lent, teams, at = extra
+    if extra and extra[0] == "lent":  # (preemption.unreclaimable)
+        _, lent, teams, at, whose = extra
         names = ", ".join(teams)
-        when = ""
-        if at != math.inf:
-            at = -(-at // 60) * 60  # "at the latest": round up to the minute
-            when = f", at the latest {_at(p, at)}"
-        return (
-            f"{text}; the {gpus(lent)} lent from team {job.team}'s quota run non-preemptible jobs "
-            f"of team {names}, so reclaim cannot free them; they free up when those end{when}"
+        text = (
+            f"{text}; the {gpus(lent)} lent from team {job.team}'s quota run non-preemptible "
+            f"jobs of team {names}, so reclaim cannot free them"
+        )
+        if at == math.inf:
+            return f"{text}; they free up when those end"
+        at = _at(p, -(-at // 60) * 60)  # "at the latest": round up to the minute
+        if whose in teams:  # the end that gives its quota back is one of theirs
+            return f"{text}; they free up when those end, at the latest {at}"
+        return (  # another team's job (its own, say) ends first and gives it its quota
+            f"{text}; it has its quota back at the latest {at}, when jobs of team {whose} "
+            f"that reclaim cannot take have ended"
         )
     short = job.gpus - max(0, room)
     return f"{text}; would start when {gpus(short)} of the cohort {'is' if short == 1 else 'are'} freed"

@@ -2062,11 +2062,16 @@ def _quota_from(
         return []  # none would do: its decision asked another test (a priority cap)
     dropped = set()
     for r in reversed(needed[:-1]):  # the last one was needed: then the others?
-        back.change(r.book, r.job.gpus)
-        if quota_fits(p, job, book, back):
+        g = r.job.gpus
+        back.change(r.book, g)
+        if short + g <= 0:  # each part moves by at most one per GPU: it fits still
+            short += g
+            dropped.add(id(r))
+        elif (now := quota_short(p, job, book, back)) <= 0:  # (quota_fits)
+            short = now
             dropped.add(id(r))
         else:
-            back.change(r.book, -r.job.gpus)
+            back.change(r.book, -g)
     return [r for r in needed if id(r) not in dropped]
 
 
@@ -2351,7 +2356,8 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     lent = min(lent, max(0, contribution(q, used)))
     if not lent:
         return None
-    return ("lent", lent, tuple(teams), _lent_back_at(p, job, book))
+    at, whose = _lent_back(p, job, book)
+    return ("lent", lent, tuple(teams), at, whose)
 
 
 def _fits_without_candidates(p: Pass, job: PendingJob, pool: Pool, book: TeamBook) -> bool:
@@ -2374,10 +2380,20 @@ def _fits_without_candidates(p: Pass, job: PendingJob, pool: Pool, book: TeamBoo
 
 
 def _lent_back_at(p: Pass, job: PendingJob, book: TeamBook) -> float:
-    """Return when the cohort can give the job its quota, at the latest: the ends of the
+    """Return when the cohort can give the job its quota, at the latest (_lent_back)."""
+    return _lent_back(p, job, book)[0]
+
+
+def _lent_back(p: Pass, job: PendingJob, book: TeamBook) -> tuple[float, str | None]:
+    """Return when the cohort can give the job its quota, at the latest, and the team
+    whose job's end gives it then (None if now or never): the ends of the
     cohort's jobs that reclaim cannot take (non-preemptible or stopping) replayed on the
     ledger, soonest first, until its team's headroom and what reclaim could still take
     from the borrowers (their preemptible GPUs, up to what each borrows) hold the job.
+    The sentence names that team: told that the borrowers' non-preemptible jobs "free
+    up when those end, at the latest" the end of its own team's job, a job heard a time
+    that those jobs, an hour longer, did not keep (an adversarial helper's case,
+    test_reclaim.py).
 
     A team whose job ends gives back what it borrowed, and lends what it then leaves
     idle only up to its lending limit: counted as every GPU of the ending jobs, the
@@ -2403,11 +2419,11 @@ def _lent_back_at(p: Pass, job: PendingJob, book: TeamBook) -> float:
     tx = Transaction()
     try:
         if enough():
-            return p.now
+            return p.now, None
         for end, _, member, gpus in ends:
             tx.add(ledger, member, f, -gpus)
             if enough():
-                return end
-        return math.inf
+                return end, member.name
+        return math.inf, None
     finally:
         tx.rollback()

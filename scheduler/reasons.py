@@ -129,7 +129,8 @@ class Wait(NamedTuple):
                                      those bind; PLACED for the first when the GPUs
                                      it would be placed on bind]) |
                            ("lent", GPUs of its quota lent to non-preemptible jobs,
-                            their teams, when enough of them will have ended) |
+                            their teams, when enough of the cohort's jobs that
+                            reclaim cannot take will have ended, whose job ends then) |
                            ("unplaced",): reclaim would give its quota back, but no
                            victims leave GPUs that hold its workers whole,
                            the usage messages give: Pass.said)

@@ -357,6 +357,29 @@ def test_reason_names_the_non_preemptible_borrower_and_when_it_ends():
     assert "+" not in v.message.split("latest")[1]
 
 
+def test_lent_sentence_times_the_jobs_it_names_or_says_whose_end_gives_the_quota():
+    """An adversarial helper's case: team b runs 4 GPUs of a's quota on a non-preemptible
+    job that ends in an hour, and the cohort gives a's 2x8 gang its quota when a's own
+    non-preemptible 8-GPU job ends, at +60 s. It was told that b's jobs "free up when
+    those end, at the latest" +60 s: the time of its own team's job, given to b's."""
+    c = Cluster().nodes_(4)
+    c.team("a", nominal=26, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(13, "a", on={"n0": 8}, started=NOW - 600, runtime=660, preemptible=False)
+    c.run(11, "b", on={"n1": 4}, started=NOW - 600, runtime=600 + HOUR, preemptible=False)
+    c.run(12, "b", on={"n1": 3}, started=NOW - 600, runtime=10 * HOUR)
+    c.job(1, "a", workers=2, gpus=8, runtime=HOUR)
+    v = verdict(schedule(c.snapshot()), 1)
+    assert v.reason_code == "cohort_busy"
+    assert "run non-preemptible jobs of team b, so reclaim cannot free them" in v.message
+    # NOW is 1970-01-12 13:46:40 UTC; job 13 ends 60 s later (rounded up to the minute)
+    assert "they free up when those end, at the latest" not in v.message, v.message
+    assert v.message.endswith(
+        "; it has its quota back at the latest 1970-01-12T13:48:00Z, when jobs of team a "
+        "that reclaim cannot take have ended"
+    ), v.message
+    assert Sim(c).start_of(1, 30.0, 10) == NOW + 60  # and it starts then
+
+
 @pytest.mark.parametrize("preemptible", [True, False])
 def test_reason_only_when_reclaim_cannot_help(preemptible):
     c = Cluster().nodes_(3)
