@@ -15,37 +15,66 @@ from heapq import heapify, heappop, heappush
 from typing import TYPE_CHECKING
 
 from .model import PendingJob, RunningJob
+from .ordering import queue_key
+from .reasons import WAITING_FOR_PREEMPTION
 
 if TYPE_CHECKING:
     from .core import Pass
 
 
-def beyond_limit(pending: list[PendingJob], running: Iterable[RunningJob]) -> list[PendingJob]:
+def beyond_limit(
+    pending: list[PendingJob], running: Iterable[RunningJob], every: Iterable[PendingJob] = ()
+) -> tuple[list[PendingJob], dict[int, list[tuple]]]:
     """Return the pending tasks that their array's limit sets aside, in the order given
-    (queue order: the tasks with the lowest ids, so indices, go first)."""
+    (queue order: the tasks with the lowest ids, so indices, go first), and per array
+    the queue keys of the tasks given a slot ahead of that order: those that hold a claim
+    go first (claimants; `every`: all pending jobs, set aside or not, whose links to
+    their preemptors count)."""
     limits = {j.array_id: j.array_limit for j in pending if j.array_limit is not None}
     if not limits:
-        return []
+        return [], {}
     holding: dict[int, int] = {}
+    running = tuple(running)
     for r in running:
         if r.array_id in limits:
             holding[r.array_id] = holding.get(r.array_id, 0) + 1
-    out = []
-    for job in pending:
+    claims = claimants(running, every)
+    out, jumped = [], {}
+    for job in sorted(pending, key=lambda j: j.id not in claims and not j.reserved_on):
         if job.array_id not in limits:
             continue
         n = holding.get(job.array_id, 0)
         if n >= limits[job.array_id]:
             out.append(job)
-        else:
-            holding[job.array_id] = n + 1
-    return out
+            continue
+        holding[job.array_id] = n + 1
+        if job.id in claims or job.reserved_on:
+            jumped.setdefault(job.array_id, []).append(queue_key(job))
+    out.sort(key=queue_key)
+    return out, jumped
+
+
+def claimants(running: Iterable[RunningJob], pending: Iterable[PendingJob]) -> set:
+    """Return the ids of the jobs that stopping or requeued victims name as their
+    preemptor (RunningJob.preempted_by, PendingJob.preempted_by).
+
+    Such a task keeps its array's slot ahead of its array's earlier tasks: one of them
+    out of its requeue backoff (or with its previous attempt stopped, or its priority
+    raised) came back ahead of it in queue order, the limit set the preemptor aside and
+    its claim went with it, and the victim was readmitted on the GPUs it had been
+    stopped for, its work lost for nothing (an adversarial helper's case,
+    tests/scheduler/test_array_limit.py)."""
+    named = {r.preempted_by for r in running if r.stopping}
+    named.update(j.preempted_by for j in pending)
+    named.discard(None)
+    return named
 
 
 class Slots:
     """When the set-aside tasks of each array may start, for their estimated starts:
     a task takes the slot of its array's task that ends first (running ones at their
-    end, those admitted in this pass after their max run time), in pass order."""
+    end, those admitted in this pass after their max run time, preemptors waiting for
+    their victims after that wait and their max run time), in pass order."""
 
     def __init__(self, p: Pass) -> None:
         ends: dict[int, list[float]] = {}
@@ -54,8 +83,13 @@ class Slots:
                 ends.setdefault(r.job.array_id, []).append(r.end)
         admitted = {a.job_id for a in p.admissions}
         for job in p.order:
-            if job.id in admitted and job.array_id is not None:
+            if job.array_id is None:
+                continue
+            if job.id in admitted:
                 ends.setdefault(job.array_id, []).append(p.now + job.max_runtime)
+            elif (wait := p.waits.get(job.id)) and wait.code == WAITING_FOR_PREEMPTION:
+                # a preemptor holds its slot from when its victims have stopped
+                ends.setdefault(job.array_id, []).append(wait.info[1] + job.max_runtime)
         for heap in ends.values():
             heapify(heap)
         self.ends, self.now = ends, p.now

@@ -114,6 +114,7 @@ class Pass:
         "backing_off",
         "old_attempts",
         "array_held",
+        "array_claims",
         "gate",
         "budgets",
         "preempting",
@@ -174,8 +175,10 @@ class Pass:
             self.pending = [
                 j for j in self.queued if j.eligible_at <= now and not j.previous_attempt_stopping
             ]
-        # Tasks of job arrays beyond their %N limit (scheduler.arrays) are set aside too.
-        self.array_held = beyond_limit(self.pending, snapshot.running)
+        # Tasks of job arrays beyond their %N limit (scheduler.arrays) are set aside too;
+        # a task that preempted keeps its slot (arrays.claimants).
+        held = beyond_limit(self.pending, snapshot.running, snapshot.pending)
+        self.array_held, self.array_claims = held
         if self.array_held:
             held = {j.id for j in self.array_held}
             self.pending = [j for j in self.pending if j.id not in held]

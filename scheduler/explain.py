@@ -43,6 +43,7 @@ from .backfill import (
     room_steps,
 )
 from .model import PendingJob, Verdict
+from .ordering import queue_key
 from .reasons import (
     ARRAY_LIMIT,
     BACKOFF,
@@ -380,11 +381,23 @@ def _array_limit(p: Pass, job: PendingJob, array_id: int, limit: int) -> str:
             f"one of them ends"
         )
     ahead = limit - running
+    key = queue_key(job)  # tasks behind it that wait for the jobs they preempted go first
+    claiming = sum(1 for k in p.array_claims.get(array_id, ()) if k > key)
     return (
         f"{_needs(p, job)}; array {array_id} has {running} task{'s' if running != 1 else ''} "
-        f"running and {ahead} ahead of it in the queue, its limit (%{limit}) together; it "
-        f"starts when one of them ends"
+        f"running and {_ahead(ahead - claiming, claiming)}, its limit (%{limit}) together; "
+        f"it starts when one of them ends"
     )
+
+
+def _ahead(ahead: int, claiming: int) -> str:
+    """Return '2 ahead of it in the queue', '1 waiting for the jobs it preempted', or both."""
+    parts = [f"{ahead} ahead of it in the queue"] if ahead or not claiming else []
+    if claiming:
+        parts.append(
+            f"{claiming} waiting for the jobs {'it' if claiming == 1 else 'they'} preempted"
+        )
+    return " and ".join(parts)
 
 
 def _ordinal(n: int) -> str:

@@ -353,6 +353,7 @@ class Sim:
             job.max_runtime,
             adm.placement,
             job.preemptible,
+            array_id=job.array_id,  # counted against its array's limit, as the portal does
         )
 
     def _nodes(self) -> tuple[Node, ...]:

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler import REASONS, schedule
-from tests.scheduler.helpers import HOUR, NOW, Cluster, admitted, reasons, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, reasons, verdict
 
 LIMIT = "array_limit"
 
@@ -169,3 +169,45 @@ def test_held_tasks_start_one_slot_after_another():
     plan = schedule(c.snapshot())
     assert verdict(plan, 2).estimated_start == NOW + 3000
     assert verdict(plan, 3).estimated_start == NOW + 3000 + HOUR
+
+
+@pytest.mark.parametrize("earlier", ["backing_off", "old_attempt_stopping", "priority"])
+def test_a_task_that_preempted_keeps_its_arrays_slot(earlier):
+    """An adversarial helper's case: array 7 (%1); task 2 reclaims borrower b's node n0
+    while task 1 is set aside (in its requeue backoff, its previous attempt still stopping,
+    or behind task 2 until its priority is raised). When task 1 came back ahead of task 2
+    in queue order, the limit set task 2 aside: its claim went with it, task 1 started on
+    n1 (free once a's job 11 ended), and b's job 10 was readmitted on the GPUs it had been
+    stopped for, its work lost for nothing. The slot is the preemptor's."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=16, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "b", on={"n0": 8}, runtime=100 * HOUR)
+    c.run(11, "a", on={"n1": 8}, runtime=100 * HOUR)
+    one = task(c, 1, team="a", gpus=8, runtime=100 * HOUR, limit=1)
+    task(c, 2, team="a", gpus=8, runtime=100 * HOUR, limit=1)
+    if earlier == "backing_off":
+        c.pending[0] = replace(one, restart_count=1, eligible_at=NOW + 10)
+    elif earlier == "old_attempt_stopping":
+        c.pending[0] = replace(one, restart_count=1, previous_attempt_stopping=True)
+    else:  # task 1 queued behind task 2 at first (a lower priority)
+        c.pending[0] = replace(one, priority=-1)
+    sim = Sim(c)
+    first = sim.step(NOW)
+    assert [(p.job_id, p.preemptor_id) for p in first.preemptions] == [(10, 2)]
+    sim.running.pop(11)  # a's job 11 is cancelled: n1 comes free
+    sim.nodes["n1"]["free"].extend(f"n1/{g}" for g in range(8))
+    sim.pending[1] = replace(sim.pending[1], previous_attempt_stopping=False, priority=0)
+    second = sim.step(NOW + 15)  # task 1 is back, ahead of task 2 in queue order
+    assert verdict(second, 2).reason_code != LIMIT
+    said = verdict(second, 1)
+    assert said.reason_code == LIMIT  # the array's one slot is task 2's
+    assert (
+        "array 7 has 0 tasks running and 1 waiting for the jobs it preempted, its limit (%1) "
+        "together"
+    ) in said.message, said.message
+    assert said.estimated_start >= NOW + 30 + 100 * HOUR  # after task 2's run
+    for t in range(30, 300, 15):
+        sim.step(NOW + t)
+    assert 2 in sim.started and sim.started[2] <= NOW + 30  # when its victim stopped
+    assert {w.node for w in sim.running[2].placement} == {"n0"}  # on its victim's GPUs
+    assert sum(1 for r in sim.running.values() if r.array_id == 7) <= 1  # the limit holds
