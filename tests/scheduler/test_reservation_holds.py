@@ -293,3 +293,39 @@ def test_a_reservation_a_cohort_hold_rules_out_is_not_promised_to_a_quota_held_j
     v = verdict(plan, 2)
     sim = _two_hours(c, "fairshare")
     _told_true(v, sim.started[2])
+
+
+# -- a reservation kept while a preemptor of its team holds the team's quota -----------
+
+
+def test_a_reserved_job_held_by_its_teams_claim_keeps_its_gpus():
+    """An adversarial helper's case: job 1 (1x8) waits for GPUs with n1 reserved for it
+    from +90, when team a's job 10 ends. In the next pass its team's preemptor (job 5,
+    waiting for job 12 to stop on n0 until +50) holds a's quota beyond nominal, so job 1
+    is told `reserved` (the claim hold), not a GPU reason, and lost its reservation: a's
+    4-hour job 3, within nominal, was placed on n1, and job 1 started 4 h late. Held by a
+    claim that ends before its GPUs are free, it still waits for GPUs: they stay its."""
+    c = Cluster()
+    c.node("n0", gpus=8, block="b0", rack="r0")
+    c.node("n1", gpus=8, block="b1", rack="r1")
+    c.node("n2", gpus=4, block="b2", rack="r2")
+    c.team("a", nominal=18, cohort="c").team("b", nominal=2, cohort="c")
+    c.run(10, "a", on={"n1": 2}, started=NOW - 3000, runtime=3090, grace=60.0)
+    c.run(12, "a", on={"n0": 1}, started=NOW - 100, runtime=700, grace=60.0, stopping=True,
+          stop_requested=NOW - 10)  # fmt: skip
+    c.job(1, "a", gpus=8, priority=1, runtime=HOUR, queue="r", submitted=NOW - 896)
+    c.job(3, "a", gpus=6, priority=0, runtime=4 * HOUR, submitted=NOW - 57)
+    c.job(4, "a", gpus=1, priority=0, runtime=60, submitted=NOW - 981)
+    c.job(5, "a", gpus=8, priority=2, runtime=4 * HOUR, preemptible=False, submitted=NOW - 486)
+    sim = Sim(c)
+    sim.runs[12] = 650  # the stopping job stops when its grace period ends: +50
+    first = sim.step(NOW)
+    assert _reserved_from(verdict(first, 1).message) == NOW + 90
+    second = sim.step(NOW + 30)
+    said = verdict(second, 1)
+    assert said.reason_code == "reserved" and "waits for the jobs it preempted" in said.message
+    assert 3 not in admitted(second)  # not on the GPUs reserved for job 1
+    assert said.estimated_start == NOW + 90 == _reserved_from(said.message)
+    for t in (50, 60, 90, 120):
+        sim.step(NOW + t)
+    assert sim.started[1] == NOW + 90
