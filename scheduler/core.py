@@ -879,12 +879,14 @@ class Pass:
     def passed(self, book: TeamBook, job: PendingJob) -> int:
         """Return the GPUs of the team's running jobs of the job's flavor that passed it:
         not stopping (a victim of this pass neither: `settled` leaves those out), after
-        it in queue order (ordering.queue_key), and started while it waited (since it
-        was submitted, or, requeued, since it became eligible again). A lower-priority
-        job that ran before a higher-priority one was submitted did not pass it:
-        counted, the latter took its flavor's reservation from another team's gang
-        (a review's case, test_backfill.py)."""
-        since = job.eligible_at if job.restart_count else job.submitted_at
+        it in queue order (ordering.queue_key), and started while it waited in the queue
+        (since it was submitted, or, requeued or released from its dependencies, since
+        it became eligible again: PendingJob.eligible_at). A lower-priority job that ran
+        before a higher-priority one was submitted did not pass it: counted, the latter
+        took its flavor's reservation from another team's gang (a review's case,
+        test_backfill.py); so did a job released from its dependencies, with the jobs
+        its team started while it was held (an adversarial helper's case)."""
+        since = max(job.submitted_at, job.eligible_at)
         key = queue_key(job)
         return sum(
             r.job.gpus

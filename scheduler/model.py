@@ -76,7 +76,9 @@ class PendingJob:
     """A gang waiting for admission.
 
     `eligible_at`: a requeued job may not be admitted before this time (its
-    requeue backoff, scheduler.requeue); 0 for a job never requeued.
+    requeue backoff, scheduler.requeue); for a job held for its dependencies, when they
+    were met (it has waited in the queue since: Pass.passed); 0 for a job eligible
+    since it was submitted.
     `preempted_by`: the job whose preemption requeued it, until either of the two
     is admitted; it keeps that job's reservation alive after the victims stopped
     (scheduler.preemption, "reservations"). Once the preemptor is admitted the

@@ -338,7 +338,10 @@ class JobSerializer(serializers.Serializer):
     restart_count = serializers.IntegerField()
     eligible_at = serializers.DateTimeField(
         allow_null=True,
-        help_text="A requeued job is not admitted before this time (its requeue backoff).",
+        help_text=(
+            "When the job may be admitted from: the end of a requeued job's backoff, or "
+            "when its dependencies were met; null when eligible since it was submitted."
+        ),
     )
     exit_code = serializers.IntegerField(allow_null=True)
     submitted_at = serializers.DateTimeField()

@@ -74,6 +74,9 @@ def test_pipeline_train_eval_report(cluster, personas, as_member_a):
     released = job(as_member_a, evaluate["id"])
     assert (released["state"], released["reason_code"]) == ("pending", "new")
     assert [e["kind"] for e in released["events"]] == ["submitted", "dependency_met"]
+    # in the queue from its release (the scheduler's Pass.passed counts from it)
+    assert released["eligible_at"] == released["events"][1]["at"]
+    assert held["eligible_at"] is None
     assert job(as_member_a, report["id"])["reason_code"] == "dependency"  # eval still open
 
     end(evaluate["id"], "failed")

@@ -1,5 +1,6 @@
 """Backfill with a reservation (Slurm's rule): lower jobs never delay the top blocked job."""
 
+from dataclasses import replace
 from itertools import count, cycle
 
 import pytest
@@ -302,11 +303,15 @@ def _gang_behind_a_team_over_quota(c: Cluster) -> Cluster:
     return c
 
 
-@pytest.mark.parametrize("case", ["started_before_it", "preempted_in_this_pass"])
+@pytest.mark.parametrize(
+    "case", ["started_before_it", "preempted_in_this_pass", "released_from_its_dependency"]
+)
 def test_only_jobs_that_passed_a_job_are_counted_out_of_its_order(case):
     """a's job 1 is over a's nominal quota by jobs that did not pass it: a
     lower-priority job running since before job 1 was submitted, or a later job that
-    a's priority-5 job 5 preempts in this pass (`settled` leaves it out already).
+    a's priority-5 job 5 preempts in this pass (`settled` leaves it out already), or a
+    job that started while job 1 was held for its dependency, out of the queue (its
+    release is its `eligible_at`; an adversarial helper's case).
     Counted as having passed it, job 1 was ordered within nominal and took the
     flavor's only reservation from 10 h on; b's gang 2 got none and c's job 3 took the
     GPUs it needed (a review's cases). Gang 2 keeps the reservation, job 3 waits."""
@@ -315,6 +320,10 @@ def test_only_jobs_that_passed_a_job_are_counted_out_of_its_order(case):
     if case == "started_before_it":
         c.run(10, "a", on={"n0": 8}, started=NOW - 5 * HOUR, runtime=15 * HOUR, preemptible=False)
         c.job(1, "a", gpus=8, priority=5, submitted=NOW - 60, runtime=HOUR)
+    elif case == "released_from_its_dependency":
+        c.run(10, "a", on={"n0": 8}, started=NOW - 5 * HOUR, runtime=15 * HOUR, preemptible=False)
+        c.job(1, "a", gpus=8, submitted=NOW - 10 * HOUR, runtime=HOUR)
+        c.pending[-1] = replace(c.pending[-1], eligible_at=NOW - 30)
     else:
         c.run(10, "a", on={"n0": 4}, started=NOW - 5 * HOUR, runtime=15 * HOUR)
         c.run(13, "a", on={"n0": 4}, submitted=NOW - 100, started=NOW - 90, runtime=15 * HOUR)

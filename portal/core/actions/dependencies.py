@@ -287,6 +287,7 @@ def _release(held: dict[int, dict], ids: set[int]) -> list[int]:
     now = timezone.now()
     Job.objects.filter(pk__in=ids).update(
         awaiting_dependency=False,
+        eligible_at=now,  # in the queue from now (scheduler: Pass.passed counts from it)
         reason_code="new",
         reason="Its dependencies are met; waiting for the next scheduling pass.",
     )

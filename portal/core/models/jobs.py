@@ -122,7 +122,10 @@ class Job(models.Model):
     eligible_at = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="A requeued job is not admitted before this time (its requeue backoff).",
+        help_text=(
+            "When the job may be admitted from: the end of a requeued job's backoff, or "
+            "when its dependencies were met; null when eligible since it was submitted."
+        ),
     )
     exit_code = models.IntegerField(null=True, blank=True)
     # A job id, not a foreign key: a reservation names its job only while both are live.
