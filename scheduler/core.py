@@ -139,6 +139,7 @@ class Pass:
         "tops",
         "_lower_gpus",
         "_by_flavor",
+        "graces",
         "_by_team",
         "_stopping",
         "lent",
@@ -222,6 +223,7 @@ class Pass:
         self.tops: dict[tuple[str, str], dict[tuple[str, int], list[int]]] = {}
         self._lower_gpus: dict[tuple[str, str, str, int], int] = {}
         self._by_flavor: dict[str, list[Running]] | None = None
+        self.graces: dict[str, float] = {}  # flavor -> rule 2's g (state.mark_ending)
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
         # (team, flavor) -> GPUs of idle quota this pass lent it (Pass.borrows)
@@ -1144,7 +1146,7 @@ class Pass:
         if self._running is None:
             self._running = build_running(self._running_jobs, self.pools, self.ledger, self.now)
             if self.preempting:
-                mark_ending(self._running, self.now, self.queued)
+                self.graces = mark_ending(self._running, self.now, self.queued)
         return self._running
 
     def team_queues(self) -> list[tuple[str, list[PendingJob]]]:

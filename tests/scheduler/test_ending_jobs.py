@@ -494,12 +494,22 @@ def _the_second_pass(now: float = NOW + 30, grace: float = 30.0, **stored) -> ob
 )
 def test_a_stored_horizon_keeps_the_wait_for_the_job_it_counted_on(stored, kept):
     plan = _the_second_pass(**stored)
+    assert not plan.preemptions
+    assert verdict(plan, 1).estimated_start == NOW + 270
+    _told_its_claim(plan, kept)
+
+
+def _told_its_claim(plan, kept: bool) -> None:
+    """Kept, the 1x8 job waits for the job it counted on, with its claim. Not kept, it
+    preempted d's 600 s-grace job, and started at +630 instead of +270; now it does not
+    (a victim that would stop after the job fits without it: _fits_by_their_stop) and
+    waits for GPUs with the flavor's reservation from +270."""
+    said = verdict(plan, 1)
     if kept:
-        assert not plan.preemptions
-        assert verdict(plan, 1).reason_code == "waiting_for_preemption"
-        assert verdict(plan, 1).estimated_start == NOW + 270
+        assert said.reason_code == "waiting_for_preemption"
     else:
-        assert preempted(plan) == [10]
+        assert said.reason_code == "fragmented"
+        assert said.message.endswith("reserved for it from 1970-01-12T13:51:10Z")
 
 
 def test_a_stored_claim_keeps_a_job_whose_grace_outlasts_what_is_left_of_its_horizon():
@@ -511,13 +521,14 @@ def test_a_stored_claim_keeps_a_job_whose_grace_outlasts_what_is_left_of_its_hor
         plan = _the_second_pass(now, 400.0, **kept)
         assert not plan.preemptions
         assert verdict(plan, 1).estimated_start == max(now, NOW + 270)
-    assert preempted(_the_second_pass(NOW + 240, 400.0)) == [10]  # none stored
+    _told_its_claim(_the_second_pass(NOW + 240, 400.0), kept=False)  # none stored
 
 
 def test_a_horizon_without_its_target_is_not_kept():
     """reserved_until counts only with the stored target it was written with."""
     plan = _the_second_pass(reserved_until=NOW + 600, reserved_ending=(20,), reserved_on=())
-    assert preempted(plan) == [10]
+    assert not plan.preemptions
+    _told_its_claim(plan, kept=False)
 
 
 def test_a_stored_claim_counts_no_job_started_after_it_decided():
@@ -568,3 +579,37 @@ def test_a_claim_keeps_no_job_it_counts_for_quota_alone():
     assert [(r.job_id, r.nodes, r.until, r.ending) for r in plan.reservations] == [
         (1, (("n3", 8),), None, ())
     ]
+
+
+@pytest.mark.parametrize("reclaim", [False, True])
+def test_no_victim_that_stops_after_the_job_would_have_started_without_it(reclaim):
+    """An adversarial helper's case: the flavor's shortest grace period is 30 s, so
+    rule 2 counts a's job 1 (ending at +80) as ending at +50, and job 3 preempted a's
+    job 12 (600 s of grace) by priority to be within nominal quota once job 1 had
+    ended; job 15 (ending at +60, 90 s of grace of its own) was not counted. Job 3 was
+    told its GPUs were reserved from +60 and started at +650; without the preemption
+    it fitted at +80 as job 1 ended, and job 12 lost its work for nothing. A victim set
+    that stops later than the job fits without it, once the jobs ending by then have
+    ended, is not taken. `reclaim`: the same with a borrower's 600 s-grace job as the
+    candidate and a within-nominal preemptor."""
+    c = Cluster().nodes_(3)
+    if reclaim:  # a within nominal (4) once job 1 ends; b borrows with 600 s of grace
+        c.team("a", nominal=12, cohort="c").team("b", nominal=4, cohort="c", lending_limit=0)
+        c.team("d", nominal=8, cohort="c", lending_limit=0)
+        c.run(12, "b", on={"n0": 2}, started=NOW, runtime=10 * HOUR, grace=600.0)
+        c.run(16, "b", on={"n2": 4}, started=NOW, runtime=10 * HOUR, preemptible=False)
+        c.run(17, "d", on={"n2": 4}, started=NOW, runtime=10 * HOUR, preemptible=False)
+        c.run(18, "d", on={"n0": 4}, started=NOW, runtime=10 * HOUR, preemptible=False)
+    else:
+        c.team("a", nominal=4, cohort="c", borrowing_limit=8).team("b", nominal=20, cohort="c")
+        c.run(12, "a", on={"n0": 2}, started=NOW, runtime=10 * HOUR, grace=600.0, queue="q")
+    c.run(15, "a", on={"n0": 1}, started=NOW, runtime=60, preemptible=False, grace=90.0)
+    c.run(1, "a", on={"n1": 8}, started=NOW - 100, runtime=180, priority=1, queue="r")
+    c.job(3, "a", gpus=2, priority=1, runtime=300, queue="q")
+    sim = Sim(c)
+    for t in range(0, 1000, 10):
+        sim.step(NOW + t)
+        if 3 in sim.started:
+            break
+    assert not sim.preempted, sim.preempted
+    assert sim.started[3] <= NOW + 80
