@@ -23,13 +23,12 @@ if TYPE_CHECKING:
 
 
 def beyond_limit(
-    pending: list[PendingJob], running: Iterable[RunningJob], every: Iterable[PendingJob] = ()
+    pending: list[PendingJob], running: Iterable[RunningJob]
 ) -> tuple[list[PendingJob], dict[int, list[tuple]]]:
     """Return the pending tasks that their array's limit sets aside, in the order given
     (queue order: the tasks with the lowest ids, so indices, go first), and per array
-    the queue keys of the tasks given a slot ahead of that order: those that hold a claim
-    go first (claimants; `every`: all pending jobs, set aside or not, whose links to
-    their preemptors count)."""
+    the (queue key, id) of the tasks given a slot ahead of that order: those that hold a
+    claim go first (claimants)."""
     limits = {j.array_id: j.array_limit for j in pending if j.array_limit is not None}
     if not limits:
         return [], {}
@@ -38,7 +37,7 @@ def beyond_limit(
     for r in running:
         if r.array_id in limits:
             holding[r.array_id] = holding.get(r.array_id, 0) + 1
-    claims = claimants(running, every)
+    claims = claimants(running)
     out, jumped = [], {}
     for job in sorted(pending, key=lambda j: j.id not in claims and not j.reserved_on):
         if job.array_id not in limits:
@@ -49,23 +48,25 @@ def beyond_limit(
             continue
         holding[job.array_id] = n + 1
         if job.id in claims or job.reserved_on:
-            jumped.setdefault(job.array_id, []).append(queue_key(job))
+            jumped.setdefault(job.array_id, []).append((queue_key(job), job.id))
     out.sort(key=queue_key)
     return out, jumped
 
 
-def claimants(running: Iterable[RunningJob], pending: Iterable[PendingJob]) -> set:
-    """Return the ids of the jobs that stopping or requeued victims name as their
-    preemptor (RunningJob.preempted_by, PendingJob.preempted_by).
+def claimants(running: Iterable[RunningJob]) -> set:
+    """Return the ids of the preemptors whose victims still stop
+    (RunningJob.preempted_by); with the tasks whose target a last pass kept
+    (PendingJob.reserved_on), they hold a claim.
 
     Such a task keeps its array's slot ahead of its array's earlier tasks: one of them
     out of its requeue backoff (or with its previous attempt stopped, or its priority
     raised) came back ahead of it in queue order, the limit set the preemptor aside and
     its claim went with it, and the victim was readmitted on the GPUs it had been
     stopped for, its work lost for nothing (an adversarial helper's case,
-    tests/scheduler/test_array_limit.py)."""
+    tests/scheduler/test_array_limit.py). Not a requeued victim's link alone, which
+    outlives the claim: a preemptor whose target was cordoned kept the slot from a task
+    that fitted free GPUs, pass after pass (a review's case)."""
     named = {r.preempted_by for r in running if r.stopping}
-    named.update(j.preempted_by for j in pending)
     named.discard(None)
     return named
 

@@ -178,7 +178,7 @@ class Pass:
             ]
         # Tasks of job arrays beyond their %N limit (scheduler.arrays) are set aside too;
         # a task that preempted keeps its slot (arrays.claimants).
-        held = beyond_limit(self.pending, snapshot.running, snapshot.pending)
+        held = beyond_limit(self.pending, snapshot.running)
         self.array_held, self.array_claims = held
         if self.array_held:
             held = {j.id for j in self.array_held}

@@ -380,13 +380,15 @@ def _array_limit(p: Pass, job: PendingJob, array_id: int, limit: int) -> str:
             f"task{'s' if limit != 1 else ''} running, its limit (%{limit}); it starts when "
             f"one of them ends"
         )
-    ahead = limit - running
     key = queue_key(job)  # tasks behind it that wait for the jobs they preempted go first
-    claiming = sum(1 for k in p.array_claims.get(array_id, ()) if k > key)
+    claiming = sum(  # (those admitted in this pass are running above)
+        1 for k, i in p.array_claims.get(array_id, ()) if k > key and i in p.waits
+    )
+    claiming = min(claiming, limit - running)
     return (
         f"{_needs(p, job)}; array {array_id} has {running} task{'s' if running != 1 else ''} "
-        f"running and {_ahead(ahead - claiming, claiming)}, its limit (%{limit}) together; "
-        f"it starts when one of them ends"
+        f"running and {_ahead(limit - running - claiming, claiming)}, its limit (%{limit}) "
+        f"together; it starts when one of them ends"
     )
 
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler import REASONS, schedule
-from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, reasons, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, preempted, reasons, verdict
 
 LIMIT = "array_limit"
 
@@ -211,3 +211,53 @@ def test_a_task_that_preempted_keeps_its_arrays_slot(earlier):
     assert 2 in sim.started and sim.started[2] <= NOW + 30  # when its victim stopped
     assert {w.node for w in sim.running[2].placement} == {"n0"}  # on its victim's GPUs
     assert sum(1 for r in sim.running.values() if r.array_id == 7) <= 1  # the limit holds
+
+
+def test_a_preemptor_whose_claim_is_gone_keeps_no_slot():
+    """A review's case: task 2 reclaims b's job 10 on n0 while task 1 backs off; n0 is
+    then cordoned, and once job 10 has stopped (requeued, still naming task 2) task 2 has
+    no target and waits for GPUs like any job. Its victim's link alone kept it the
+    array's one slot, and task 1, which fits n2's free GPUs, was held pass after pass."""
+
+    class Cordoned(Sim):
+        def _nodes(self):
+            return tuple(n for n in super()._nodes() if n.name != "n0" or self.now < NOW + 30)
+
+    c = Cluster().node("n0").node("n1").node("n2", gpus=2)
+    c.team("a", nominal=16, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "b", on={"n0": 8}, started=NOW - 100, runtime=100 * HOUR)
+    c.run(11, "a", on={"n1": 8}, started=NOW - 100, runtime=100 * HOUR, preemptible=False)
+    one = task(c, 1, team="a", gpus=1, runtime=HOUR, limit=1)
+    c.pending[0] = replace(one, restart_count=1, eligible_at=NOW + 10)
+    task(c, 2, team="a", gpus=8, runtime=HOUR, limit=1)
+    sim = Cordoned(c)
+    for t in range(0, 600, 30):
+        sim.now = NOW + t
+        sim.step(NOW + t)
+    assert 10 in sim.preempted
+    assert 1 in sim.started and sim.started[1] <= NOW + 60
+
+
+def test_a_claimant_admitted_in_the_pass_is_counted_once():
+    """A review's case: array 7 (%2); tasks 3 and 4 reclaim b's jobs (600 s and 30 s of
+    grace) while task 1 backs off. At +30 task 4 is admitted and task 3 still waits: task
+    1 was told "1 task running and -1 ahead of it in the queue and 2 waiting for the jobs
+    they preempted", the admitted claimant counted as both."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=24, cohort="c").team("b", nominal=0, cohort="c")
+    c.run(10, "b", on={"n0": 8}, started=NOW - 100, runtime=100 * HOUR, grace=30.0)
+    c.run(11, "b", on={"n1": 8}, started=NOW - 100, runtime=100 * HOUR, grace=600.0)
+    c.run(12, "b", on={"n2": 8}, started=NOW - 100, runtime=100 * HOUR, preemptible=False)
+    for i in (1, 3, 4):
+        task(c, i, team="a", gpus=8, runtime=100 * HOUR)
+    c.pending[0] = replace(c.pending[0], restart_count=1, eligible_at=NOW + 20)
+    sim = Sim(c)
+    assert sorted(preempted(sim.step(NOW))) == [10, 11]
+    second = sim.step(NOW + 30)
+    assert admitted(second) == [4]
+    said = verdict(second, 1)
+    assert said.reason_code == LIMIT
+    assert (
+        "array 7 has 1 task running and 1 waiting for the jobs it preempted, its limit (%2) "
+        "together"
+    ) in said.message, said.message
