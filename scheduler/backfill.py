@@ -416,12 +416,27 @@ class Backfill(Gate):
         and it started 4 h late (an adversarial helper's case,
         test_reservation_holds.py). Not one that fits the free GPUs: it waits for its
         quota only, a pass or a grace period, and a reservation would take the
-        flavor's from the next job waiting for GPUs."""
-        if len(self.held_for(job.flavor)) >= self.limit + self._starving(p, job):
+        flavor's from the next job waiting for GPUs.
+
+        Nor one whose team's quota would refuse it once the hold is gone: the cohort's
+        headroom, its own stopping jobs left out (Pass.settled), with the preemptors'
+        charges; told GPUs were reserved for it from the claim's time, a job whose team
+        was then at its nominal quota, with nothing to borrow, waited hours (a review's
+        case). From when the last of its team's waiting preemptors will have started:
+        the hold lasts while any of them waits."""
+        f = job.flavor
+        if len(self.held_for(f)) >= self.limit + self._starving(p, job):
             return None  # (_reserve's test, asked before placing the job)
+        book = p.ledger.book(job.team)
+        if p.ledger.headroom_with(book, f, {book: p.settled(book, f) - book.used(f)}) < job.gpus:
+            return None
         if p.choose(pool, job) is not None:
             return None
-        self._reserve(p, job, pool, wait.info[1])
+        until = max(
+            (t for j, t in p.waiting_preemptors if j.team == job.team and j.flavor == f),
+            default=wait.info[1],
+        )
+        self._reserve(p, job, pool, until)
         return None  # the claim's wait stands: it is the reason it waits now
 
     def _reserve(

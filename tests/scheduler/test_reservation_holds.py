@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import pytest
 
 from scheduler import schedule
-from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, make_job, verdict
+from tests.scheduler.helpers import HOUR, NOW, Cluster, Sim, admitted, make_job, preempted, verdict
 
 LONG_AGO = NOW - 5000
 
@@ -329,3 +329,23 @@ def test_a_reserved_job_held_by_its_teams_claim_keeps_its_gpus():
     for t in (50, 60, 90, 120):
         sim.step(NOW + t)
     assert sim.started[1] == NOW + 90
+
+
+def test_no_gpus_are_reserved_past_a_claim_for_a_job_its_quota_then_refuses():
+    """A review's case: team a's job 1 preempts a's job 10 by priority, and a's job 2 is
+    held by that claim. Once job 1 has started, a is at its nominal 8 and the cohort
+    (b's non-preemptible 8) lends nothing: job 2 cannot start at the claim's time. It was
+    told GPUs were reserved for it from then, and did not start for hours."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c").team("e", nominal=8)
+    c.run(10, "a", on={"n0": 8}, started=NOW - 100, runtime=100 * HOUR)
+    c.run(11, "b", on={"n1": 8}, started=NOW - 100, runtime=100 * HOUR, preemptible=False)
+    c.run(12, "e", on={"n2": 4}, started=NOW - 100, runtime=120)
+    c.run(13, "e", on={"n2": 4}, started=NOW - 100, runtime=100 * HOUR, preemptible=False)
+    c.job(1, "a", gpus=8, priority=1, runtime=100 * HOUR)
+    c.job(2, "a", gpus=4, priority=0, queue="r", runtime=HOUR)
+    plan = schedule(c.snapshot())
+    assert preempted(plan) == [10]
+    said = verdict(plan, 2)
+    assert said.reason_code == "reserved"
+    assert "reserved for it from" not in said.message, said.message
