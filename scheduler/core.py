@@ -140,6 +140,7 @@ class Pass:
         "_lower_gpus",
         "_by_flavor",
         "graces",
+        "waits_on_ending",
         "_by_team",
         "_stopping",
         "lent",
@@ -224,6 +225,9 @@ class Pass:
         self._lower_gpus: dict[tuple[str, str, str, int], int] = {}
         self._by_flavor: dict[str, list[Running]] | None = None
         self.graces: dict[str, float] = {}  # flavor -> rule 2's g (state.mark_ending)
+        # flavor -> nodes whose ending jobs a job that did not preempt counts on
+        # (preemption._fits_by_their_stop)
+        self.waits_on_ending: dict[str, set[int]] = {}
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
         # (team, flavor) -> GPUs of idle quota this pass lent it (Pass.borrows)

@@ -268,7 +268,8 @@ def _fits_by_their_stop(
 ) -> bool:
     """Return whether the job fits its quota and the GPUs without the chosen victims
     once the running jobs that end by the time those would have stopped have ended
-    (their max runtime and their own grace period, as rule 2 counts a job ending):
+    (their max runtime and their own grace period, as rule 2 counts a job ending), and
+    the stopping jobs that stop by then have stopped:
     then a victim loses its work for nothing, and the job starts no sooner for it.
 
     Asked only of victims that stop after the flavor's shortest grace period g
@@ -277,37 +278,56 @@ def _fits_by_their_stop(
     between were not counted: a job preempted its queue's 600 s-grace job to fit
     its nominal quota once the job ending in 30 s had ended, was told its GPUs were
     reserved from +60 and started at +650, when it fitted at +80 without it (an
-    adversarial helper's case, test_ending_jobs.py). Only nodes no preemptor holds GPUs
-    on count (a target may count on the jobs ending there: _ending)."""
+    adversarial helper's case, test_ending_jobs.py). Only nodes that no preemptor holds
+    GPUs on (a target may count on the jobs ending there: _ending), that no GPU
+    reservation of the flavor takes, and that no job sent to wait this way earlier in
+    the pass counts on (`Pass.waits_on_ending`, which this one's nodes join) count: a
+    job ahead in the pass with the reservation of the node coming free, or a second
+    preemptor counting on the same node, took it, and the job preempted its victim all
+    the same, a grace period later (a review's cases). What it counts on is not held
+    for it in later passes, where a job ahead of it can still take it (Known limits)."""
     if not choice.victims:
         return False
     by = max(stops_by(p.now, r.job.grace_period) for r in choice.victims)
-    if by <= p.now + p.graces.get(pool.flavor, math.inf):
+    f = pool.flavor
+    if by <= p.now + p.graces.get(f, math.inf):
         return False
-    stops = p.stops(pool)
     victims = {id(r) for r in choice.victims}
-    held = stops.holders_on
-    ending = [
+    taken = set(p.waits_on_ending.get(f, ()))
+    taken.update(n for n, k in p.stops(pool).holders_on.items() if k)
+    held_for = getattr(p.gate, "held_for", None)
+    for res in held_for(f) if held_for is not None else ():
+        taken.update(res.need)
+    ending = [  # (a stopping job by its stop, cancelled say: it frees its GPUs then too)
         r
-        for r in p.running_in(pool.flavor)
-        if not r.stopping
-        and id(r) not in victims
-        and r.job.started_at + r.job.max_runtime + r.job.grace_period <= by
-        and not any(held.get(n) for n, _ in r.nodes)
+        for r in p.running_in(f)
+        if id(r) not in victims
+        and (r.end if r.stopping else r.job.started_at + r.job.max_runtime + r.job.grace_period)
+        <= by
+        and not any(n in taken for n, _ in r.nodes)
     ]
     if not ending:
         return False
     tx = Transaction()
     try:
+        _release_quota(p, f, book, p.stops(pool).quota, tx)  # rule 2's view of quota
         for r in ending:
-            _release(p, r, pool, tx)
-        if p.ledger.borrowed(book, job.flavor, job.gpus):  # within nominal, so sure of it
+            if r.stopping:  # its quota is released above
+                for node, k in r.nodes:
+                    tx.give(pool.index, node, k)
+            else:
+                _release(p, r, pool, tx)
+        if p.ledger.borrowed(book, f, job.gpus):  # within nominal, so sure of it
             return False
-        if p.ledger.headroom(book, job.flavor) < job.gpus:
+        if p.ledger.headroom(book, f) < job.gpus:
             return False
-        return placement.choose(pool.index, job.workers, job.gpus_per_worker) is not None
+        where = placement.choose(pool.index, job.workers, job.gpus_per_worker)
     finally:
         tx.rollback()
+    if where is None:
+        return False
+    p.waits_on_ending.setdefault(f, set()).update(n for r in ending for n, _ in r.nodes)
+    return True
 
 
 def choose(

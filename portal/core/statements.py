@@ -743,7 +743,7 @@ class PendingRow(NamedTuple):
     max_runtime: float
     preemptible: bool
     restart_count: int
-    eligible_at: float  # 0.0 when never requeued
+    eligible_at: float  # 0.0 when eligible since submitted (never requeued nor held)
     preempted_by: int | None
     draining: bool  # a worker of an earlier attempt has not ended (actions.workers.ENDED)
     array_id: int | None

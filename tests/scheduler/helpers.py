@@ -242,6 +242,7 @@ class Sim:
         self.started: dict[int, float] = {}  # job id -> first start time
         self.preempted: list[int] = []
         self.runs: dict[int, float] = {}
+        self.array_limits: dict[int, int | None] = {}  # job -> its array's limit, kept on requeue
         for r in cluster.running:
             self.running[r.id] = r
 
@@ -325,6 +326,8 @@ class Sim:
                     n,
                     now + requeue_backoff(n, *self.backoff),
                     r.preempted_by,
+                    array_id=r.array_id,
+                    array_limit=self.array_limits.get(r.id),
                     grace_period=r.grace_period,
                 )
 
@@ -353,8 +356,10 @@ class Sim:
             job.max_runtime,
             adm.placement,
             job.preemptible,
+            grace_period=job.grace_period,
             array_id=job.array_id,  # counted against its array's limit, as the portal does
         )
+        self.array_limits[job.id] = job.array_limit
 
     def _nodes(self) -> tuple[Node, ...]:
         return tuple(

@@ -613,3 +613,77 @@ def test_no_victim_that_stops_after_the_job_would_have_started_without_it(reclai
             break
     assert not sim.preempted, sim.preempted
     assert sim.started[3] <= NOW + 80
+
+
+def _two_would_preempt(c: Cluster, reclaim: bool) -> Cluster:
+    """a's jobs 3 and 4 (8 GPUs each) would each preempt one of two 1 h-grace jobs (a's
+    own by priority, or borrower b's by reclaim) and start at +3600; b's non-preemptible
+    job 11 frees n1 at +3000, which holds one of them; a 5 s-grace job makes g small."""
+    c.nodes_(3).node("n3", gpus=1)
+    owner = "b" if reclaim else "a"
+    if reclaim:
+        c.team("a", nominal=16, cohort="c").team("b", nominal=9, cohort="c")
+    else:
+        c.team("a", nominal=24).team("b", nominal=9)
+    c.run(10, owner, on={"n0": 8}, started=NOW - 100, runtime=100 * HOUR, grace=HOUR)
+    c.run(14, owner, on={"n2": 8}, started=NOW - 100, runtime=100 * HOUR, grace=HOUR)
+    c.run(11, "b", on={"n1": 8}, started=NOW - 600, runtime=3600, preemptible=False)
+    c.run(13, "b", on={"n3": 1}, started=NOW - 100, runtime=100 * HOUR, grace=5.0)
+    c.job(3, "a", gpus=8, priority=0 if reclaim else 1, runtime=HOUR)
+    c.job(4, "a", gpus=8, priority=0 if reclaim else 1, runtime=HOUR)
+    return c
+
+
+@pytest.mark.parametrize("reclaim", [False, True])
+def test_two_jobs_do_not_count_on_one_node_coming_free(reclaim):
+    """A review's case: both jobs declined their preemption, counting on the one node
+    that frees at +3000; one took it, and the other preempted only then and started at
+    +6600. The second does not count on a node the first counts on (Pass.waits_on_ending):
+    it preempts at once, and the first starts when the node frees."""
+    sim = Sim(_two_would_preempt(Cluster(), reclaim))
+    for t in range(0, int(3 * HOUR), 60):
+        sim.step(NOW + t)
+        if 3 in sim.started and 4 in sim.started:
+            break
+    assert len(sim.preempted) == 1
+    assert sorted(sim.started.values()) == [NOW + 3060, NOW + 3600]  # passes every 60 s
+
+
+def test_a_node_coming_free_reserved_for_a_job_ahead_is_not_counted():
+    """A review's case: a's job 2 (queue r, priority 5, ahead in the pass) has the flavor's
+    reservation of n1, which frees at +3000; job 3 declined to preempt its queue's 1 h-grace
+    job 10 counting on n1, job 2 took it, and job 3 preempted at +3000 and started at +6600."""
+    c = Cluster().nodes_(3).node("n3", gpus=1)
+    c.team("a", nominal=16).team("b", nominal=17)
+    c.run(10, "a", on={"n0": 8}, started=NOW - 100, runtime=100 * HOUR, grace=HOUR)
+    c.run(11, "b", on={"n1": 8}, started=NOW - 600, runtime=3600, preemptible=False)
+    c.run(12, "b", on={"n2": 8}, started=NOW - 100, runtime=100 * HOUR, preemptible=False)
+    c.run(13, "b", on={"n3": 1}, started=NOW - 100, runtime=100 * HOUR, grace=5.0)
+    c.job(2, "a", gpus=8, priority=5, queue="r", runtime=100 * HOUR, preemptible=False)
+    c.job(3, "a", gpus=8, priority=1, queue="q", runtime=HOUR)
+    sim = Sim(c)
+    assert preempted(sim.step(NOW)) == [10]
+    for t in range(60, int(2 * HOUR), 60):
+        sim.step(NOW + t)
+    assert sim.started[3] == NOW + 3600 and sim.started[2] <= NOW + 3060
+
+
+def test_a_stopping_job_that_stops_in_time_counts_too():
+    """A review's case: job 3 fits n0 at +200, once a's cancelled job 12 has stopped
+    (+60) and a's job 11 has ended (+200); it preempted a's 600 s-grace job 10 all the
+    same and started at +600, where a job ending instead of stopping was counted."""
+    c = Cluster().node("n0").node("n1").node("n2", gpus=1)
+    c.team("a", nominal=24)
+    c.run(10, "a", on={"n1": 8}, started=NOW - 100, runtime=100 * HOUR, grace=600.0)
+    c.run(11, "a", on={"n0": 4}, started=NOW - 100, runtime=300, preemptible=False, queue="r")
+    c.run(12, "a", on={"n0": 4}, started=NOW - 100, runtime=100 * HOUR, stopping=True,
+          stop_requested=NOW, grace=60.0, queue="r")  # fmt: skip
+    c.run(13, "a", on={"n2": 1}, started=NOW - 100, runtime=100 * HOUR, grace=5.0, queue="r")
+    c.job(3, "a", gpus=8, priority=1, runtime=HOUR)
+    sim = Sim(c)
+    sim.stop_at[12] = NOW + 60
+    for t in range(0, 1200, 10):
+        sim.step(NOW + t)
+        if 3 in sim.started:
+            break
+    assert sim.preempted == [] and sim.started[3] == NOW + 200
