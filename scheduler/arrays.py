@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 
 
 def beyond_limit(
-    pending: list[PendingJob], running: Iterable[RunningJob]
+    pending: list[PendingJob], running: Iterable[RunningJob], every: Iterable[PendingJob]
 ) -> tuple[list[PendingJob], dict[int, list[tuple]]]:
     """Return the pending tasks that their array's limit sets aside, in the order given
     (queue order: the tasks with the lowest ids, so indices, go first), and per array
     the (queue key, id) of the tasks given a slot ahead of that order: those that hold a
-    claim go first (claimants)."""
+    claim go first (claimants; `every`: all pending jobs, whose links to their
+    preemptors count)."""
     limits = {j.array_id: j.array_limit for j in pending if j.array_limit is not None}
     if not limits:
         return [], {}
@@ -37,9 +38,9 @@ def beyond_limit(
     for r in running:
         if r.array_id in limits:
             holding[r.array_id] = holding.get(r.array_id, 0) + 1
-    claims = claimants(running)
+    claims = claimants(running, every)
     out, jumped = [], {}
-    for job in sorted(pending, key=lambda j: j.id not in claims and not j.reserved_on):
+    for job in sorted(pending, key=lambda j: j.id not in claims):
         if job.array_id not in limits:
             continue
         n = holding.get(job.array_id, 0)
@@ -47,16 +48,16 @@ def beyond_limit(
             out.append(job)
             continue
         holding[job.array_id] = n + 1
-        if job.id in claims or job.reserved_on:
+        if job.id in claims:
             jumped.setdefault(job.array_id, []).append((queue_key(job), job.id))
     out.sort(key=queue_key)
     return out, jumped
 
 
-def claimants(running: Iterable[RunningJob]) -> set:
-    """Return the ids of the preemptors whose victims still stop
-    (RunningJob.preempted_by); with the tasks whose target a last pass kept
-    (PendingJob.reserved_on), they hold a claim.
+def claimants(running: Iterable[RunningJob], pending: Iterable[PendingJob]) -> set:
+    """Return the ids of the preemptors whose victims still stop (RunningJob.preempted_by)
+    and of those with a kept target (PendingJob.reserved_on) whose requeued victims name
+    them: they hold a claim on GPUs their victims gave up.
 
     Such a task keeps its array's slot ahead of its array's earlier tasks: one of them
     out of its requeue backoff (or with its previous attempt stopped, or its priority
@@ -64,9 +65,13 @@ def claimants(running: Iterable[RunningJob]) -> set:
     its claim went with it, and the victim was readmitted on the GPUs it had been
     stopped for, its work lost for nothing (an adversarial helper's case,
     tests/scheduler/test_array_limit.py). Not a requeued victim's link alone, which
-    outlives the claim: a preemptor whose target was cordoned kept the slot from a task
-    that fitted free GPUs, pass after pass (a review's case)."""
+    outlives the claim (a preemptor whose target was cordoned kept the slot from a task
+    that fitted free GPUs, pass after pass), nor a kept target with no victims (one
+    waiting for a cancelled job kept the slot idle for ten minutes, and the earlier task
+    started an hour later): no victim's work is at stake there (two reviews' cases)."""
     named = {r.preempted_by for r in running if r.stopping}
+    linked = {j.preempted_by for j in pending}
+    named.update(j.id for j in pending if j.reserved_on and j.id in linked)
     named.discard(None)
     return named
 

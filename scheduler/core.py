@@ -139,8 +139,6 @@ class Pass:
         "tops",
         "_lower_gpus",
         "_by_flavor",
-        "graces",
-        "waits_on_ending",
         "_by_team",
         "_stopping",
         "lent",
@@ -179,7 +177,7 @@ class Pass:
             ]
         # Tasks of job arrays beyond their %N limit (scheduler.arrays) are set aside too;
         # a task that preempted keeps its slot (arrays.claimants).
-        held = beyond_limit(self.pending, snapshot.running)
+        held = beyond_limit(self.pending, snapshot.running, snapshot.pending)
         self.array_held, self.array_claims = held
         if self.array_held:
             held = {j.id for j in self.array_held}
@@ -224,10 +222,6 @@ class Pass:
         self.tops: dict[tuple[str, str], dict[tuple[str, int], list[int]]] = {}
         self._lower_gpus: dict[tuple[str, str, str, int], int] = {}
         self._by_flavor: dict[str, list[Running]] | None = None
-        self.graces: dict[str, float] = {}  # flavor -> rule 2's g (state.mark_ending)
-        # flavor -> nodes whose ending jobs a job that did not preempt counts on
-        # (preemption._fits_by_their_stop)
-        self.waits_on_ending: dict[str, set[int]] = {}
         self._by_team: dict[tuple[str, str], list[Running]] | None = None
         self._stopping: dict[str, list[Running]] | None = None
         # (team, flavor) -> GPUs of idle quota this pass lent it (Pass.borrows)
@@ -1150,7 +1144,7 @@ class Pass:
         if self._running is None:
             self._running = build_running(self._running_jobs, self.pools, self.ledger, self.now)
             if self.preempting:
-                self.graces = mark_ending(self._running, self.now, self.queued)
+                mark_ending(self._running, self.now, self.queued)
         return self._running
 
     def team_queues(self) -> list[tuple[str, list[PendingJob]]]:

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from . import placement
 from .backfill import CLAIM_HOLD, COHORT_HOLD, RESERVED_QUOTA
-from .model import PendingJob, Preemption, stops_by
+from .model import PendingJob, Preemption
 from .ordering import claim_key, job_victim_key, last_progress, queue_key
 from .quota import Probe, contribution
 from .reasons import (
@@ -208,8 +208,6 @@ def try_priority_preempt(p: Pass, job: PendingJob, pool: Pool | None, wait: Wait
     if choice is None or not choice.victims:  # none of its queue's jobs make room
         fails[key] = min(n, fails.get(key, math.inf))
         return None
-    if _fits_by_their_stop(p, job, book, pool, choice):
-        return None
     return commit(p, job, book, pool, choice)
 
 
@@ -258,76 +256,7 @@ def try_preempt(p: Pass, job: PendingJob, pool: Pool | None) -> Wait | None:
         fails[exact] = min(n, fails.get(exact, math.inf))
         fails[base] = min(n, fails.get(base, math.inf))
         return None
-    if _fits_by_their_stop(p, job, book, pool, choice):
-        return None
     return commit(p, job, book, pool, choice)
-
-
-def _fits_by_their_stop(
-    p: Pass, job: PendingJob, book: TeamBook, pool: Pool, choice: Choice
-) -> bool:
-    """Return whether the job fits its quota and the GPUs without the chosen victims
-    once the running jobs that end by the time those would have stopped have ended
-    (their max runtime and their own grace period, as rule 2 counts a job ending), and
-    the stopping jobs that stop by then have stopped:
-    then a victim loses its work for nothing, and the job starts no sooner for it.
-
-    Asked only of victims that stop after the flavor's shortest grace period g
-    (rule 2's horizon, state.mark_ending): jobs ending by then count as ending
-    already. A victim with a longer grace period stops later, and jobs ending in
-    between were not counted: a job preempted its queue's 600 s-grace job to fit
-    its nominal quota once the job ending in 30 s had ended, was told its GPUs were
-    reserved from +60 and started at +650, when it fitted at +80 without it (an
-    adversarial helper's case, test_ending_jobs.py). Only nodes that no preemptor holds
-    GPUs on (a target may count on the jobs ending there: _ending), that no GPU
-    reservation of the flavor takes, and that no job sent to wait this way earlier in
-    the pass counts on (`Pass.waits_on_ending`, which this one's nodes join) count: a
-    job ahead in the pass with the reservation of the node coming free, or a second
-    preemptor counting on the same node, took it, and the job preempted its victim all
-    the same, a grace period later (a review's cases). What it counts on is not held
-    for it in later passes, where a job ahead of it can still take it (Known limits)."""
-    if not choice.victims:
-        return False
-    by = max(stops_by(p.now, r.job.grace_period) for r in choice.victims)
-    f = pool.flavor
-    if by <= p.now + p.graces.get(f, math.inf):
-        return False
-    victims = {id(r) for r in choice.victims}
-    taken = set(p.waits_on_ending.get(f, ()))
-    taken.update(n for n, k in p.stops(pool).holders_on.items() if k)
-    held_for = getattr(p.gate, "held_for", None)
-    for res in held_for(f) if held_for is not None else ():
-        taken.update(res.need)
-    ending = [  # (a stopping job by its stop, cancelled say: it frees its GPUs then too)
-        r
-        for r in p.running_in(f)
-        if id(r) not in victims
-        and (r.end if r.stopping else r.job.started_at + r.job.max_runtime + r.job.grace_period)
-        <= by
-        and not any(n in taken for n, _ in r.nodes)
-    ]
-    if not ending:
-        return False
-    tx = Transaction()
-    try:
-        _release_quota(p, f, book, p.stops(pool).quota, tx)  # rule 2's view of quota
-        for r in ending:
-            if r.stopping:  # its quota is released above
-                for node, k in r.nodes:
-                    tx.give(pool.index, node, k)
-            else:
-                _release(p, r, pool, tx)
-        if p.ledger.borrowed(book, f, job.gpus):  # within nominal, so sure of it
-            return False
-        if p.ledger.headroom(book, f) < job.gpus:
-            return False
-        where = placement.choose(pool.index, job.workers, job.gpus_per_worker)
-    finally:
-        tx.rollback()
-    if where is None:
-        return False
-    p.waits_on_ending.setdefault(f, set()).update(n for r in ending for n, _ in r.nodes)
-    return True
 
 
 def choose(

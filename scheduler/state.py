@@ -433,9 +433,7 @@ class Stops:
         self.pool.invalidate()
 
 
-def mark_ending(
-    running: list[Running], now: float, pending: Iterable[PendingJob] = ()
-) -> dict[str, float]:
+def mark_ending(running: list[Running], now: float, pending: Iterable[PendingJob] = ()) -> None:
     """Mark the running jobs that reach their max runtime before any victim of this pass
     could have stopped (Running.ending; preemption rule 2): their max runtime ends no
     later than the flavor's horizon, now plus the shortest grace period g of its
@@ -480,7 +478,7 @@ def mark_ending(
     asked of what is left of the horizon, a job with 600 s of grace stopped counting 30 s
     after the claim was made, and its preemptor preempted a second job (a random run).
 
-    Each ending job's `horizon` is the latest it counts by. Return g per flavor."""
+    Each ending job's `horizon` is the latest it counts by."""
     grace: dict[str, float] = {}
     for r in running:
         if r.job.preemptible and (not r.stopping or r.job.preempted_by is not None):
@@ -499,7 +497,7 @@ def mark_ending(
             for job_id in j.reserved_ending:
                 kept[job_id] = max(kept.get(job_id, until), until)
     if not horizon and not kept:
-        return grace
+        return
     for r in running:
         if r.stopping:
             continue
@@ -510,7 +508,6 @@ def mark_ending(
         until = kept.get(job.id)
         if until is not None and end <= until:  # its grace was at most g when counted
             r.ending, r.horizon = True, max(r.horizon, until)
-    return grace
 
 
 class Started:

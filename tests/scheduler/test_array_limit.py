@@ -261,3 +261,29 @@ def test_a_claimant_admitted_in_the_pass_is_counted_once():
         "array 7 has 1 task running and 1 waiting for the jobs it preempted, its limit (%2) "
         "together"
     ) in said.message, said.message
+
+
+def test_a_kept_target_without_victims_keeps_no_slot():
+    """A review's case: array 7 (%1); task 2 waits with a kept target for b's cancelled
+    job 10 (it stops at +600) while task 1 backs off until +10. Its kept target alone
+    kept the slot: idle until +600, while task 1 fitted n1's free GPUs from +30 and
+    started only when task 2 ended. No victim's work is at stake: queue order holds."""
+
+    class Cancelled(Sim):
+        def _finish(self, now):
+            super()._finish(now)
+            self.pending.pop(10, None)  # a cancelled job does not come back
+
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=16).team("b", nominal=16)
+    c.run(10, "b", on={"n0": 8}, started=NOW - 100, runtime=100 * HOUR, stopping=True,
+          stop_requested=NOW, grace=600.0)  # fmt: skip
+    c.run(11, "b", on={"n1": 6}, started=NOW - 100, runtime=100 * HOUR, preemptible=False)
+    one = task(c, 1, team="a", gpus=2, runtime=HOUR, limit=1)
+    c.pending[0] = replace(one, restart_count=1, eligible_at=NOW + 10)
+    task(c, 2, team="a", gpus=8, runtime=HOUR, limit=1)
+    sim = Cancelled(c)
+    sim.stop_at[10] = NOW + 600
+    for t in range(0, 120, 30):
+        sim.step(NOW + t)
+    assert sim.started.get(1) == NOW + 30

@@ -313,8 +313,7 @@ def test_a_stopping_jobs_grace_period_is_committed_so_its_preemptor_keeps_its_bu
     c.run(8, "y", on={"n2": 1}, runtime=100 * HOUR, grace=30.0)  # the flavor's grace: 30 s
     c.job(6, "e", gpus=8, priority=1, runtime=10 * HOUR)
     sim = Sim(c)
-    sim.runs[7] = HOUR + 700  # it ends early, at +700: at its max runtime, job 6 would
-    # wait for it rather than preempt (preemption._fits_by_their_stop)
+    sim.runs[7] = HOUR + 700  # it ends early, at +700: nothing the pass could foresee
 
     def used_at(t):  # e's GPU-hours so far (the showback figure, exact here)
         u = 8 * (min(t, NOW + 3600) - (NOW - HOUR)) / HOUR
