@@ -2320,7 +2320,7 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     """Return why reclaim cannot give a within-nominal job the quota its cohort lent out
     (it found no victims: try_preempt).
 
-    ("unplaced",) if reclaim would give it its quota back now (_lent_back_at's test)
+    ("unplaced",) if reclaim would give it its quota back now (_lent_back's test)
     and its workers fit no GPUs even with every job it may preempt gone
     (_fits_without_candidates): then what stops it is where the GPUs are, not quota
     (if they do fit, None: its search failed for another reason); ("lent", GPUs of its team's
@@ -2338,7 +2338,8 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     used = p.settled(book, f)
     if book.cohort is None or used + job.gpus > q.nominal:
         return None
-    if _lent_back_at(p, job, book) <= p.now:  # quota is not it: is where the GPUs are?
+    at, whose = _lent_back(p, job, book)
+    if at <= p.now:  # quota is not it: is where the GPUs are?
         pool = p.pools.get(f)
         if pool is None or _fits_without_candidates(p, job, pool, book):
             return None  # something else (an ending job's quota, say): the plain sentence
@@ -2356,7 +2357,6 @@ def unreclaimable(p: Pass, job: PendingJob, room: float) -> tuple | None:
     lent = min(lent, max(0, contribution(q, used)))
     if not lent:
         return None
-    at, whose = _lent_back(p, job, book)
     return ("lent", lent, tuple(teams), at, whose)
 
 
@@ -2377,11 +2377,6 @@ def _fits_without_candidates(p: Pass, job: PendingJob, pool: Pool, book: TeamBoo
         return placement.choose(pool.index, job.workers, job.gpus_per_worker) is not None
     finally:
         tx.rollback()
-
-
-def _lent_back_at(p: Pass, job: PendingJob, book: TeamBook) -> float:
-    """Return when the cohort can give the job its quota, at the latest (_lent_back)."""
-    return _lent_back(p, job, book)[0]
 
 
 def _lent_back(p: Pass, job: PendingJob, book: TeamBook) -> tuple[float, str | None]:
