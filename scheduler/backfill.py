@@ -47,6 +47,7 @@ from . import placement
 from .gates import FOR_GPUS, Gate
 from .model import PendingJob
 from .reasons import BACKOFF, COHORT_BUSY, QUOTA, RESERVED, WAITING_FOR_PREEMPTION, Wait
+from .requeue import reclaim_cooldown_end
 from .state import FREE, Transaction
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ class Backfill(Gate):
         self.limit = limit
         self.later: dict[str, list[Reservation]] = {}
         self.reclaim_backoff = reclaim_backoff
-        self._cooldowns: dict[tuple[str, str], float] | None = None
+        self._cooldowns: dict[tuple[str, str], tuple[float, int, float]] | None = None
 
     def held_for(self, flavor: str) -> list[Reservation]:
         """Return the flavor's GPU reservations, first first."""
@@ -266,7 +267,8 @@ class Backfill(Gate):
         cohort hold) if it would borrow, or the hold is its own team's and it would take
         quota the hold's gang is sure to have (_takes_own_gangs: info[2] OWN_HOLD, at
         the gang's start). With the reclaim backoff on, return `backoff` if it would
-        borrow while a job of its team and flavor backs off after a requeue. info[3]:
+        borrow while its team's borrowing of its flavor cools down after a reclaim
+        (info: when it ends, 0 requeues, the reclaims in a row, the last's time). info[3]:
         for the sentence, when it could start now (start_by).
 
         Still `reserved` when its quota refuses it now as well: told `quota` or
@@ -298,8 +300,8 @@ class Backfill(Gate):
             return None  # within its nominal quota, which is guaranteed
         if outlasts:
             return held, held.nodes
-        until = self.cooldowns(p).get((job.team, job.flavor)) if self.reclaim_backoff else None
-        return None if until is None else Wait(BACKOFF, (until, 0))
+        cooling = self.cooldowns(p).get((job.team, job.flavor)) if self.reclaim_backoff else None
+        return None if cooling is None else Wait(BACKOFF, (cooling[0], 0, *cooling[1:]))
 
     def start_by(self, p: Pass, job: PendingJob, end: float) -> float | str:
         """Return the latest end, at most `end`, with which the job would start now as
@@ -354,18 +356,17 @@ class Backfill(Gate):
         finally:
             restore(pool)
 
-    def cooldowns(self, p: Pass) -> dict[tuple[str, str], float]:
-        """Return (team, flavor) -> when the last of its requeued jobs' backoffs ends.
-
-        The team's borrowing of that flavor waits until then (Kueue KEP-14468's
-        reclaim backoff, with the length of the requeue backoff: scheduler.requeue).
-        """
+    def cooldowns(self, p: Pass) -> dict[tuple[str, str], tuple[float, int, float]]:
+        """Return (team, flavor) -> (when its reclaim backoff ends, the reclaims in a row,
+        when the last was) for the pairs still cooling down (Team.reclaims; Kueue
+        KEP-14468's reclaim backoff, scheduler.requeue)."""
         if self._cooldowns is None:
             self._cooldowns = {}
-            for j in p.backing_off:
-                if j.restart_count > 0:
-                    key = (j.team, j.flavor)
-                    self._cooldowns[key] = max(j.eligible_at, self._cooldowns.get(key, 0.0))
+            for book in p.ledger.books.values():
+                for flavor, (count, at) in book.reclaims.items():
+                    ends = reclaim_cooldown_end(count, at)
+                    if ends > p.now:
+                        self._cooldowns[(book.name, flavor)] = (ends, count, at)
         return self._cooldowns
 
     def placed_short(self, p: Pass, job: PendingJob) -> bool:

@@ -166,8 +166,8 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         floor = reserved.get(job.id, p.now)
         if wait.code == WAITING_FOR_PREEMPTION:
             floor = max(floor, wait.info[1])
-        elif wait.code == BACKOFF:
-            floor = max(floor, job.eligible_at)
+        elif wait.code == BACKOFF:  # its own requeue backoff, or its team's reclaim backoff
+            floor = max(floor, wait.info[0])
         elif wait.code == BUDGET_EXHAUSTED:
             out[job.id] = _budget_start(job, *wait.info)
             continue
@@ -349,7 +349,18 @@ def _hours(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 or x == int(x) else f"{x:,.1f}"
 
 
-def _backoff(p: Pass, job: PendingJob, eligible_at: float, requeues: int) -> str:
+def _backoff(p: Pass, job: PendingJob, eligible_at: float, requeues: int, *reclaims: float) -> str:
+    """Its own requeue backoff, or its team's reclaim backoff (`reclaims`: the reclaims
+    in a row, the last one's time; Backfill.cooldowns)."""
+    if reclaims:
+        count, at = reclaims
+        again = "" if count == 1 else f", the {_ordinal(int(count))} reclaim in a row"
+        return (
+            f"{_needs(p, job)}; it would borrow, and team {job.team}'s borrowed {job.flavor} "
+            f"GPUs were reclaimed at {instant(at)}{again}: the team may not borrow "
+            f"{job.flavor} again before {_at(p, eligible_at)} (reclaim backoff), though it "
+            f"may use its nominal quota"
+        )
     if requeues < 1:
         return f"{_needs(p, job)}; not eligible before {_at(p, eligible_at)}"
     return (
@@ -630,7 +641,7 @@ def _sooner(p: Pass, job: PendingJob, bound: float | str) -> str:
             f"waits for the jobs it preempted to stop"
         )
     else:  # backfill.BACKING_OFF
-        why = f"team {job.team} may not borrow while its requeued jobs back off"
+        why = f"team {job.team} may not borrow {job.flavor} while its reclaim backoff lasts"
     return f"and {why}, so it could not start now even if it ended sooner"
 
 

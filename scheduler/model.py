@@ -45,6 +45,10 @@ class Team:
     quotas: Mapping[str, Quota] = field(default_factory=dict)
     # flavor -> GPU-seconds of past usage, already decayed to `Snapshot.now`.
     decayed_usage: Mapping[str, float] = field(default_factory=dict)
+    # The reclaim backoff's state (PolicyConfig.reclaim_backoff, scheduler.requeue):
+    # flavor -> (how many times in a row the team's borrowing of it was reclaimed, when
+    # the last reclaim was), kept by the caller with requeue.count_reclaims.
+    reclaims: Mapping[str, tuple[int, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +212,9 @@ class PolicyConfig:
     # Backfill: how many blocked jobs per flavor get a reservation, each planned after
     # the ones before it (scheduler.backfill; Slurm plans every job it tests).
     backfill_reservations: int = BACKFILL_RESERVATIONS
-    # Reclaim backoff per team and flavor (Kueue KEP-14468): while a job of a team and
-    # flavor backs off after a requeue, the team's other jobs of that flavor may not borrow.
+    # Reclaim backoff per team and flavor (Kueue KEP-14468): after the team's borrowing of
+    # a flavor was reclaimed, its jobs that would borrow that flavor wait for a cooldown
+    # that doubles with each reclaim in a row (Team.reclaims, scheduler.requeue).
     reclaim_backoff: bool = RECLAIM_BACKOFF
     # Starvation bound (Volcano's sla plugin, sla-waiting-time): in the fair-share order a
     # job that has waited max_wait seconds or more comes before the jobs of its class

@@ -80,6 +80,7 @@ from .reasons import (
     WAITING_FOR_PREEMPTION,
     Wait,
 )
+from .requeue import RECLAIM
 from .state import Running, Stops, Transaction
 from .words import gpus as count_gpus
 
@@ -2113,7 +2114,7 @@ def _preemption(p: Pass, job: PendingJob, book: TeamBook, r: Running, stopping: 
         f"while team {r.book.name} borrows ({r.book.used(f) - stopping.get(r.book, 0)} used "
         f"of {vq.nominal} nominal)"
     )
-    return Preemption(victim.id, "reclaim", message, job.id)
+    return Preemption(victim.id, RECLAIM, message, job.id)
 
 
 # -- reservations across passes ------------------------------------------------

@@ -51,6 +51,7 @@ class TeamBook:
         "cohort",
         "quotas",
         "decayed",
+        "reclaims",
         "usage",
         "denom",
         "hist",
@@ -64,6 +65,7 @@ class TeamBook:
         self.cohort = team.cohort
         self.quotas: Mapping[str, Quota] = team.quotas
         self.decayed: Mapping[str, float] = team.decayed_usage
+        self.reclaims: Mapping[str, tuple[int, float]] = team.reclaims
         self.usage: dict[str, int] = {}
         self.denom: dict[str, float] = {}  # flavor -> share denominator
         self.hist: dict[str, float] = {}  # flavor -> historical share term

@@ -44,7 +44,8 @@ REASONS: dict[str, str] = {
     NO_NODES: "No schedulable node of its GPU flavor is Ready and uncordoned.",
     BUDGET_EXHAUSTED: "Its team's GPU-hour budget for its flavor is used up, or would be "
     "if it ran to its max run time.",
-    BACKOFF: "Requeued after a preemption or a lost node, it backs off before it may start again.",
+    BACKOFF: "Requeued after a preemption or a lost node, it backs off before it may start "
+    "again; or it would borrow while its team's reclaim backoff lasts.",
     PREVIOUS_ATTEMPT: "Waiting for the workers of its previous attempt to stop before it can "
     "be admitted again.",
     ARRAY_LIMIT: "Its job array already has as many tasks running as its limit (%N) allows.",
@@ -73,7 +74,8 @@ REMEDIES: dict[str, str] = {
     BUDGET_EXHAUSTED: "The budget period resetting (see the reason), a shorter max run time "
     "or fewer GPUs so that it fits what is left, or an admin raising the team's budget.",
     BACKOFF: "Nothing: after a preemption or a lost node it waits out its requeue backoff, "
-    "then keeps its place in the queue.",
+    "then keeps its place in the queue; held by its team's reclaim backoff, it may borrow "
+    "once that ends.",
     FIFO_BLOCKED: "The blocked job ahead of it starting or being cancelled.",
     WAITING_FOR_PREEMPTION: "Nothing: preempted jobs are stopping to make room; it starts "
     "when their grace periods end.",
@@ -118,7 +120,9 @@ class Wait(NamedTuple):
       budget_exhausted: (the Budget, GPU-hours its running jobs may still use, the
                          job's GPU-hours: GPUs x max run time, GPU-hours its jobs
                          waiting for stopping jobs may use)  (scheduler.budgets)
-      backoff: (when it becomes eligible, how many times it was requeued)
+      backoff: (when it becomes eligible, how many times it was requeued) |
+               (when its team's reclaim backoff ends, 0, the team's reclaims of the
+                flavor in a row, when the last was)  (scheduler.requeue)
       fifo_blocked: (id of the blocked job ahead, its reason code)
       waiting_for_preemption: (ids waited for, its victims first, their latest end,
                                how many of the ids are its victims, how many of them,

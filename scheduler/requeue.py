@@ -14,12 +14,30 @@ seconds: Kueue's `waitForPodsReady.requeuingStrategy`, whose
 replays stay deterministic. The caller that requeues the job (the portal's
 requeue action, the simulator) sets `PendingJob.eligible_at = requeued at +
 delay(n)`; the pass does not consider the job before then (reason `backoff`).
+
+The reclaim backoff (Kueue KEP-14468, `PolicyConfig.reclaim_backoff`, off by default)
+applies the same delay to a team and flavor instead of a job: after the team's
+borrowing of a flavor was reclaimed for the n-th time in a row, its jobs that would
+borrow that flavor wait `delay(n)` from that reclaim (reason `backoff`); its jobs
+within its nominal quota never wait. A reclaim counts as the next one in a row if it
+comes within `RECLAIM_RESET_S` (KEP-14468's `backoffResetSeconds`, 600 s) after the
+previous cooldown ended, else the count starts again at 1; a reclaim during the
+cooldown (of jobs that borrowed before it began) changes nothing. The callers that
+apply plans (the simulator, the tests' multi-pass driver) keep the count with
+`count_reclaims` and hand it to the pass in `Team.reclaims`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
+from .model import JobId, Plan, RunningJob
+
+RECLAIM = "reclaim"  # Preemption.reason_code of a reclaim (scheduler.preemption)
+
 DEFAULT_BASE_S = 60.0  # Kueue's backoffBaseSeconds default
 DEFAULT_MAX_S = 3600.0  # Kueue's backoffMaxSeconds default
+RECLAIM_RESET_S = 600.0  # KEP-14468's backoffResetSeconds default
 # 2^62 s is beyond any max; capping the exponent keeps the float finite.
 _MAX_EXPONENT = 62
 
@@ -34,3 +52,54 @@ def requeue_backoff(
     if requeues < 1 or base <= 0:
         return 0.0
     return min(base * 2.0 ** min(requeues - 1, _MAX_EXPONENT), most)
+
+
+def reclaim_cooldown_end(reclaims: int, at: float) -> float:
+    """Return when a team's borrowing of a flavor, reclaimed `reclaims` times in a row,
+    the last at `at`, may borrow that flavor again."""
+    return at + requeue_backoff(reclaims)
+
+
+def reclaimed(plan: Plan, running: Mapping[JobId, RunningJob]) -> set[tuple[str, str]]:
+    """Return the (team, flavor) pairs whose borrowing the plan reclaims: its victims of
+    reason `reclaim` (priority preemptions within a queue are not reclaims)."""
+    return {
+        (running[p.job_id].team, running[p.job_id].flavor)
+        for p in plan.preemptions
+        if p.reason_code == RECLAIM
+    }
+
+
+def count_reclaims(
+    state: dict[tuple[str, str], tuple[int, float]],
+    pairs: Iterable[tuple[str, str]],
+    now: float,
+) -> list[tuple[str, str]]:
+    """Count a reclaim at `now` of each (team, flavor) of `pairs` in `state` ((team,
+    flavor) -> (reclaims in a row, when the last was)), in place; return the pairs whose
+    cooldown it started (when it ends: reclaim_cooldown_end)."""
+    started = []
+    for pair in sorted(set(pairs)):
+        before = state.get(pair)
+        if before is not None:
+            ends = reclaim_cooldown_end(*before)
+            if now < ends:
+                continue  # jobs that borrowed before the cooldown began: not a new reclaim
+            count = before[0] + 1 if now <= ends + RECLAIM_RESET_S else 1
+        else:
+            count = 1
+        state[pair] = (count, now)
+        started.append(pair)
+    return started
+
+
+def team_reclaims(
+    state: Mapping[tuple[str, str], tuple[int, float]], now: float
+) -> dict[str, dict[str, tuple[int, float]]]:
+    """Return team -> flavor -> (reclaims in a row, when the last was) of the pairs whose
+    cooldown has not ended at `now` (Team.reclaims); the others hold nothing back."""
+    out: dict[str, dict[str, tuple[int, float]]] = {}
+    for (team, flavor), (count, at) in state.items():
+        if reclaim_cooldown_end(count, at) > now:
+            out.setdefault(team, {})[flavor] = (count, at)
+    return out

@@ -116,7 +116,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--reclaim-backoff",
         action="store_true",
         default=RECLAIM_BACKOFF,
-        help="fair share: a team may not borrow a flavor while one of its jobs of it backs off",
+        help="fair share: after a team's borrowing of a flavor is reclaimed, it may not borrow "
+        "it again for 60 s, doubling per reclaim in a row up to an hour (Kueue KEP-14468)",
     )
     p.add_argument(
         "--budget",

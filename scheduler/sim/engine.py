@@ -49,7 +49,15 @@ from scheduler.model import (
 )
 from scheduler.ordering import queue_key
 from scheduler.reasons import BUDGET_EXHAUSTED, NEVER_FITS, NO_NODES
-from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S, requeue_backoff
+from scheduler.requeue import (
+    DEFAULT_BASE_S,
+    DEFAULT_MAX_S,
+    count_reclaims,
+    reclaim_cooldown_end,
+    reclaimed,
+    requeue_backoff,
+    team_reclaims,
+)
 
 from .budgets import BudgetLedger, BudgetSpec
 from .cluster import NodeSpec, capacity
@@ -59,7 +67,7 @@ from .trace import TraceJob
 ESTIMATES = ("exact", "double", "queue-max", "declared")
 QUEUE_MAX_S = 7 * 24 * 3600.0
 # Event kinds, in the order they are handled at one timestamp.
-END, STOP, WAKE = 0, 1, 2
+END, STOP, WAKE, TICK = 0, 1, 2, 3  # TICK: a pass, for no job (a reclaim backoff ends)
 # Call the progress callback after about this many arrivals.
 PROGRESS_EVERY = 500
 # Policies whose order reads Team.decayed_usage.
@@ -216,6 +224,9 @@ class Simulator:
         self.links: dict[int, list[int]] = {}
         # the pending jobs whose reserved_on names a reservation (Plan.reservations)
         self.reserved: set[int] = set()
+        # (team, flavor) -> (reclaims in a row, the last one's time): the reclaim backoff's
+        # state (PolicyConfig.reclaim_backoff, scheduler.requeue), as the caller keeps it
+        self.reclaims: dict[tuple[str, str], tuple[int, float]] = {}
 
     # -- the cluster ----------------------------------------------------------
 
@@ -462,13 +473,23 @@ class Simulator:
         self.decayed_at = t
 
     def _snapshot_teams(self) -> tuple[Team, ...]:
-        if self.policy.policy not in READS_USAGE:
+        cooling = team_reclaims(self.reclaims, self.now) if self.reclaims else {}
+        if self.policy.policy not in READS_USAGE and not cooling:
             return self.teams
         per_team: dict[str, dict[str, float]] = {}
-        for (team, flavor), v in self.decayed.items():
-            per_team.setdefault(team, {})[flavor] = v
+        if self.policy.policy in READS_USAGE:
+            for (team, flavor), v in self.decayed.items():
+                per_team.setdefault(team, {})[flavor] = v
         return tuple(
-            Team(t.name, t.weight, t.cohort, t.quotas, per_team.get(t.name, {})) for t in self.teams
+            Team(
+                t.name,
+                t.weight,
+                t.cohort,
+                t.quotas,
+                per_team.get(t.name, {}),
+                cooling.get(t.name, {}),
+            )
+            for t in self.teams
         )
 
     # -- the loop -------------------------------------------------------------
@@ -489,7 +510,7 @@ class Simulator:
             changed = False
             while events and events[0][0] == t:
                 _, kind, job_id, attempt = heapq.heappop(events)
-                changed |= self._event(kind, self.recs[job_id], attempt)
+                changed |= kind == TICK or self._event(kind, self.recs[job_id], attempt)
             while i < n and arrivals[i].job.submitted_at == t:
                 self._arrive(arrivals[i])
                 i += 1
@@ -621,6 +642,8 @@ class Simulator:
         self.passes += 1
         if self.budgets is not None:
             self._budget_wake(plan)
+        if self.policy.reclaim_backoff and plan.preemptions:
+            self._count_reclaims(plan)
         for p in plan.preemptions:
             self._preempt(self.recs[p.job_id], p.preemptor_id)
         for a in plan.admissions:
@@ -631,6 +654,13 @@ class Simulator:
             self._note_estimates(plan)
         if self.config.check:
             self._check_plan(plan, snap)
+
+    def _count_reclaims(self, plan: Plan) -> None:
+        """Count the plan's reclaims for the reclaim backoff, and make sure a pass runs
+        when each cooldown it starts ends (the team may borrow again)."""
+        for pair in count_reclaims(self.reclaims, reclaimed(plan, self.running), self.now):
+            ends = reclaim_cooldown_end(*self.reclaims[pair])
+            heapq.heappush(self.events, (ends, TICK, -1, 0))
 
     def _note_estimates(self, plan: Plan) -> None:
         """Keep the estimated start of each job's first verdict (before any preemption)."""

@@ -28,6 +28,7 @@ from scheduler import (
     requeue_backoff,
     schedule,
 )
+from scheduler.requeue import count_reclaims, reclaimed, team_reclaims
 
 NOW = 1_000_000.0  # the fixed clock of every scenario
 HOUR = 3600.0
@@ -49,14 +50,16 @@ def make_team(
     lending_limit=None,
     decayed=None,
     flavor=FLAVOR,
+    reclaims=None,
 ) -> Team:
-    """A team with one quota of `flavor` (nominal may also be a dict flavor -> Quota)."""
+    """A team with one quota of `flavor` (nominal may also be a dict flavor -> Quota);
+    `reclaims`: the reclaim backoff's state, flavor -> (reclaims in a row, the last's time)."""
     quotas = (
         nominal
         if isinstance(nominal, dict)
         else {flavor: Quota(nominal, borrowing_limit, lending_limit)}
     )
-    return Team(name, weight, cohort, quotas, decayed or {})
+    return Team(name, weight, cohort, quotas, decayed or {}, reclaims or {})
 
 
 def make_job(
@@ -243,6 +246,8 @@ class Sim:
         self.preempted: list[int] = []
         self.runs: dict[int, float] = {}
         self.array_limits: dict[int, int | None] = {}  # job -> its array's limit, kept on requeue
+        # the reclaim backoff's state, kept as the simulator keeps it (scheduler.requeue)
+        self.reclaims: dict[tuple[str, str], tuple[int, float]] = {}
         for r in cluster.running:
             self.running[r.id] = r
 
@@ -259,10 +264,11 @@ class Sim:
 
     def step(self, now: float) -> Plan:
         self._finish(now)
+        cooling = team_reclaims(self.reclaims, now)
         snapshot = Snapshot(
             now,
             self._nodes(),
-            self.teams,
+            tuple(replace(t, reclaims=cooling.get(t.name, {})) for t in self.teams),
             tuple(self.running.values()),
             tuple(self.pending.values()),
             self.config,
@@ -271,6 +277,7 @@ class Sim:
 
     def apply(self, plan: Plan, now: float) -> Plan:
         """Stop the plan's victims (after their grace period), start its admissions."""
+        count_reclaims(self.reclaims, reclaimed(plan, self.running), now)
         for p in plan.preemptions:
             self.running[p.job_id] = replace(
                 self.running[p.job_id],

@@ -217,22 +217,3 @@ def test_backoff_bounds_reclaim_thrash():
     assert set(bounded.preempted) == {1}
     assert max(loop_waits) <= 30 and max(bounded_waits) <= 30
     assert len(loop_waits) == len(bounded_waits) == 120  # every lender job ran
-
-
-@pytest.mark.parametrize("on", [False, True])
-def test_reclaim_backoff_keeps_a_team_from_borrowing_while_its_reclaimed_job_backs_off(on):
-    # Kueue KEP-14468: b's job 1 was reclaimed and backs off; with the reclaim backoff b's
-    # job 2, which would borrow a's idle quota again, waits too; job 3 fits b's nominal.
-    c = Cluster().node("n0").node("n1")
-    c.team("a", nominal=8, cohort="c").team("b", nominal=4, cohort="c")
-    c.run(10, "b", on={"n0": 2})
-    c.job(1, "b", gpus=4, restarts=1, eligible_at=NOW + 60)
-    c.job(2, "b", gpus=4)
-    c.job(3, "b", gpus=2)
-    plan = schedule(c.snapshot(reclaim_backoff=on))
-    if on:
-        assert admitted(plan) == [3]
-        assert reasons(plan) == {1: "backoff", 2: "backoff"}
-        assert "not eligible before 1970-01-12T13:47:40Z" in verdict(plan, 2).message
-    else:
-        assert sorted(admitted(plan)) == [2, 3]

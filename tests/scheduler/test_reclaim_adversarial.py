@@ -769,19 +769,19 @@ def test_a_priority_preemptor_keeps_its_claim_while_its_own_victim_stops():
 
 
 def test_a_priority_preemptor_held_back_from_borrowing_picks_victims_that_free_enough():
-    """a uses 7 of its nominal 8; its requeued job 50 backs off, so with the reclaim
-    backoff on a may not borrow, and a's priority-1 2-GPU job 40 may preempt only if a
+    """a uses 7 of its nominal 8; its borrowing was reclaimed 10 s ago, so with the
+    reclaim backoff on a may not borrow, and a's priority-1 2-GPU job 40 may preempt only if a
     then uses no more. Job 10 (1 GPU) alone makes room and fits the quota but would
     let a use one GPU more: the search stops at what a uses now, so it takes job 11
     (4 GPUs) instead. Before, the fewest victims were chosen, found too few, and job
     40 was told `backoff` (and the failure was remembered for a's 2x2 job 41 too)."""
     c = Cluster().node("n0").node("n1")
-    c.team("a", nominal=8, cohort="c").team("b", nominal=8, cohort="c")
+    c.team("a", nominal=8, cohort="c", reclaims={FLAVOR: (1, NOW - 10)})
+    c.team("b", nominal=8, cohort="c")
     c.run(10, "a", on={"n0": 1}, started=NOW - 100, runtime=LONG)
     c.run(11, "a", on={"n0": 4}, started=NOW - 1000, runtime=LONG)
     c.run(12, "a", on={"n1": 2}, preemptible=False, runtime=LONG)
     c.job(40, "a", gpus=2, priority=1, runtime=LONG)
-    c.job(50, "a", gpus=1, restarts=1, eligible_at=NOW + 100, runtime=LONG)
     plan = schedule(c.snapshot(reclaim_backoff=True))
     assert [(p.job_id, p.preemptor_id) for p in plan.preemptions] == [(11, 40)]
 
