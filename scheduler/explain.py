@@ -38,6 +38,7 @@ from .backfill import (
     QUOTA_KEPT,
     QUOTA_REFUSES,
     RESERVED_QUOTA,
+    Backfill,
     projection,
     reserve,
     room_steps,
@@ -146,6 +147,8 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         start = (res.whole or res).start if res.nodes == COHORT_HOLD else res.start
         reserved[res.job.id] = max(start, reserved.get(res.job.id, p.now))  # backfill._whole
     out: dict[int, float | None] = {}
+    # (team, flavor) -> its reclaim backoff (Backfill.cooldowns), for jobs told a hold first
+    cooling = gate.cooldowns(p) if isinstance(gate, Backfill) and gate.reclaim_backoff else {}
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     wholes: dict = {}  # gang shape -> when its workers fit whole (_whole_workers)
     quota_back: dict = {"biggest": {}, "ends": {}}  # (holder, kind, team) -> its replay
@@ -176,6 +179,9 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
+        cool = cooling.get((job.team, job.flavor)) if wait.code == RESERVED else None
+        if cool is not None and not p.within_nominal(p.ledger.book(job.team), job):
+            floor = max(floor, cool[0])  # a hold told first: it would borrow then too
         start = shadow.start(job.gpus, job.max_runtime, floor)
         if start is not None and (wait.code == WAITING_FOR_PREEMPTION or job.id in placed):
             # Its GPUs are reserved already: it starts when its victims have stopped, or

@@ -505,6 +505,9 @@ class Simulator:
                 report_at = i + PROGRESS_EVERY
             t = arrivals[i].job.submitted_at if i < n else math.inf
             if events and events[0][0] <= t:
+                if events[0][1] == TICK and not self.pending and events[0][0] < t:
+                    heapq.heappop(events)  # a cooldown ends with no job waiting: no pass,
+                    continue  # and the clock (the run's end, its makespan) stays put
                 t = events[0][0]
             self._tick(t)
             changed = False

@@ -145,3 +145,55 @@ def test_the_team_backoff_bounds_thrash_that_the_job_backoff_leaves():
     assert max(loop_waits) <= 30 and max(bounded_waits) <= 30
     assert len(loop_waits) == len(bounded_waits) == 120  # every lender job ran
     assert told and all("team borrower's borrowed h100 GPUs were reclaimed" in m for m in told)
+
+
+@pytest.mark.parametrize("priority", [0, 1])
+def test_a_job_within_nominal_once_its_teams_stopping_job_stops_is_not_held_back(priority):
+    """b cools down and its job 10 stops; job 20 fits b's nominal quota once it has
+    stopped (Pass.within_nominal), so it starts as with the rule off. Before, the gate
+    asked the ledger, which still counts job 10: job 20 was told `backoff` and, with
+    priority 1, preempted b's 10-hour job 11 to start (a review's case)."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=8, cohort="c")
+    c.team("b", nominal=8, cohort="c", reclaims={FLAVOR: (1, NOW - 10)})
+    c.run(10, "b", on={"n0": 4}, stopping=True, stop_requested=NOW - 5)
+    c.run(11, "b", on={"n0": 4}, runtime=10 * HOUR)
+    c.job(20, "b", gpus=4, priority=priority)
+    plan = schedule(c.snapshot(reclaim_backoff=True))
+    assert plan.preemptions == () and admitted(plan) == [20]
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_a_job_its_quota_refuses_is_told_quota_not_the_backoff(on):
+    """b may not borrow at all (borrowing limit 0): its job waits `quota` for its own job
+    to end in 10 h, cooling down or not, and keeps its quota hold (a review's case: told
+    the backoff, it was promised a start at the cooldown's end)."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=8, cohort="c")
+    c.team("b", nominal=4, cohort="c", borrowing_limit=0, reclaims={FLAVOR: (1, NOW - 10)})
+    c.run(10, "b", on={"n0": 4}, runtime=10 * HOUR)
+    c.job(2, "b", gpus=2, runtime=HOUR)
+    v = verdict(schedule(c.snapshot(reclaim_backoff=on)), 2)
+    assert v.reason_code == "quota" and v.estimated_start >= NOW + 9 * HOUR
+
+
+def test_a_job_told_a_hold_first_is_not_promised_a_start_before_the_cooldown_ends():
+    """b cools down until NOW + 3590; its job 40 would borrow and outlasts d's cohort hold
+    (from NOW + 300), which the gate tells first (`reserved`): its estimate still waits
+    for the cooldown (a review's case: NOW + 360)."""
+    c = Cluster()
+    for i in range(5):
+        c.node(f"n{i}")
+    for t in "abde":
+        reclaims = {FLAVOR: (7, NOW - 10)} if t == "b" else None
+        c.team(t, nominal=8, cohort="c", weight=10 if t == "d" else 1, reclaims=reclaims)
+    c.run(10, "a", on={"n0": 8}, runtime=100 * HOUR)
+    c.run(11, "b", on={"n1": 4}, runtime=100 * HOUR)
+    c.run(20, "d", on={"n2": 8}, runtime=100 * HOUR)
+    c.run(21, "d", on={"n3": 8}, started=NOW - 3300, runtime=HOUR)  # ends at NOW + 300
+    c.run(22, "d", on={"n1": 4}, runtime=100 * HOUR)
+    c.job(30, "d", gpus=4, runtime=60)  # cohort_busy: the cohort hold, from NOW + 300
+    c.job(40, "b", gpus=8, runtime=HOUR)  # would borrow 4, and outlasts the hold
+    plan = schedule(c.snapshot(reclaim_backoff=True, explain=True))
+    assert verdict(plan, 40).reason_code == "reserved"
+    assert verdict(plan, 40).estimated_start >= NOW + 3590
