@@ -434,3 +434,30 @@ def test_job_past_its_max_runtime_is_stopped(client, cluster):
     reply = beat(client, a, ta, [report(job, 0, "running")]).json()
     assert reply["stop"][0]["reason"] == "max run time exceeded"
     assert JobEvent.objects.filter(job=job, kind="timeout").count() == 1
+
+
+def test_a_preempted_job_past_its_max_runtime_fails_instead_of_being_requeued(client, cluster):
+    """A victim whose max run time ends during its grace period ends there, as the core
+    and the simulator count it (scheduler.state, Running.ending): it fails with `timeout`
+    and is not requeued for a fresh attempt, and it keeps the stop time its preemption
+    gave it (its preemptor's claim counts on it). Before, the sweep skipped stopping jobs
+    and the job came back pending once its workers exited."""
+    a = cluster.nodes[0]
+    ta = node_token(a)
+    job = make_job(cluster)
+    admit(job, [a])
+    told = timezone.now() - timedelta(seconds=10)
+    Job.objects.filter(pk=job.pk).update(
+        state=State.PREEMPTING,
+        stop_requested_at=told,
+        admitted_at=timezone.now() - timedelta(seconds=3601),
+    )
+    assert monitor_nodes()["timed_out"] == [job.pk]
+    job.refresh_from_db()
+    assert (job.state, job.reason_code, job.stop_requested_at) == (State.FAILED, "timeout", told)
+    beat(client, a, ta, [report(job, 0, "exited", 143)])
+    job.refresh_from_db()
+    assert (job.state, job.restart_count) == (State.FAILED, 0)
+    assert (
+        JobEvent.objects.filter(job=job, kind="timeout", from_state=State.PREEMPTING).count() == 1
+    )

@@ -92,27 +92,45 @@ def evict_node(node: Node, *, now: datetime) -> int:
 
 def stop_overdue_jobs(now: datetime) -> list[int]:
     """Jobs past their max run time fail with reason `timeout` (Slurm's TIMEOUT);
-    their workers are then told to stop. Backfill relies on this bound."""
-    active = Job.objects.filter(state__in=[Job.State.ADMITTED, Job.State.RUNNING]).values_list(
-        "pk", "admitted_at", "max_runtime_seconds"
+    their workers are then told to stop. Backfill relies on this bound.
+
+    A job stopping for a preemption fails too, and is not requeued: its attempt ended
+    at its max run time, as the core and the simulator count a victim that reaches it
+    during its grace period (Running.ending). It keeps the stop time its preemption
+    gave it (its workers keep the stop they run, and its preemptor's claim counts
+    on it)."""
+    active = Job.objects.filter(state__in=Job.ACTIVE_STATES).values_list(
+        "pk", "state", "admitted_at", "max_runtime_seconds"
     )
-    overdue = [
-        pk
-        for pk, admitted, limit in active
+    overdue = {
+        pk: state
+        for pk, state, admitted, limit in active
         if admitted and admitted + timedelta(seconds=limit) < now
-    ]
+    }
+    running = [pk for pk, state in overdue.items() if state != Job.State.PREEMPTING]
+    stopping = [pk for pk, state in overdue.items() if state == Job.State.PREEMPTING]
+    timeout = {
+        "to_state": Job.State.FAILED,
+        "kind": "timeout",
+        "finished_at": now,
+        "reason_code": "timeout",
+        "reason": "Exceeded its max run time.",
+    }
     with transaction.atomic():
         moved = transition(
-            overdue,
-            from_states=[Job.State.ADMITTED, Job.State.RUNNING],
-            to_state=Job.State.FAILED,
-            kind="timeout",
+            running,
+            from_states=Job.RUNNING_STATES,
             message="Stopped: the job exceeded its max run time.",
-            finished_at=now,
             stop_requested_at=now,
-            reason_code="timeout",
-            reason="Exceeded its max run time.",
+            **timeout,
+        )
+        moved += transition(
+            stopping,
+            from_states=[Job.State.PREEMPTING],
+            message="The job exceeded its max run time while it stopped for a preemption; "
+            "it is not requeued.",
+            **timeout,
         )
         if moved:
             transaction.on_commit(request_scheduling_pass)
-    return moved
+    return sorted(moved)
