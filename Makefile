@@ -32,7 +32,8 @@ run: install
 ## then the API, dashboard, CLI, agent end-to-end and scheduling-pass tests again on SQLite with no Redis,
 ## the zero-setup default of `make run` (PYTEST_ARGS narrows the first run only).
 SQLITE_TESTS ?= tests/api tests/dashboard tests/cli tests/integration/test_agent_e2e.py \
-  tests/portal/test_statements.py tests/portal/test_scheduling_pass.py
+  tests/portal/test_statements.py tests/portal/test_scheduling_pass.py \
+  tests/portal/test_roundtrip.py
 
 test: install services browser docker promtool sso
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
@@ -67,10 +68,12 @@ fuzz: install services
 	  -k "stateful or agrees" $(PYTEST_ARGS)
 
 ## the scheduler's and the simulator's property tests at length: BERTH_PROPERTY_SCALE (default
-## 20) times their examples, fresh random cases every run (docs/scheduling.md, "Tests")
-fuzz-scheduler: install
+## 20) times their examples, fresh random cases every run, and as many seeds of the portal's
+## round trip against the core's driver (docs/scheduling.md, "Tests")
+fuzz-scheduler: install services
 	BERTH_PROPERTY_SCALE=$${BERTH_PROPERTY_SCALE:-20} \
-	  $(BIN)/python -m pytest tests/scheduler tests/sim -q $(PYTEST_ARGS)
+	  DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
+	  $(BIN)/python -m pytest tests/scheduler tests/sim tests/portal/test_roundtrip.py -q $(PYTEST_ARGS)
 
 services:
 	scripts/ensure-services.sh
