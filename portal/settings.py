@@ -255,6 +255,10 @@ BERTH = {
     # of a job waits min(base x 2^(n-1), max) seconds before it may be admitted again.
     "REQUEUE_BACKOFF_BASE_S": env_float("BERTH_REQUEUE_BACKOFF_BASE_S", 60.0, minimum=0.0),
     "REQUEUE_BACKOFF_MAX_S": env_float("BERTH_REQUEUE_BACKOFF_MAX_S", 3600.0, minimum=0.0),
+    # Reclaim backoff per team and flavor (Kueue KEP-14468, scheduler/requeue.py), off by
+    # default: after a team's borrowing of a flavor is reclaimed it may not borrow it again
+    # for 60 s, doubling per reclaim in a row up to an hour (docs/scheduling.md).
+    "RECLAIM_BACKOFF": env_bool("BERTH_RECLAIM_BACKOFF", False),
     # Node agents (see docs/protocol.md for how these three relate)
     "HEARTBEAT_INTERVAL_S": env_float("BERTH_HEARTBEAT_INTERVAL_S", 5.0, minimum=0.5),
     "AGENT_DISCONNECT_LIMIT_S": env_float("BERTH_AGENT_DISCONNECT_LIMIT_S", 60.0, minimum=1.0),

@@ -23,15 +23,16 @@ within its nominal quota never wait. A reclaim counts as the next one in a row i
 comes within `RECLAIM_RESET_S` (KEP-14468's `backoffResetSeconds`, 600 s) after the
 previous cooldown ended, else the count starts again at 1; a reclaim during the
 cooldown (of jobs that borrowed before it began) changes nothing. The callers that
-apply plans (the simulator, the tests' multi-pass driver) keep the count with
-`count_reclaims` and hand it to the pass in `Team.reclaims`.
+apply plans (the portal's pass with `BERTH_RECLAIM_BACKOFF`, the simulator, the tests'
+multi-pass driver) keep the count with `count_reclaims` over `reclaim_victims` and hand
+it to the pass in `Team.reclaims`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .model import JobId, Plan, RunningJob
+from .model import JobId, Plan
 
 RECLAIM = "reclaim"  # Preemption.reason_code of a reclaim (scheduler.preemption)
 
@@ -60,14 +61,11 @@ def reclaim_cooldown_end(reclaims: int, at: float) -> float:
     return at + requeue_backoff(reclaims)
 
 
-def reclaimed(plan: Plan, running: Mapping[JobId, RunningJob]) -> set[tuple[str, str]]:
-    """Return the (team, flavor) pairs whose borrowing the plan reclaims: its victims of
-    reason `reclaim` (priority preemptions within a queue are not reclaims)."""
-    return {
-        (running[p.job_id].team, running[p.job_id].flavor)
-        for p in plan.preemptions
-        if p.reason_code == RECLAIM
-    }
+def reclaim_victims(plan: Plan) -> list[JobId]:
+    """Return the jobs the plan stops to reclaim borrowed quota: its preemptions of
+    reason `reclaim` (a priority preemption within a queue is not a reclaim). The caller
+    counts one reclaim per team and flavor of theirs (count_reclaims)."""
+    return [p.job_id for p in plan.preemptions if p.reason_code == RECLAIM]
 
 
 def count_reclaims(

@@ -374,3 +374,43 @@ def test_a_requeued_job_keeps_its_stop_time_until_it_is_admitted_again(cluster, 
     assert result.admitted == [job.pk], (job.reason_code, job.reason)
     job.refresh_from_db()
     assert job.stop_requested_at is None
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_the_reclaim_backoff_is_kept_by_the_passes_that_reclaim(cluster, personas, settings, on):
+    """BERTH_RECLAIM_BACKOFF (Kueue KEP-14468, docs/scheduling.md): the pass that
+    reclaims beta's borrowed h100 GPUs records it, and while the cooldown lasts beta's
+    next job that would borrow waits `backoff`, told why and until when; once it has
+    ended the job starts. Off (the default), nothing is recorded and the job starts."""
+    from portal.core.actions.jobs import cancel_job, requeue_or_fail
+    from portal.core.models import ReclaimBackoff
+
+    settings.BERTH = {**settings.BERTH, "RECLAIM_BACKOFF": on}
+    for _ in range(4):  # beta borrows alpha's 16 idle h100 GPUs
+        submit(cluster, personas.lead_b, team=cluster.team_b, workers=1, gpus_per_worker=8)
+    run_pass()
+    gang = submit(cluster, personas.lead_a, workers=1, gpus_per_worker=8)
+    reclaimed = run_pass()
+    (victim,) = reclaimed.preempted
+    rows = list(ReclaimBackoff.objects.values_list("team_id", "flavor__name", "reclaims"))
+    assert rows == ([(cluster.team_b.pk, "h100-80gb", 1)] if on else [])
+    # The victim stops and is requeued; alpha's gang is cancelled before it starts, so 8
+    # GPUs are free, and beta's next job would borrow them.
+    Allocation.objects.filter(job_id=victim).update(active=False)
+    Worker.objects.filter(job_id=victim).update(state=Worker.State.EXITED)
+    requeue_or_fail([victim], kind="requeued", message="Stopped.", from_states=[State.PREEMPTING])
+    cancel_job(gang, actor=personas.lead_a)
+    late = submit(cluster, personas.lead_b, team=cluster.team_b, workers=1, gpus_per_worker=8)
+    result = run_pass()
+    late.refresh_from_db()
+    if not on:
+        assert result.admitted == [late.pk]
+        return
+    assert result.admitted == [] and late.reason_code == "backoff"
+    assert "team beta's borrowed h100-80gb GPUs were reclaimed at" in late.reason
+    assert "(reclaim backoff)" in late.reason
+    row = ReclaimBackoff.objects.get()
+    assert abs((late.estimated_start_at - row.last_reclaim_at).total_seconds() - 60) < 1
+    # A minute later the cooldown has ended.
+    ReclaimBackoff.objects.update(last_reclaim_at=row.last_reclaim_at - timedelta(seconds=61))
+    assert run_pass().admitted == [late.pk]

@@ -9,6 +9,7 @@ from .jobs import (
     JobArray,
     JobDependency,
     JobEvent,
+    ReclaimBackoff,
     Usage,
     Worker,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "NodeBootstrapToken",
     "Queue",
     "Quota",
+    "ReclaimBackoff",
     "SchedulingPass",
     "Team",
     "TeamWebhook",

@@ -433,3 +433,28 @@ class DecayedUsage(models.Model):
             ),
             non_negative("gpu_seconds"),
         ]
+
+
+class ReclaimBackoff(models.Model):
+    """The reclaim backoff's state per team and flavor (`BERTH_RECLAIM_BACKOFF`, Kueue
+    KEP-14468, scheduler.requeue): how many times in a row the team's borrowing of the
+    flavor was reclaimed, and when the last reclaim was. Written by the passes that
+    reclaim (scheduling.apply.record_reclaims), read by the next ones (Team.reclaims)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="reclaim_backoffs")
+    flavor = models.ForeignKey(GpuFlavor, on_delete=models.PROTECT, related_name="+")
+    reclaims = models.PositiveIntegerField(help_text="Reclaims in a row")
+    last_reclaim_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "flavor"], name="one_reclaim_backoff_per_team_flavor"
+            ),
+            positive("reclaims"),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.team}/{self.flavor}: {self.reclaims} in a row, the last {self.last_reclaim_at}"
+        )

@@ -58,6 +58,7 @@ def policy_config() -> m.PolicyConfig:
         policy=cfg["POLICY"],
         half_life=cfg["FAIRSHARE_HALF_LIFE_S"],
         topology_key=cfg["TOPOLOGY_KEY"],
+        reclaim_backoff=cfg["RECLAIM_BACKOFF"],
     )
 
 

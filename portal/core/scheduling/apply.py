@@ -18,11 +18,12 @@ from portal.core import statements
 from portal.core.actions.jobs import transition
 from portal.core.actions.unfittable import note_or_fail_unfittable
 from portal.core.db import insert_rows
-from portal.core.models import Allocation, Job, Worker
+from portal.core.models import Allocation, Job, ReclaimBackoff, Worker
 from portal.core.scheduling.snapshot import PassContext, Shown
 from portal.core.wake import wake_job_nodes_on_commit, wake_nodes_on_commit
 from scheduler import model as m
 from scheduler.reasons import NEVER_FITS
+from scheduler.requeue import count_reclaims, reclaim_victims
 
 State = Job.State
 # An estimate that moved less than this is not rewritten (saves writes every pass).
@@ -40,6 +41,8 @@ def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
     linked = _lock(plan, ctx)
     admitted = _admit(plan.admissions, ctx)
     preempted = _preempt(plan.preemptions, ctx, admitted, linked)
+    if ctx.reclaim_backoff:
+        record_reclaims(plan, preempted, ctx.now)
     _store_reservations(plan.reservations, ctx, admitted)
     written = _write_verdicts(plan.verdicts, ctx)
     _unfittable(plan.verdicts, ctx)
@@ -230,6 +233,32 @@ def _preempt(
     )
     _name_preemptors(moved, {p.job_id: p.preemptor_id for p in preemptions})
     return moved
+
+
+def record_reclaims(plan: m.Plan, preempted: list[int], now: datetime) -> list[tuple[int, int]]:
+    """Count the pass's reclaims for the reclaim backoff (`BERTH_RECLAIM_BACKOFF`): one per
+    team and flavor whose borrowed jobs it stopped (scheduler.requeue.count_reclaims, as
+    the simulator counts them). Return the (team, flavor) ids whose cooldown it started.
+    A victim another process ended first (not in `preempted`) was not reclaimed."""
+    stopped = set(preempted)
+    victims = [pk for pk in reclaim_victims(plan) if pk in stopped]
+    if not victims:
+        return []
+    pairs = set(Job.objects.filter(pk__in=victims).values_list("team_id", "flavor_id"))
+    rows = {
+        (r.team_id, r.flavor_id): r
+        for r in ReclaimBackoff.objects.filter(
+            team_id__in={t for t, _ in pairs}, flavor_id__in={f for _, f in pairs}
+        )
+    }
+    state = {pair: (r.reclaims, r.last_reclaim_at.timestamp()) for pair, r in rows.items()}
+    started = count_reclaims(state, pairs, now.timestamp())
+    for team, flavor in started:
+        count = state[(team, flavor)][0]
+        ReclaimBackoff.objects.update_or_create(
+            team_id=team, flavor_id=flavor, defaults={"reclaims": count, "last_reclaim_at": now}
+        )
+    return started
 
 
 def _name_preemptors(moved: list[int], preemptor: dict[int, int]) -> None:

@@ -52,10 +52,12 @@ class PassContext:
     reserved: dict[int, tuple[tuple[tuple[str, int], ...], float | None, tuple[int, ...]]] = field(
         default_factory=dict
     )
+    # whether the pass counts its reclaims (PolicyConfig.reclaim_backoff: apply.record_reclaims)
+    reclaim_backoff: bool = False
 
 
 def build_snapshot(now: datetime, config: m.PolicyConfig) -> tuple[m.Snapshot, PassContext]:
-    ctx = PassContext(now=now)
+    ctx = PassContext(now=now, reclaim_backoff=config.reclaim_backoff)
     nodes = _nodes(ctx)
     running = _running(ctx)
     budgeted: set[int] = set()
@@ -134,7 +136,13 @@ RUNNING = frozenset(Job.RUNNING_STATES)
 
 
 def _teams(ctx: PassContext, now: datetime, config: m.PolicyConfig, budgeted: set) -> list[m.Team]:
-    teams = scheduler_teams(now, config.half_life, flavor_ids=ctx.flavor_ids, budgeted=budgeted)
+    teams = scheduler_teams(
+        now,
+        config.half_life,
+        flavor_ids=ctx.flavor_ids,
+        budgeted=budgeted,
+        reclaims=config.reclaim_backoff,
+    )
     ctx.team_ids.update({team.name: pk for pk, team in teams.items()})
     return list(teams.values())
 

@@ -9,9 +9,10 @@ from datetime import datetime
 
 from django.db.models import Exists, OuterRef, Value
 
-from portal.core.models import Budget, DecayedUsage, Quota, Team
+from portal.core.models import Budget, DecayedUsage, Quota, ReclaimBackoff, Team
 from scheduler import model as m
 from scheduler.fairshare import decay
+from scheduler.requeue import team_reclaims
 
 
 def scheduler_teams(
@@ -21,12 +22,15 @@ def scheduler_teams(
     team_ids: Collection[int] | None = None,
     flavor_ids: dict[str, int] | None = None,
     budgeted: set[int] | None = None,
+    reclaims: bool = False,
 ) -> dict[int, m.Team]:
     """Every team (or those of `team_ids`) by id, with its weight, cohort, quotas and
     decayed usage at `now` (none when `now` is None: a plan for an idle cluster), in
     three queries and by slug order. `flavor_ids`, when given, is filled with the
     quota flavors' ids by name; `budgeted` with the ids of the teams that have a
-    GPU-hour budget (in the same queries: the pass reads budgets only if one has)."""
+    GPU-hour budget (in the same queries: the pass reads budgets only if one has).
+    `reclaims`: and, in a fourth query, the reclaim backoffs still cooling down at
+    `now` (Team.reclaims; the pass asks for them when the rule is on)."""
     quotas: dict[int, dict[str, m.Quota]] = defaultdict(dict)
     rows = Quota.objects.values_list(
         "team_id", "flavor_id", "flavor__name", "nominal", "borrowing_limit", "lending_limit"
@@ -52,6 +56,7 @@ def scheduler_teams(
             usage[team_id][flavor] = decay(
                 value, max(0.0, (now - updated).total_seconds()), half_life
             )
+    cooling = _cooling(now, team_ids) if reclaims and now is not None else {}
     teams = Team.objects.order_by("slug")
     if team_ids is not None:
         teams = teams.filter(pk__in=team_ids)
@@ -64,8 +69,27 @@ def scheduler_teams(
         "pk", "slug", "weight", "cohort__name", "budgeted"
     ):
         found[pk] = m.Team(
-            name=slug, weight=weight, cohort=cohort, quotas=quotas[pk], decayed_usage=usage[pk]
+            name=slug,
+            weight=weight,
+            cohort=cohort,
+            quotas=quotas[pk],
+            decayed_usage=usage[pk],
+            reclaims=cooling.get(pk, {}),
         )
         if has_budget:
             budgeted.add(pk)
     return found
+
+
+def _cooling(
+    now: datetime, team_ids: Collection[int] | None
+) -> dict[int, dict[str, tuple[int, float]]]:
+    """Team id -> flavor -> (reclaims in a row, the last one's time) of the reclaim
+    backoffs that have not ended at `now` (scheduler.requeue.team_reclaims)."""
+    rows = ReclaimBackoff.objects.values_list(
+        "team_id", "flavor__name", "reclaims", "last_reclaim_at"
+    ).order_by()
+    if team_ids is not None:
+        rows = rows.filter(team_id__in=team_ids)
+    state = {(team, flavor): (count, at.timestamp()) for team, flavor, count, at in rows}
+    return team_reclaims(state, now.timestamp())
