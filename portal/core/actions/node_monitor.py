@@ -21,6 +21,7 @@ from django.utils import timezone
 from portal.core.actions.audit import record_event
 from portal.core.actions.jobs import request_scheduling_pass, transition
 from portal.core.actions.workers import LIVE, lose_workers
+from portal.core.db import IfNull
 from portal.core.models import Job, Node, Worker
 
 log = logging.getLogger(__name__)
@@ -107,29 +108,26 @@ def stop_overdue_jobs(now: datetime) -> list[int]:
         for pk, state, admitted, limit in active
         if admitted and admitted + timedelta(seconds=limit) < now
     }
-    running = [pk for pk, state in overdue.items() if state != Job.State.PREEMPTING]
-    stopping = [pk for pk, state in overdue.items() if state == Job.State.PREEMPTING]
-    timeout = {
-        "to_state": Job.State.FAILED,
-        "kind": "timeout",
-        "finished_at": now,
-        "reason_code": "timeout",
-        "reason": "Exceeded its max run time.",
-    }
+    stopping = (
+        "Stopped: the job exceeded its max run time while it stopped for a preemption; "
+        "it is not requeued."
+    )
     with transaction.atomic():
+        # One call: its rows are locked in id order, as every other caller locks them (two
+        # calls, running jobs then stopping ones, could deadlock with a heartbeat's settle).
         moved = transition(
-            running,
-            from_states=Job.RUNNING_STATES,
+            sorted(overdue),
+            from_states=Job.ACTIVE_STATES,
+            to_state=Job.State.FAILED,
+            kind="timeout",
             message="Stopped: the job exceeded its max run time.",
-            stop_requested_at=now,
-            **timeout,
-        )
-        moved += transition(
-            stopping,
-            from_states=[Job.State.PREEMPTING],
-            message="The job exceeded its max run time while it stopped for a preemption; "
-            "it is not requeued.",
-            **timeout,
+            per_job={
+                pk: (stopping, {}) for pk, st in overdue.items() if st == Job.State.PREEMPTING
+            },
+            finished_at=now,
+            stop_requested_at=IfNull(now),  # a stopping job keeps its preemption's stop time
+            reason_code="timeout",
+            reason="Exceeded its max run time.",
         )
         if moved:
             transaction.on_commit(request_scheduling_pass)
