@@ -300,18 +300,16 @@ class Backfill(Gate):
             return None  # within its nominal quota, which is guaranteed
         if outlasts:
             return held, held.nodes
-        return self._cooling(p, job, book) if self.reclaim_backoff else None
+        return self.reclaim_wait(p, job, book) if self.reclaim_backoff else None
 
-    def _cooling(self, p: Pass, job: PendingJob, book) -> Wait | None:
+    def reclaim_wait(self, p: Pass, job: PendingJob, book) -> Wait | None:
         """Return `backoff` if the job would borrow while its team's reclaim backoff for
         its flavor lasts. Not a job within nominal once its team's stopping jobs stop
         (Pass.within_nominal: the ledger still counts them, and told `backoff` such a job
         preempted its own team's job by priority to start: a review), nor one its quota
         refuses whatever the cooldown (`quota` is the true reason)."""
         cooling = self.cooldowns(p).get((job.team, job.flavor))
-        if cooling is None or p.within_nominal(book, job):
-            return None
-        if book.used(job.flavor) + job.gpus > p.ledger.limit(book, job.flavor):
+        if cooling is None or p.within_nominal(book, job) or p.ledger.refuses(book, job):
             return None
         return Wait(BACKOFF, (cooling[0], 0, *cooling[1:]))
 

@@ -366,7 +366,7 @@ class Pass:
                     return None
                 extra = ("kept", kept, PLACED, free)
         used, limit = book.used(f), self.ledger.limit(book, f)
-        code = QUOTA if used + job.gpus > limit else COHORT_BUSY
+        code = QUOTA if self.ledger.refuses(book, job) else COHORT_BUSY
         if code == QUOTA and book.cohort is not None:  # and would the cohort lend it then?
             then = self.ledger.headroom_with(book, f, {book: limit - job.gpus - used})
             extra = ("cohort", max(0, then)) if then < job.gpus else ()

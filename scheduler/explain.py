@@ -147,8 +147,7 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         start = (res.whole or res).start if res.nodes == COHORT_HOLD else res.start
         reserved[res.job.id] = max(start, reserved.get(res.job.id, p.now))  # backfill._whole
     out: dict[int, float | None] = {}
-    # (team, flavor) -> its reclaim backoff (Backfill.cooldowns), for jobs told a hold first
-    cooling = gate.cooldowns(p) if isinstance(gate, Backfill) and gate.reclaim_backoff else {}
+    cooling = isinstance(gate, Backfill) and gate.reclaim_backoff  # for jobs told a hold first
     slots = None  # scheduler.arrays.Slots, built for the first task over its array's limit
     wholes: dict = {}  # gang shape -> when its workers fit whole (_whole_workers)
     quota_back: dict = {"biggest": {}, "ends": {}}  # (holder, kind, team) -> its replay
@@ -169,7 +168,9 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         floor = reserved.get(job.id, p.now)
         if wait.code == WAITING_FOR_PREEMPTION:
             floor = max(floor, wait.info[1])
-        elif wait.code == BACKOFF:  # its own requeue backoff, or its team's reclaim backoff
+        elif wait.code == BACKOFF and len(wait.info) > 2:  # its team's reclaim backoff
+            floor = max(floor, _cooled(p, job, wait.info[0]))
+        elif wait.code == BACKOFF:  # its own requeue backoff
             floor = max(floor, wait.info[0])
         elif wait.code == BUDGET_EXHAUSTED:
             out[job.id] = _budget_start(job, *wait.info)
@@ -179,9 +180,10 @@ def estimate_starts(p: Pass, waiting: list[PendingJob]) -> dict[int, float | Non
         elif wait.code == ARRAY_LIMIT:  # not before a task of its array ends
             slots = slots or Slots(p)
             floor = max(floor, slots.start(job))
-        cool = cooling.get((job.team, job.flavor)) if wait.code == RESERVED else None
-        if cool is not None and not p.within_nominal(p.ledger.book(job.team), job):
-            floor = max(floor, cool[0])  # a hold told first: it would borrow then too
+        if cooling and wait.code == RESERVED:  # a hold told first: it would borrow then too
+            held = gate.reclaim_wait(p, job, p.ledger.book(job.team))
+            if held is not None:
+                floor = max(floor, _cooled(p, job, held.info[0]))
         start = shadow.start(job.gpus, job.max_runtime, floor)
         if start is not None and (wait.code == WAITING_FOR_PREEMPTION or job.id in placed):
             # Its GPUs are reserved already: it starts when its victims have stopped, or
@@ -551,6 +553,25 @@ def _cohort_busy(
 
 # The holds that keep a job's quota, not GPUs, from it (the `reserved` wait's kind).
 _QUOTA_HELD = (RESERVED_QUOTA, OWN_HOLD, 0, COHORT_HOLD)
+
+
+def _cooled(p: Pass, job: PendingJob, ends: float) -> float:
+    """Return when its team's reclaim backoff, ending at `ends`, stops holding the job
+    back: then, or sooner, when its team's running jobs that end first leave it within
+    its nominal quota (which the backoff never holds back: Backfill.reclaim_wait). Told
+    the cooldown's end alone, a job started 50 min before its estimate (a review's case).
+    """
+    book = p.ledger.book(job.team)
+    room = book.quota(job.flavor).nominal - job.gpus
+    used = p.settled(book, job.flavor)
+    for r in sorted(p.running_of(job.team, job.flavor), key=lambda r: r.end):
+        if r.end >= ends:
+            break
+        if not r.stopping:  # stopping ones are out of the settled figure already
+            used -= r.job.gpus
+            if used <= room:
+                return max(r.end, p.now)
+    return ends
 
 
 def _quota_back_at(p: Pass, job: PendingJob, held: tuple, cache: dict) -> float:

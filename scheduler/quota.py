@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 
 from .fairshare import historical_term, weighted_share
-from .model import Quota, Team
+from .model import PendingJob, Quota, Team
 
 NO_QUOTA = Quota(nominal=0)
 
@@ -152,6 +152,11 @@ class Ledger:
         if book.cohort is None:
             return q.nominal
         return math.inf if q.borrowing_limit is None else q.nominal + q.borrowing_limit
+
+    def refuses(self, book: TeamBook, job: PendingJob) -> bool:
+        """Whether the job would take its team past nominal + borrowing limit (`quota`,
+        whatever the cohort could lend)."""
+        return book.used(job.flavor) + job.gpus > self.limit(book, job.flavor)
 
     def headroom(self, book: TeamBook, flavor: str, kept: int = 0) -> float:
         """Return how many more GPUs of a flavor the team may take right now.

@@ -22,7 +22,10 @@ borrow that flavor wait `delay(n)` from that reclaim (reason `backoff`); its job
 within its nominal quota never wait. A reclaim counts as the next one in a row if it
 comes within `RECLAIM_RESET_S` (KEP-14468's `backoffResetSeconds`, 600 s) after the
 previous cooldown ended, else the count starts again at 1; a reclaim during the
-cooldown (of jobs that borrowed before it began) changes nothing. The callers that
+cooldown (of jobs that borrowed before it began) changes nothing. The KEP says only
+that the count restarts if the pair is not reclaimed again within the reset time;
+counting it from the cooldown's end (so that cooldowns longer than 600 s can still
+grow) and ignoring reclaims during a cooldown are Berth's reading. The callers that
 apply plans (the portal's pass with `BERTH_RECLAIM_BACKOFF`, the simulator, the tests'
 multi-pass driver) keep the count with `count_reclaims` over `reclaim_victims` and hand
 it to the pass in `Team.reclaims`.

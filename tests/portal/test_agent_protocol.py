@@ -437,11 +437,11 @@ def test_job_past_its_max_runtime_is_stopped(client, cluster):
 
 
 def test_a_preempted_job_past_its_max_runtime_fails_instead_of_being_requeued(client, cluster):
-    """A victim whose max run time ends during its grace period ends there, as the core
-    and the simulator count it (scheduler.state, Running.ending): it fails with `timeout`
-    and is not requeued for a fresh attempt, and it keeps the stop time its preemption
-    gave it (its preemptor's claim counts on it). Before, the sweep skipped stopping jobs
-    and the job came back pending once its workers exited."""
+    """A victim whose max run time ends during its grace period is over there, as a
+    running job is (the simulator ends it there too): it fails with `timeout` and is not
+    requeued for a fresh attempt, and it keeps the stop time its preemption gave it (its
+    preemptor's claim counts on it). Before, the sweep skipped stopping jobs and the job
+    came back pending once its workers exited."""
     a = cluster.nodes[0]
     ta = node_token(a)
     job = make_job(cluster)

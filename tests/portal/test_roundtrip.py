@@ -18,7 +18,7 @@ that exit 0 during its grace period finish the job in the Sim (its trace ends th
 requeue it in the portal, which cannot tell a finished job from one that checkpointed
 and exited on its stop signal (docs/protocol.md).
 
-8 seeds by default (about 20 s), times BERTH_PROPERTY_SCALE (`make fuzz-scheduler`);
+8 seeds by default (about 20 s), times BERTH_PROPERTY_SCALE (`make fuzz-roundtrip`);
 BERTH_ROUNDTRIP_SEEDS=0-49 picks them, BERTH_ROUNDTRIP_JITTER=1 adds sub-second pass
 times, BERTH_ROUNDTRIP_PREEMPTIBLE the share of preemptible jobs (0.8).
 """
@@ -49,11 +49,10 @@ from portal.core.models import (
     Team,
     Worker,
 )
-from portal.core.scheduling import policy_config, run_pass
+from portal.core.scheduling import run_pass
 from portal.core.scheduling.apply import ESTIMATE_SLACK_S
 from scheduler import model as m
 from scheduler import schedule
-from scheduler.fairshare import accrue
 from tests.scheduler.helpers import Sim, examples
 
 State = Job.State
@@ -393,14 +392,12 @@ def check_applied(plan: m.Plan, result, now: datetime) -> list[str]:
 def run_case(seed: int, clock: Clock, steps: int = 25) -> tuple[list[str], dict]:
     rng = random.Random(seed)
     w = make_world(rng)
-    stats = {"passes": 0, "admissions": 0, "preemptions": 0, "requeues": 0, "usage_gap": 0.0}
+    stats = {"passes": 0, "admissions": 0, "preemptions": 0, "requeues": 0}
     # A borrower floods the cluster first; the others come later and reclaim.
     flood = w.teams[0]
     for _ in range(rng.randint(4, 10)):
         submit_random(w, clock.now, team=flood)
     findings: list[str] = []
-    exact: dict[tuple[str, str], float] = {}
-    hl = policy_config().half_life
     expected = None
     for step in range(steps):
         now = clock.now
@@ -410,10 +407,6 @@ def run_case(seed: int, clock: Clock, steps: int = 25) -> tuple[list[str], dict]
         if expected is not None:
             for d in diff_snapshots(snap, expected):
                 findings.append(f"seed {seed} step {step}: {d}")
-            for t in snap.teams:
-                for fl, val in t.decayed_usage.items():
-                    ref = exact.get((t.name, fl), 0.0)
-                    stats["usage_gap"] = max(stats["usage_gap"], abs(val - ref))
         if schedule(snap) != plan:
             findings.append(f"seed {seed} step {step}: plan not deterministic")
         for d in check_applied(plan, result, now):
@@ -449,6 +442,8 @@ def run_case(seed: int, clock: Clock, steps: int = 25) -> tuple[list[str], dict]
         for p in plan.preemptions:
             r = next(r for r in snap.running if r.id == p.job_id)
             stop = ts + round(r.grace_period * rng.choice([0.05, 0.3, 0.7, 1.0]))
+            # stopped by its max run time at the latest: the portal's timeout sweep, which
+            # fails a victim past it, is not run here (test_agent_protocol.py has it)
             w.stop_at[p.job_id] = min(stop, r.started_at + r.max_runtime)
         s.apply(plan, ts)
         s.runs = {
@@ -457,16 +452,11 @@ def run_case(seed: int, clock: Clock, steps: int = 25) -> tuple[list[str], dict]
         s.stop_at = {
             pk: w.stop_at[pk] for pk, r in s.running.items() if r.stopping and pk in w.stop_at
         }
-        held: dict[tuple[str, str], int] = {}
-        for r in s.running.values():
-            held[(r.team, r.flavor)] = held.get((r.team, r.flavor), 0) + r.gpus
         # Next pass time; events happen at it.
         clock.now = now + timedelta(seconds=rng.choice([5, 10, 20, 30, 45, 60, 90]))
         if JITTER:
             clock.now += timedelta(microseconds=rng.randint(0, 999_999))
         nts = clock.now.timestamp()
-        for key in set(exact) | set(held):
-            exact[key] = accrue(exact.get(key, 0.0), held.get(key, 0), nts - ts, hl)
         before = {r.id for r in s.running.values() if r.stopping}
         s._finish(nts)
         stats["requeues"] += len(before & set(s.pending))

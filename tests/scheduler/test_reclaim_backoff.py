@@ -191,3 +191,20 @@ def test_a_job_told_a_hold_first_is_not_promised_a_start_before_the_cooldown_end
     plan = schedule(c.snapshot(reclaim_backoff=True, explain=True))
     assert verdict(plan, 40).reason_code == "reserved"
     assert verdict(plan, 40).estimated_start >= NOW + 3590
+
+
+def test_the_estimate_counts_the_nominal_quota_the_backoff_leaves_free():
+    """b cools down until NOW + 3590; its 8-GPU job would borrow 4 now, and fits b's
+    nominal quota once b's 4-GPU job ends at NOW + 600: it is estimated then, not at
+    the cooldown's end (a review's case: told +3590, it started at +600)."""
+    c = Cluster().node("n0").node("n1")
+    c.team("a", nominal=8, cohort="c")
+    c.team("b", nominal=8, cohort="c", reclaims={FLAVOR: (7, NOW - 10)})
+    c.run(11, "b", on={"n0": 4}, started=NOW - HOUR + 600, runtime=HOUR)  # ends at NOW + 600
+    c.job(40, "b", gpus=8, runtime=HOUR)
+    plan = schedule(c.snapshot(reclaim_backoff=True, explain=True))
+    assert verdict(plan, 40).reason_code == "backoff"
+    assert verdict(plan, 40).estimated_start == NOW + 600
+    sim = Sim(c, reclaim_backoff=True)
+    sim.reclaims[("b", FLAVOR)] = (7, NOW - 10)
+    assert sim.start_of(40, every=30, passes=40) == NOW + 600

@@ -95,11 +95,11 @@ def stop_overdue_jobs(now: datetime) -> list[int]:
     """Jobs past their max run time fail with reason `timeout` (Slurm's TIMEOUT);
     their workers are then told to stop. Backfill relies on this bound.
 
-    A job stopping for a preemption fails too, and is not requeued: its attempt ended
-    at its max run time, as the core and the simulator count a victim that reaches it
-    during its grace period (Running.ending). It keeps the stop time its preemption
-    gave it (its workers keep the stop they run, and its preemptor's claim counts
-    on it)."""
+    A job stopping for a preemption fails too, and is not requeued: its attempt is over
+    at its max run time, as a running job's is (the simulator and the tests' driver end
+    such a victim there too). It keeps the stop time its preemption gave it: its workers
+    keep the stop they run, so the core's view of when its GPUs come free
+    (RunningJob.ends_by) stays right for its preemptor's claim."""
     active = Job.objects.filter(state__in=Job.ACTIVE_STATES).values_list(
         "pk", "state", "admitted_at", "max_runtime_seconds"
     )
