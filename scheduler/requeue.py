@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .model import JobId, Plan
+from .model import JobId, Plan, RunningJob
 
 RECLAIM = "reclaim"  # Preemption.reason_code of a reclaim (scheduler.preemption)
 
@@ -69,6 +69,12 @@ def reclaim_victims(plan: Plan) -> list[JobId]:
     reason `reclaim` (a priority preemption within a queue is not a reclaim). The caller
     counts one reclaim per team and flavor of theirs (count_reclaims)."""
     return [p.job_id for p in plan.preemptions if p.reason_code == RECLAIM]
+
+
+def reclaimed(plan: Plan, running: Mapping[JobId, RunningJob]) -> list[tuple[str, str]]:
+    """Return the (team, flavor) of each of the plan's reclaim victims, `running` by id
+    (the simulator's and the tests' driver's view; the portal asks its rows)."""
+    return [(running[v].team, running[v].flavor) for v in reclaim_victims(plan)]
 
 
 def count_reclaims(

@@ -3,6 +3,8 @@ node cordon / drain, job cancel, and list filters and search on every model."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -48,12 +50,14 @@ from portal.core.models import (
     NodeBootstrapToken,
     Queue,
     Quota,
+    ReclaimBackoff,
     SchedulingPass,
     Team,
     TeamWebhook,
     Usage,
 )
 from portal.core.secrets import new_secret
+from scheduler.requeue import reclaim_cooldown_end
 
 admin.site.site_header = "Berth administration"
 admin.site.site_title = "Berth admin"
@@ -692,6 +696,22 @@ class UsageAdmin(ReadOnlyAdmin):
     @admin.display(description="GPU-hours")
     def gpu_hours(self, usage):
         return f"{reports.gpu_hours(usage.gpu_seconds):.2f}"
+
+
+@admin.register(ReclaimBackoff)
+class ReclaimBackoffAdmin(ReadOnlyAdmin):
+    """Teams whose borrowing of a flavor was reclaimed (BERTH_RECLAIM_BACKOFF), and until
+    when they may not borrow it again."""
+
+    list_display = ("team", "flavor", "reclaims", "last_reclaim_at", "cooling_until")
+    list_filter = ("flavor",)
+    search_fields = ("team__slug",)
+    list_select_related = ("team", "flavor")
+
+    @admin.display(description="May borrow again from")
+    def cooling_until(self, row):
+        ends = reclaim_cooldown_end(row.reclaims, row.last_reclaim_at.timestamp())
+        return datetime.fromtimestamp(ends, tz=UTC)
 
 
 @admin.register(AuditEntry)

@@ -117,6 +117,7 @@ def replay(run: WhatIfRun, progress: Progress) -> dict:
     policy = policy_config()
     setup = {
         "policy": policy.policy,
+        "reclaim_backoff": policy.reclaim_backoff,
         "nodes": len(nodes),
         "gpus": sum(n.gpus for n in nodes),
         "jobs": len(jobs),

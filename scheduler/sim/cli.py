@@ -45,6 +45,8 @@ from .engine import ESTIMATES, QUEUE_MAX_S, SimConfig
 from .results import SimResult, estimate_line, table, team_table
 from .trace import FORMATS, Trace, load, parse_time
 
+DEFAULTS = PolicyConfig()  # what a flag left out means (its half-life: 7 days)
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -85,7 +87,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_BASE_S:g},{DEFAULT_MAX_S:g}, the portal's; 0 turns it off)",
     )
     p.add_argument(
-        "--half-life", type=float, default=7 * 24 * 3600.0, help="fair-share half-life, s"
+        "--half-life",
+        type=float,
+        default=None,
+        help="fair-share half-life, s (default 7 days; manage.py simulate --from-db: the portal's)",
     )
     p.add_argument(
         "--age-weight",
@@ -114,10 +119,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--reclaim-backoff",
-        action="store_true",
-        default=RECLAIM_BACKOFF,
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="fair share: after a team's borrowing of a flavor is reclaimed, it may not borrow "
-        "it again for 60 s, doubling per reclaim in a row up to an hour (Kueue KEP-14468)",
+        "it again for 60 s, doubling per reclaim in a row up to an hour (Kueue KEP-14468; "
+        f"default {'on' if RECLAIM_BACKOFF else 'off'}; manage.py simulate --from-db: the portal's)",
     )
     p.add_argument(
         "--budget",
@@ -229,12 +235,12 @@ def run_policies(args: argparse.Namespace, jobs, nodes, teams, notes) -> dict[st
         config = SimConfig(
             policy=PolicyConfig(
                 policy=name,
-                half_life=args.half_life,
+                half_life=DEFAULTS.half_life if args.half_life is None else args.half_life,
                 explain=False,
                 age_weight=args.age_weight,
                 max_age=args.max_age,
                 backfill_reservations=args.backfill_reservations,
-                reclaim_backoff=args.reclaim_backoff,
+                reclaim_backoff=_reclaim_backoff(args),
                 max_wait=args.max_wait,
             ),
             runtime_estimate=args.runtime_estimate,
@@ -327,7 +333,7 @@ def setup(args: argparse.Namespace, nodes, jobs, notes) -> dict:
         "age_weight": args.age_weight,
         "max_age_s": args.max_age,
         "backfill_reservations": args.backfill_reservations,
-        "reclaim_backoff": args.reclaim_backoff,
+        "reclaim_backoff": _reclaim_backoff(args),
         "max_wait_s": args.max_wait,
         "budgets": [f"{b.team}:{b.flavor}={b.gpu_hours:g}" for b in getattr(args, "budget", ())],
         "trace_jobs": len(jobs),
@@ -377,3 +383,8 @@ def report(results: dict[str, SimResult], args: argparse.Namespace, started: flo
         f"total {time.perf_counter() - started:.1f} s, peak RSS {peak_rss_mib():.0f} MiB",
         file=sys.stderr,
     )
+
+
+def _reclaim_backoff(args: argparse.Namespace) -> bool:
+    """--reclaim-backoff / --no-reclaim-backoff, else the default (RECLAIM_BACKOFF)."""
+    return RECLAIM_BACKOFF if args.reclaim_backoff is None else args.reclaim_backoff

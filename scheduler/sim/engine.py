@@ -54,7 +54,7 @@ from scheduler.requeue import (
     DEFAULT_MAX_S,
     count_reclaims,
     reclaim_cooldown_end,
-    reclaim_victims,
+    reclaimed,
     requeue_backoff,
     team_reclaims,
 )
@@ -661,9 +661,7 @@ class Simulator:
     def _count_reclaims(self, plan: Plan) -> None:
         """Count the plan's reclaims for the reclaim backoff, and make sure a pass runs
         when each cooldown it starts ends (the team may borrow again)."""
-        run = self.running
-        pairs = [(run[v].team, run[v].flavor) for v in reclaim_victims(plan)]
-        for pair in count_reclaims(self.reclaims, pairs, self.now):
+        for pair in count_reclaims(self.reclaims, reclaimed(plan, self.running), self.now):
             ends = reclaim_cooldown_end(*self.reclaims[pair])
             heapq.heappush(self.events, (ends, TICK, -1, 0))
 

@@ -137,6 +137,7 @@ def test_every_admin_list_page_renders(admin_client, cluster):
         "jobevent",
         "allocation",
         "usage",
+        "reclaimbackoff",
         "auditentry",
         "schedulingpass",
         "nodebootstraptoken",
@@ -144,6 +145,30 @@ def test_every_admin_list_page_renders(admin_client, cluster):
     ]:
         response = admin_client.get(f"/admin/core/{model}/?q=a")
         assert response.status_code == 200, model
+
+
+def test_a_teams_reclaim_backoff_is_shown_with_when_it_ends(admin_client, cluster):
+    from datetime import timedelta
+
+    from django.utils import formats, timezone
+
+    from portal.core.models import GpuFlavor, ReclaimBackoff
+
+    at = timezone.now().replace(microsecond=0)
+    ReclaimBackoff.objects.create(
+        team=cluster.team_b,
+        flavor=GpuFlavor.objects.get(name="h100-80gb"),
+        reclaims=3,
+        last_reclaim_at=at,
+    )
+    page = admin_client.get("https://rp2.alfred511.top/admin/core/reclaimbackoff/").content.decode()
+    assert "beta" in page and "May borrow again from" in page
+    ends = timezone.template_localtime(at + timedelta(seconds=240))  # the 3rd in a row
+    assert formats.localize(ends) in page
+    assert (
+        admin_client.get("https://rp2.alfred511.top/admin/core/reclaimbackoff/add/").status_code
+        == 403
+    )
 
 
 def test_non_staff_cannot_open_the_admin(client, personas):

@@ -19,7 +19,8 @@ requeue it in the portal, which cannot tell a finished job from one that checkpo
 and exited on its stop signal (docs/protocol.md).
 
 8 seeds by default (about 20 s), times BERTH_PROPERTY_SCALE (`make fuzz-roundtrip`);
-BERTH_ROUNDTRIP_SEEDS=0-49 picks them, BERTH_ROUNDTRIP_JITTER=1 adds sub-second pass
+BERTH_ROUNDTRIP_SEEDS=0-49 picks them (odd seeds run with the reclaim backoff on),
+BERTH_ROUNDTRIP_JITTER=1 adds sub-second pass
 times, BERTH_ROUNDTRIP_PREEMPTIBLE the share of preemptible jobs (0.8).
 """
 
@@ -53,6 +54,7 @@ from portal.core.scheduling import run_pass
 from portal.core.scheduling.apply import ESTIMATE_SLACK_S
 from scheduler import model as m
 from scheduler import schedule
+from scheduler.requeue import team_reclaims
 from tests.scheduler.helpers import Sim, examples
 
 State = Job.State
@@ -266,8 +268,10 @@ def sim_snapshot(s: Sim, now: float, config) -> m.Snapshot:
         m.Node(name, n["flavor"], tuple(sorted(n["free"])), n["gpus"], n["rack"], n["block"])
         for name, n in s.nodes.items()
     )
+    cooling = team_reclaims(s.reclaims, now)  # the reclaim backoff's state, as it carries it
+    teams = tuple(replace(t, reclaims=cooling.get(t.name, {})) for t in s.teams)
     return m.Snapshot(
-        now, nodes, s.teams, tuple(s.running.values()), tuple(s.pending.values()), config
+        now, nodes, teams, tuple(s.running.values()), tuple(s.pending.values()), config
     )
 
 
@@ -393,6 +397,7 @@ def run_case(seed: int, clock: Clock, steps: int = 25) -> tuple[list[str], dict]
     rng = random.Random(seed)
     w = make_world(rng)
     stats = {"passes": 0, "admissions": 0, "preemptions": 0, "requeues": 0}
+    reclaims: dict = {}  # the driver's reclaim backoff state, kept across its passes
     # A borrower floods the cluster first; the others come later and reclaim.
     flood = w.teams[0]
     for _ in range(rng.randint(4, 10)):
@@ -434,6 +439,7 @@ def run_case(seed: int, clock: Clock, steps: int = 25) -> tuple[list[str], dict]
             ).values_list("pk", "array__task_limit")
         )
         s = sim_from(snap, w, restarts, limits)
+        s.reclaims = reclaims
         # The driver's agent events for this pass's admissions and preemptions.
         ts = now.timestamp()
         for a in plan.admissions:
@@ -491,7 +497,10 @@ def run_case(seed: int, clock: Clock, steps: int = 25) -> tuple[list[str], dict]
 
 
 @pytest.mark.parametrize("seed", _seeds())
-def test_roundtrip(seed, clock, db):
+def test_roundtrip(seed, clock, db, settings):
+    # odd seeds with the reclaim backoff on (BERTH_RECLAIM_BACKOFF): the portal's rows and
+    # the driver's count_reclaims must carry the same state into every pass
+    settings.BERTH = {**settings.BERTH, "RECLAIM_BACKOFF": seed % 2 == 1}
     findings, stats = run_case(seed, clock)
     assert stats["passes"] == 25 and stats["admissions"] > 0  # the run did something
     assert not findings, "\n".join(findings[:40])

@@ -28,7 +28,7 @@ from scheduler import (
     requeue_backoff,
     schedule,
 )
-from scheduler.requeue import count_reclaims, reclaim_victims, team_reclaims
+from scheduler.requeue import count_reclaims, reclaimed, team_reclaims
 
 NOW = 1_000_000.0  # the fixed clock of every scenario
 HOUR = 3600.0
@@ -277,9 +277,8 @@ class Sim:
 
     def apply(self, plan: Plan, now: float) -> Plan:
         """Stop the plan's victims (after their grace period), start its admissions."""
-        run = self.running
-        pairs = [(run[v].team, run[v].flavor) for v in reclaim_victims(plan)]
-        count_reclaims(self.reclaims, pairs, now)
+        if self.config.reclaim_backoff:  # as the portal and the simulator keep it: when on
+            count_reclaims(self.reclaims, reclaimed(plan, self.running), now)
         for p in plan.preemptions:
             self.running[p.job_id] = replace(
                 self.running[p.job_id],

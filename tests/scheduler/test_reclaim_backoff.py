@@ -13,6 +13,7 @@ from scheduler.requeue import (
     count_reclaims,
     reclaim_cooldown_end,
     reclaim_victims,
+    reclaimed,
     team_reclaims,
 )
 from tests.scheduler.helpers import (
@@ -104,6 +105,13 @@ def test_only_reclaims_count_not_priority_preemptions():
         )
     )
     assert reclaim_victims(plan) == [1, 3]
+    c = Cluster().node("n0").node("n1", flavor="a100")
+    running = {
+        1: c.run(1, "b", on={"n0": 1}),
+        2: c.run(2, "a", on={"n0": 1}),
+        3: c.run(3, "d", on={"n1": 1}, flavor="a100"),
+    }
+    assert reclaimed(plan, running) == [("b", FLAVOR), ("d", "a100")]
 
 
 def thrash(reclaim_backoff, hours=10):

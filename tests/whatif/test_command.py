@@ -65,3 +65,16 @@ def test_simulate_needs_a_trace_or_the_database(db):
         call_command("simulate")
     with pytest.raises(CommandError):
         call_command("simulate", "--from-db")
+
+
+@pytest.mark.parametrize("flag, want", [((), True), (("--no-reclaim-backoff",), False)])
+def test_simulate_from_db_replays_with_the_portals_reclaim_backoff(
+    history, tmp_path, settings, flag, want
+):
+    """As the what-if does (policy_config): BERTH_RECLAIM_BACKOFF on unless a flag says."""
+    settings.BERTH = {**settings.BERTH, "RECLAIM_BACKOFF": True}
+    out = tmp_path / "r.json"
+    call_command(
+        "simulate", "--from-db", f"--start={START}", f"--end={END}", f"--json={out}", *flag
+    )
+    assert json.loads(out.read_text())["setup"]["reclaim_backoff"] is want

@@ -9,6 +9,7 @@ double booking.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -26,6 +27,7 @@ from scheduler.reasons import NEVER_FITS
 from scheduler.requeue import count_reclaims, reclaim_victims
 
 State = Job.State
+log = logging.getLogger(__name__)
 # An estimate that moved less than this is not rewritten (saves writes every pass).
 ESTIMATE_SLACK_S = 60
 
@@ -253,10 +255,19 @@ def record_reclaims(plan: m.Plan, preempted: list[int], now: datetime) -> list[t
     }
     state = {pair: (r.reclaims, r.last_reclaim_at.timestamp()) for pair, r in rows.items()}
     started = count_reclaims(state, pairs, now.timestamp())
-    for team, flavor in started:
-        count = state[(team, flavor)][0]
-        ReclaimBackoff.objects.update_or_create(
-            team_id=team, flavor_id=flavor, defaults={"reclaims": count, "last_reclaim_at": now}
+    ReclaimBackoff.objects.bulk_create(  # one upsert (INSERT ... ON CONFLICT), both databases
+        [
+            ReclaimBackoff(team_id=t, flavor_id=f, reclaims=state[(t, f)][0], last_reclaim_at=now)
+            for t, f in started
+        ],
+        update_conflicts=True,
+        unique_fields=["team", "flavor"],
+        update_fields=["reclaims", "last_reclaim_at"],
+    )
+    for t, f in started:
+        log.info(
+            "reclaim backoff",
+            extra={"team_id": t, "flavor_id": f, "reclaims": state[(t, f)][0]},
         )
     return started
 

@@ -59,8 +59,13 @@ class Command(BaseCommand):
         jobs = records_to_jobs(history.job_records(start, end))
         if not jobs:
             raise CommandError("no jobs were submitted in that period")
+        portal = policy_config()  # what the what-if replays with, unless a flag says otherwise
         if not options["policy"]:
-            ns.policy = [policy_config().policy]
+            ns.policy = [portal.policy]
+        if ns.half_life is None:
+            ns.half_life = portal.half_life
+        if ns.reclaim_backoff is None:
+            ns.reclaim_backoff = portal.reclaim_backoff
         ns.trace, ns.format = "database", "berth"
         results = cli.run_policies(
             ns, jobs, history.cluster_nodes(), history.cluster_teams(), ["berth: this database"]
