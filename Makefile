@@ -74,7 +74,7 @@ fuzz-scheduler: install
 	  $(BIN)/python -m pytest tests/scheduler tests/sim -q $(PYTEST_ARGS)
 
 ## the portal's passes against the core's driver on BERTH_PROPERTY_SCALE (default 20) times
-## its 8 fixed seeds (BERTH_ROUNDTRIP_SEEDS=A-B picks them; docs/scheduling.md, "Tests")
+## its 6 fixed seeds (BERTH_ROUNDTRIP_SEEDS=A-B picks them; docs/scheduling.md, "Tests")
 fuzz-roundtrip: install services
 	BERTH_PROPERTY_SCALE=$${BERTH_PROPERTY_SCALE:-20} \
 	  DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \

@@ -18,7 +18,7 @@ that exit 0 during its grace period finish the job in the Sim (its trace ends th
 requeue it in the portal, which cannot tell a finished job from one that checkpointed
 and exited on its stop signal (docs/protocol.md).
 
-8 seeds by default (about 20 s), times BERTH_PROPERTY_SCALE (`make fuzz-roundtrip`);
+6 seeds by default (about 15 s), times BERTH_PROPERTY_SCALE (`make fuzz-roundtrip`);
 BERTH_ROUNDTRIP_SEEDS=0-49 picks them (odd seeds run with the reclaim backoff on),
 BERTH_ROUNDTRIP_JITTER=1 adds sub-second pass
 times, BERTH_ROUNDTRIP_PREEMPTIBLE the share of preemptible jobs (0.8).
@@ -62,7 +62,7 @@ WS = Worker.State
 
 
 def _seeds():
-    spec = os.environ.get("BERTH_ROUNDTRIP_SEEDS", f"0-{examples(8) - 1}")
+    spec = os.environ.get("BERTH_ROUNDTRIP_SEEDS", f"0-{examples(6) - 1}")
     lo, _, hi = spec.partition("-")
     return list(range(int(lo), int(hi or lo) + 1))
 
