@@ -26,7 +26,6 @@ from scheduler.model import (
     BACKFILL_RESERVATIONS,
     MAX_AGE_S,
     MAX_WAIT_S,
-    RECLAIM_BACKOFF,
     PolicyConfig,
 )
 from scheduler.requeue import DEFAULT_BASE_S, DEFAULT_MAX_S
@@ -123,7 +122,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="fair share: after a team's borrowing of a flavor is reclaimed, it may not borrow "
         "it again for 60 s, doubling per reclaim in a row up to an hour (Kueue KEP-14468; "
-        f"default {'on' if RECLAIM_BACKOFF else 'off'}; manage.py simulate --from-db: the portal's)",
+        f"default {'on' if DEFAULTS.reclaim_backoff else 'off'}; manage.py simulate --from-db: the "
+        "portal's)",
     )
     p.add_argument(
         "--budget",
@@ -386,5 +386,5 @@ def report(results: dict[str, SimResult], args: argparse.Namespace, started: flo
 
 
 def _reclaim_backoff(args: argparse.Namespace) -> bool:
-    """--reclaim-backoff / --no-reclaim-backoff, else the default (RECLAIM_BACKOFF)."""
-    return RECLAIM_BACKOFF if args.reclaim_backoff is None else args.reclaim_backoff
+    """--reclaim-backoff / --no-reclaim-backoff, else the default (PolicyConfig's)."""
+    return DEFAULTS.reclaim_backoff if args.reclaim_backoff is None else args.reclaim_backoff

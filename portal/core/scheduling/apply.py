@@ -247,13 +247,10 @@ def record_reclaims(plan: m.Plan, preempted: list[int], now: datetime) -> list[t
     if not victims:
         return []
     pairs = set(Job.objects.filter(pk__in=victims).values_list("team_id", "flavor_id"))
-    rows = {
-        (r.team_id, r.flavor_id): r
-        for r in ReclaimBackoff.objects.filter(
-            team_id__in={t for t, _ in pairs}, flavor_id__in={f for _, f in pairs}
-        )
-    }
-    state = {pair: (r.reclaims, r.last_reclaim_at.timestamp()) for pair, r in rows.items()}
+    rows = ReclaimBackoff.objects.filter(
+        team_id__in={t for t, _ in pairs}, flavor_id__in={f for _, f in pairs}
+    ).values_list("team_id", "flavor_id", "reclaims", "last_reclaim_at")
+    state = {(t, f): (count, at.timestamp()) for t, f, count, at in rows}
     started = count_reclaims(state, pairs, now.timestamp())
     ReclaimBackoff.objects.bulk_create(  # one upsert (INSERT ... ON CONFLICT), both databases
         [
