@@ -461,3 +461,39 @@ def test_a_preempted_job_past_its_max_runtime_fails_instead_of_being_requeued(cl
     assert (
         JobEvent.objects.filter(job=job, kind="timeout", from_state=State.PREEMPTING).count() == 1
     )
+
+
+@pytest.mark.parametrize("moved", ["readmitted", "preempted"])
+def test_the_timeout_sweep_decides_on_the_rows_it_locks(client, cluster, monkeypatch, moved):
+    """The sweep reads the active jobs, then locks the overdue ones. What happens to a
+    job in between decides: one requeued and admitted again (a new attempt, a fresh
+    admission time) is not timed out; one preempted in between is, with the stopping
+    job's event. Before, the sweep failed the readmitted job's new attempt."""
+    from portal.core.actions import node_monitor
+
+    job = make_job(cluster)
+    admit(job, [cluster.nodes[0]])
+    Job.objects.filter(pk=job.pk).update(admitted_at=timezone.now() - timedelta(seconds=3601))
+    real = node_monitor.transition
+
+    def in_between(*args, **kwargs):
+        if moved == "readmitted":  # stopped, requeued and admitted again meanwhile
+            Job.objects.filter(pk=job.pk).update(
+                attempt=job.attempt + 1, admitted_at=timezone.now(), state=State.ADMITTED
+            )
+        else:
+            Job.objects.filter(pk=job.pk).update(
+                state=State.PREEMPTING, stop_requested_at=timezone.now()
+            )
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(node_monitor, "transition", in_between)
+    timed_out = monitor_nodes()["timed_out"]
+    job.refresh_from_db()
+    if moved == "readmitted":
+        assert timed_out == [] and (job.state, job.attempt) == (State.ADMITTED, 1)
+        assert not JobEvent.objects.filter(job=job, kind="timeout").exists()
+    else:
+        assert timed_out == [job.pk] and job.state == State.FAILED
+        event = JobEvent.objects.get(job=job, kind="timeout")
+        assert event.from_state == State.PREEMPTING and "not requeued" in event.message

@@ -79,35 +79,47 @@ def transition(
     actor=None,
     data: dict[str, Any] | None = None,
     per_job: dict[int, tuple[str, dict[str, Any]]] | None = None,
+    per_state: dict[str, tuple[str, dict[str, Any]]] | None = None,
+    attempts: dict[int, int] | None = None,
     **fields: Any,
 ) -> list[int]:
     """Move the jobs still in `from_states` to `to_state`; return the ids that moved.
 
     The row locks make the check and the update one step for each job; jobs that
-    another process moved first are left alone and get no event. `per_job` gives
-    some jobs their own event (message, data) instead of `message` / `data`.
+    another process moved first are left alone and get no event. `attempts` (id ->
+    attempt): only jobs still at the attempt the caller decided on move (one requeued
+    and admitted again meanwhile is another attempt). `per_job` gives some jobs their
+    own event (message, data) instead of `message` / `data`; `per_state` does so by the
+    state each job was in when locked.
     """
     ids = list(job_ids)
     if not ids:
         return []
     lock = statements.lock_jobs if connection.vendor == "postgresql" else statements.lock_jobs_orm
     # In id order: one lock order for every caller, no deadlocks between them.
-    rows = {pk: state for pk, state, _ in lock(ids, list(from_states))}
+    rows = {
+        pk: state
+        for pk, state, attempt in lock(ids, list(from_states))
+        if attempts is None or attempts.get(pk) == attempt
+    }
     if rows:
         update_rows(Job, list(rows), {"state": to_state, **fields})
         own = per_job or {}
-        events = [
-            JobEvent(
-                job_id=pk,
-                kind=kind,
-                from_state=old,
-                to_state=to_state,
-                actor=_user(actor),
-                message=own[pk][0] if pk in own else message,
-                data=(own[pk][1] if pk in own else data) or {},
+        by_state = per_state or {}
+        events = []
+        for pk, old in rows.items():
+            text, extra = own.get(pk) or by_state.get(old) or (message, data)
+            events.append(
+                JobEvent(
+                    job_id=pk,
+                    kind=kind,
+                    from_state=old,
+                    to_state=to_state,
+                    actor=_user(actor),
+                    message=text,
+                    data=extra or {},
+                )
             )
-            for pk, old in rows.items()
-        ]
         _insert_events(events)
         notify_job_events(events)  # webhooks and e-mail, as outbox rows (actions/notifications)
         dependencies.on_transition(list(rows), to_state)  # release or cancel dependents

@@ -99,13 +99,17 @@ def stop_overdue_jobs(now: datetime) -> list[int]:
     at its max run time, as a running job's is (the simulator and the tests' driver end
     such a victim there too). It keeps the stop time its preemption gave it: its workers
     keep the stop they run, so the core's view of when its GPUs come free
-    (RunningJob.ends_by) stays right for its preemptor's claim."""
+    (RunningJob.ends_by) stays right for its preemptor's claim.
+
+    The rows are read, then the overdue ones locked: what moves is decided on the locked
+    rows (an attempt requeued and admitted again in between is left alone; a job
+    preempted in between gets the stopping job's event)."""
     active = Job.objects.filter(state__in=Job.ACTIVE_STATES).values_list(
-        "pk", "state", "admitted_at", "max_runtime_seconds"
+        "pk", "attempt", "admitted_at", "max_runtime_seconds"
     )
     overdue = {
-        pk: state
-        for pk, state, admitted, limit in active
+        pk: attempt
+        for pk, attempt, admitted, limit in active
         if admitted and admitted + timedelta(seconds=limit) < now
     }
     stopping = (
@@ -121,9 +125,8 @@ def stop_overdue_jobs(now: datetime) -> list[int]:
             to_state=Job.State.FAILED,
             kind="timeout",
             message="Stopped: the job exceeded its max run time.",
-            per_job={
-                pk: (stopping, {}) for pk, st in overdue.items() if st == Job.State.PREEMPTING
-            },
+            attempts=overdue,
+            per_state={Job.State.PREEMPTING: (stopping, {})},
             finished_at=now,
             stop_requested_at=IfNull(now),  # a stopping job keeps its preemption's stop time
             reason_code="timeout",
