@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 import uuid
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from berthcli import arrays, config, exitcodes
@@ -426,6 +427,16 @@ def share(args, client_for) -> int:
     if budgets:
         print("\nGPU-hour budgets (at the limit new jobs wait: budget_exhausted):")
         print(table([budget_row(slug, b) for slug, b in budgets], BUDGET_HEADERS))
+    now = datetime.now(UTC)
+    cooling = [
+        [t["slug"], b["flavor"], b["reclaims"], at(b["may_borrow_from"], now)]
+        for t in teams
+        for b in t.get("reclaim_backoff", [])
+        if parse_time(b["may_borrow_from"]) > now  # a cooldown that is over holds nothing
+    ]
+    if cooling:
+        print("\nReclaim backoff (jobs that would borrow this flavor wait: backoff):")
+        print(table(cooling, ["TEAM", "FLAVOR", "IN_A_ROW", "MAY_BORROW_FROM"]))
     return exitcodes.OK
 
 

@@ -64,6 +64,12 @@ def reclaim_cooldown_end(reclaims: int, at: float) -> float:
     return at + requeue_backoff(reclaims)
 
 
+def reclaim_count_end(reclaims: int, at: float) -> float:
+    """Return until when a reclaim of that team and flavor counts as the next one in a
+    row (RECLAIM_RESET_S after the cooldown's end); after it the count starts again at 1."""
+    return reclaim_cooldown_end(reclaims, at) + RECLAIM_RESET_S
+
+
 def reclaim_victims(plan: Plan) -> list[JobId]:
     """Return the jobs the plan stops to reclaim borrowed quota: its preemptions of
     reason `reclaim` (a priority preemption within a queue is not a reclaim). The caller
@@ -92,7 +98,7 @@ def count_reclaims(
             ends = reclaim_cooldown_end(*before)
             if now < ends:
                 continue  # jobs that borrowed before the cooldown began: not a new reclaim
-            count = before[0] + 1 if now <= ends + RECLAIM_RESET_S else 1
+            count = before[0] + 1 if now <= reclaim_count_end(*before) else 1
         else:
             count = 1
         state[pair] = (count, now)

@@ -518,9 +518,29 @@ class BudgetSerializer(serializers.Serializer):
     resets_at = serializers.DateTimeField(allow_null=True, help_text="Null for a rolling window.")
 
 
+class ReclaimBackoffSerializer(serializers.Serializer):
+    flavor = serializers.CharField()
+    reclaims = serializers.IntegerField(
+        help_text="Times in a row the team's borrowing was reclaimed."
+    )
+    last_reclaim_at = serializers.DateTimeField()
+    may_borrow_from = serializers.DateTimeField(
+        help_text="The cooldown's end: until then the team's jobs that would borrow this flavor "
+        "wait (reason backoff); jobs within nominal quota do not. Past: it may borrow now."
+    )
+    count_resets_after = serializers.DateTimeField(
+        help_text="Not reclaimed again by then, the count starts again at 1 and the row goes."
+    )
+
+
 class TeamDetailSerializer(TeamSerializer):
     quota = QuotaUsageSerializer(many=True)
     budgets = BudgetSerializer(many=True, help_text="GPU-hour budgets per flavor.")
+    reclaim_backoff = ReclaimBackoffSerializer(
+        many=True,
+        help_text="Per flavor whose reclaims still count in a row (BERTH_RECLAIM_BACKOFF); "
+        "empty while the rule is off.",
+    )
     fair_share = StandingSerializer(many=True, help_text="The cohort, lowest share first.")
     gpu_hours_by_day = serializers.ListField(
         child=serializers.DictField(), help_text='`{"date": "2025-01-31", "<flavor>": hours, …}`'

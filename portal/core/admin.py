@@ -3,8 +3,6 @@ node cordon / drain, job cancel, and list filters and search on every model."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -57,7 +55,6 @@ from portal.core.models import (
     Usage,
 )
 from portal.core.secrets import new_secret
-from scheduler.requeue import reclaim_cooldown_end
 
 admin.site.site_header = "Berth administration"
 admin.site.site_title = "Berth admin"
@@ -710,8 +707,7 @@ class ReclaimBackoffAdmin(ReadOnlyAdmin):
 
     @admin.display(description="May borrow again from")
     def cooling_until(self, row):
-        ends = reclaim_cooldown_end(row.reclaims, row.last_reclaim_at.timestamp())
-        return datetime.fromtimestamp(ends, tz=UTC)
+        return reports.may_borrow_from(row.reclaims, row.last_reclaim_at)
 
 
 @admin.register(AuditEntry)

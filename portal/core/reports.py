@@ -8,7 +8,7 @@ import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
@@ -33,10 +33,12 @@ from portal.core.models import (
     GpuFlavor,
     Job,
     Quota,
+    ReclaimBackoff,
     Team,
     Usage,
 )
 from portal.core.scheduling.teams import scheduler_teams
+from scheduler.requeue import reclaim_cooldown_end, reclaim_count_end
 from scheduler.standing import Standing, standings
 
 
@@ -107,6 +109,48 @@ def cohort_standing(team: Team, now: datetime | None = None) -> list[Standing]:
     }
     standing = standings(teams.values(), used, settings.BERTH["FAIRSHARE_HALF_LIFE_S"])
     return sorted(standing.values(), key=lambda s: (s.share, s.team))
+
+
+@dataclass
+class FlavorBackoff:
+    """A team's reclaims in a row of one flavor (the reclaim backoff, scheduler.requeue)."""
+
+    flavor: str
+    reclaims: int
+    last_reclaim_at: datetime
+    may_borrow_from: datetime  # the cooldown's end: its jobs that would borrow wait until then
+    count_resets_after: datetime  # not reclaimed again by then, the count starts again at 1
+
+
+def may_borrow_from(reclaims: int, last_reclaim_at: datetime) -> datetime:
+    """Return when a team reclaimed `reclaims` times in a row, the last at
+    `last_reclaim_at`, may borrow the flavor again (scheduler.requeue.reclaim_cooldown_end)."""
+    return _instant(reclaim_cooldown_end(reclaims, last_reclaim_at.timestamp()))
+
+
+def reclaim_backoff(team: Team, now: datetime) -> list[FlavorBackoff]:
+    """The team's reclaim backoff per flavor whose count still holds at `now`, by flavor,
+    in one query; none while `BERTH_RECLAIM_BACKOFF` is off (the passes ignore the rows
+    then). A row past `count_resets_after` is left out: a next reclaim counts from 1."""
+    if not settings.BERTH["RECLAIM_BACKOFF"]:
+        return []
+    rows = (
+        ReclaimBackoff.objects.filter(team=team)
+        .order_by("flavor__name")
+        .values_list("flavor__name", "reclaims", "last_reclaim_at")
+    )
+    out = []
+    for flavor, count, at in rows:
+        resets = reclaim_count_end(count, at.timestamp())
+        if now.timestamp() <= resets:  # as scheduler.requeue.count_reclaims counts
+            out.append(
+                FlavorBackoff(flavor, count, at, may_borrow_from(count, at), _instant(resets))
+            )
+    return out
+
+
+def _instant(t: float) -> datetime:
+    return datetime.fromtimestamp(t, tz=UTC)
 
 
 def gpu_hours_by_day(team: Team, days: int = 30, today: date | None = None) -> list[dict]:

@@ -102,6 +102,12 @@ def budget_gauges(team: Team) -> list[BudgetGauge]:
     return [BudgetGauge(b) for b in budgets.team_budgets(team.pk, timezone.now())]
 
 
+def cooldowns(team: Team, now: datetime) -> list[reports.FlavorBackoff]:
+    """The flavors the team may not borrow at `now`: its reclaim backoffs still cooling
+    down (BERTH_RECLAIM_BACKOFF); one whose cooldown ended holds nothing back."""
+    return [b for b in reports.reclaim_backoff(team, now) if b.may_borrow_from > now]
+
+
 @dataclass
 class StandingRow:
     standing: reports.Standing

@@ -19,7 +19,7 @@ from berthcli.output import parse_time
 from portal.core.actions.budgets import set_budget
 from portal.core.actions.jobs import transition
 from portal.core.budgets import month_bounds
-from portal.core.models import ApiToken, Job, Usage, Worker
+from portal.core.models import ApiToken, Job, ReclaimBackoff, Usage, Worker
 from tests.factories import PASSWORD
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -496,6 +496,29 @@ def test_share_shows_the_gpu_hour_budgets(berth, logged_in, personas, cluster):
                                 "FORECAST", "STATE"]  # fmt: skip
     assert lines[2].split()[:7] == ["alpha", "h100-80gb", "month", "4,100", "4,000", "5,000", "82%"]
     assert lines[2].split()[-1] == "warn"
+
+
+def test_share_shows_a_reclaim_backoff_while_it_cools_down(
+    berth, logged_in, personas, cluster, settings
+):
+    """With BERTH_RECLAIM_BACKOFF on, `berth share` says until when a team may not borrow
+    a flavor again (the team detail's `reclaim_backoff`); a cooldown that is over is not
+    listed, and with the rule off nothing is."""
+    now = timezone.now()
+    ReclaimBackoff.objects.create(team=cluster.team_a, flavor=cluster.h100, reclaims=3,
+                                  last_reclaim_at=now - timezone.timedelta(seconds=60))  # fmt: skip
+    ReclaimBackoff.objects.create(team=cluster.team_a, flavor=cluster.a100, reclaims=1,
+                                  last_reclaim_at=now - timezone.timedelta(seconds=200))  # fmt: skip
+    logged_in(personas.viewer_a)
+    assert "Reclaim backoff" not in berth("share").out  # the rule is off
+    settings.BERTH = {**settings.BERTH, "RECLAIM_BACKOFF": True}
+    result = berth("share")
+    assert result.code == 0, result.err
+    lines = result.out.split("Reclaim backoff", 1)[1].splitlines()
+    assert lines[1].split() == ["TEAM", "FLAVOR", "IN_A_ROW", "MAY_BORROW_FROM"]
+    row = lines[2].split()
+    assert row[:3] == ["alpha", "h100-80gb", "3"] and "(in 2m" in lines[2]  # 240 s, from 60 s ago
+    assert len(lines) == 3 or "a100" not in lines[3]  # its 60 s cooldown is over
 
 
 def test_logs_print_each_ranks_tail(berth, logged_in, personas, cluster):

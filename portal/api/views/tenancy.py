@@ -71,12 +71,14 @@ class TeamDetailView(APIView):
     @extend_schema(
         operation_id="teams_retrieve",
         responses={200: s.TeamDetailSerializer},
-        description="Quota, borrowed and used GPUs per flavor, GPU-hour budgets, the cohort's "
-        "fair-share standing, GPU-hours per day (30 days) and job counts.",
+        description="Quota, borrowed and used GPUs per flavor, GPU-hour budgets, the reclaim "
+        "backoff per flavor, the cohort's fair-share standing, GPU-hours per day (30 days) and "
+        "job counts.",
     )
     def get(self, request, slug: str):
         team = access.get_team_for_user(request.user, slug, scope=scope_of(request))
         team.role = role(request.user, roles_of(request.user), team.pk)
+        now = timezone.now()
         quota = [
             asdict(row) | {"borrowed": row.borrowed, "idle": row.idle}
             for row in reports.quota_usage(team)
@@ -84,8 +86,11 @@ class TeamDetailView(APIView):
         detail = s.TeamSerializer(team).data | {
             "quota": s.QuotaUsageSerializer(quota, many=True).data,
             "budgets": s.BudgetSerializer(
-                [budgets.as_row(b) for b in budgets.team_budgets(team.pk, timezone.now())],
+                [budgets.as_row(b) for b in budgets.team_budgets(team.pk, now)],
                 many=True,
+            ).data,
+            "reclaim_backoff": s.ReclaimBackoffSerializer(
+                reports.reclaim_backoff(team, now), many=True
             ).data,
             "fair_share": [asdict(row) for row in reports.cohort_standing(team)],
             "gpu_hours_by_day": reports.gpu_hours_by_day(team),

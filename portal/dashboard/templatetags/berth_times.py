@@ -10,7 +10,7 @@ the tooltip.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django import template
 from django.utils import timezone
@@ -42,17 +42,27 @@ def with_times(text, autoescape=True):
         except ValueError:  # looks like an instant, is none (month 13): keep the text
             out.append(escape(part))
             continue
-        clock = f"{moment:%H:%M}" if moment.date() == now.date() else f"{moment:%Y-%m-%d %H:%M}"
-        out.append(
-            format_html(
-                '<time datetime="{}" title="{} UTC" data-local>{} UTC</time> ({})',
-                part,
-                f"{moment:%Y-%m-%d %H:%M}",
-                clock,
-                relative(moment, now, about=True),
-            )
-        )
+        out.append(_shown(moment, now))
     return mark_safe("".join(out))  # noqa: S308 — every part was escaped above
+
+
+@register.filter
+def at_time(moment):
+    """`{{ cooldown.may_borrow_from|at_time }}`: a datetime as `with_times` shows an
+    instant in a reason, '21:23 UTC (in 4 min)'."""
+    return _shown(moment.astimezone(UTC).replace(microsecond=0), timezone.now())
+
+
+def _shown(moment: datetime, now: datetime) -> str:
+    """The clock (the date too unless today), UTC, and the relative time beside it."""
+    clock = f"{moment:%H:%M}" if moment.date() == now.date() else f"{moment:%Y-%m-%d %H:%M}"
+    return format_html(
+        '<time datetime="{}" title="{} UTC" data-local>{} UTC</time> ({})',
+        f"{moment:%Y-%m-%dT%H:%M:%SZ}",
+        f"{moment:%Y-%m-%d %H:%M}",
+        clock,
+        relative(moment, now, about=True),
+    )
 
 
 @register.filter

@@ -18,6 +18,7 @@ def overview(request, ctx):
     team = ctx.team
     context = {
         "gauges": queries.gauges(team),
+        "cooldowns": queries.cooldowns(team, timezone.now()),
         "counts": reports.job_counts(team),
         "standing": queries.standing_rows(team),
         "idle": reports.idle_jobs(team),
