@@ -95,11 +95,9 @@ def transition(
     ids = list(job_ids)
     if not ids:
         return []
-    lock = statements.lock_jobs if connection.vendor == "postgresql" else statements.lock_jobs_orm
-    # In id order: one lock order for every caller, no deadlocks between them.
     rows = {
         pk: state
-        for pk, state, attempt in lock(ids, list(from_states))
+        for pk, state, attempt in lock_jobs(ids, from_states)
         if attempts is None or attempts.get(pk) == attempt
     }
     if rows:
@@ -124,6 +122,13 @@ def transition(
         notify_job_events(events)  # webhooks and e-mail, as outbox rows (actions/notifications)
         dependencies.on_transition(list(rows), to_state)  # release or cancel dependents
     return list(rows)
+
+
+def lock_jobs(job_ids: Iterable[int], states: Iterable[str]) -> list[tuple]:
+    """Lock the jobs still in `states` FOR UPDATE, in id order (one lock order for every
+    caller, no deadlocks between them); return their (id, state, attempt)."""
+    lock = statements.lock_jobs if connection.vendor == "postgresql" else statements.lock_jobs_orm
+    return lock(sorted(job_ids), list(states))
 
 
 _EVENT_FIELDS = ("job_id", "at", "kind", "from_state", "to_state", "actor_id", "message", "data")
@@ -322,8 +327,13 @@ def cancel_job(job: Job, *, actor, reason: str = "") -> Job:
 
 def cancel_jobs(job_ids: list[int], *, actor, message: str) -> list[int]:
     """Cancel those of the jobs that are pending or active; return the ids that moved
-    (cancel_job for one job, actions.arrays.cancel_array for an array's tasks)."""
+    (cancel_job for one job, actions.arrays.cancel_array for an array's tasks).
+
+    Every open row is locked first: between the two transitions below, a heartbeat that
+    completed a running job's preemption (requeued, pending again) made it escape both,
+    and the user's cancel was refused as "already ended" while the job ran again."""
     now = timezone.now()
+    lock_jobs(job_ids, Job.OPEN_STATES)
     cancelled = transition(
         job_ids,
         from_states=[State.PENDING],
