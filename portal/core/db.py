@@ -88,20 +88,30 @@ _AS_IS = (
 )
 
 
-def update_row(model: type[models.Model], pk, fields: dict[str, Any]) -> int:
-    """`model.objects.filter(pk=pk).update(**fields)` for plain values, as one prepared
-    statement on PostgreSQL (the ORM compiles the UPDATE anew each time: more Python
-    than the database spends on it, on the heartbeat's hot path). Returns the rows
-    changed."""
+def update_row(
+    model: type[models.Model], pk, fields: dict[str, Any], *, unless: dict[str, Any] | None = None
+) -> int:
+    """`model.objects.filter(pk=pk).exclude(**unless).update(**fields)` for plain values,
+    as one prepared statement on PostgreSQL (the ORM compiles the UPDATE anew each time:
+    more Python than the database spends on it, on the heartbeat's hot path). `unless`:
+    column values (not NULL) that leave the row as it is, checked on the locked row.
+    Returns the rows changed."""
+    unless = unless or {}
     if connection.vendor != "postgresql":
-        return model.objects.filter(pk=pk).update(**fields)
+        rows = model.objects.filter(pk=pk)
+        for name, value in unless.items():
+            rows = rows.exclude(**{name: value})
+        return rows.update(**fields)
     meta = model._meta
     cols = [meta.get_field(name) for name in fields]
     sets = ", ".join(f'"{f.column}" = %s' for f in cols)
-    sql = f'UPDATE "{meta.db_table}" SET {sets} WHERE "{meta.pk.column}" = %s'
+    skip = [meta.get_field(name) for name in unless]
+    where = "".join(f' AND "{f.column}" <> %s' for f in skip)
+    sql = f'UPDATE "{meta.db_table}" SET {sets} WHERE "{meta.pk.column}" = %s{where}'
     values = [_prepared(f, v) for f, v in zip(cols, fields.values(), strict=True)]
+    kept = [_prepared(f, v) for f, v in zip(skip, unless.values(), strict=True)]
     with server_binding_cursor() as cursor:
-        cursor.execute(sql, [*values, pk])
+        cursor.execute(sql, [*values, pk, *kept])
         return cursor.rowcount
 
 

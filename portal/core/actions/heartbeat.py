@@ -85,7 +85,11 @@ def record_heartbeat(
                 "not_ready_since": None,
                 "agent_version": agent_version,
             }
-        update_row(Node, node.pk, fields)
+        # Only while the node keeps an identity: an admin's identity reset that committed
+        # after this beat authenticated (its token gone, its workers lost) wins, and the
+        # beat is undone (401), or it set the reset node ready again.
+        if not update_row(Node, node.pk, fields, unless={"token_hash": ""}):
+            raise PermissionError("the node's identity was reset meanwhile")
         node.condition = Node.Condition.READY
     # The reply needs the live workers with their jobs: those read above, updated in place
     # by the reports, unless a report moved a live worker's job on (its stop order then

@@ -85,7 +85,17 @@ def apply_worker_reports(
     if changed:
         # One UPDATE … FROM unnest() (db.bulk_set): bulk_update's CASE per row and field
         # was the heaviest Python of a heartbeat that reports exits (docs/benchmarks.md).
-        bulk_set(Worker, changed, ["state", "exit_code", "started_at", "finished_at", "log_tail"])
+        # Only rows that have not ended since they were read: an eviction or an identity
+        # reset that marked them lost meanwhile holds their locks until it commits, and
+        # the condition is checked on what it wrote (written back as live, a worker held
+        # no GPU and the next pass could place another gang on GPUs still in use).
+        bulk_set(
+            Worker,
+            changed,
+            ["state", "exit_code", "started_at", "finished_at", "log_tail"],
+            where="t.state NOT IN (%s, %s)",
+            params=list(ENDED),
+        )
         moved = settle_jobs(
             {w.job_id for w in changed},
             ended_workers=ended,

@@ -1,0 +1,120 @@
+"""A heartbeat (actions/heartbeat.record_heartbeat) reads the node's workers, then writes
+what the agent reported onto them with an unconditional UPDATE (workers.apply_worker_reports:
+bulk_set), deciding "this worker has not ended" on its read. A writer that ends the
+workers in between, the node monitor's eviction or an admin's identity reset (both lock
+the worker rows, mark them lost, release their GPUs and requeue their gangs), is undone:
+the heartbeat's UPDATE waits for their commit, then writes the workers back as live.
+
+Consequences: a live worker that holds no GPU (its allocations were released), so the
+next pass may place another gang on GPUs whose container still runs until the agent
+stops it (its grace period); and after an identity reset the node "holds work" again, so
+the reinstalled machine's registration is refused (409) until the node monitor evicts the
+resurrected workers.
+
+The in-between change is made by wrapping the call after the read (apply_worker_reports),
+as the timeout sweep's test does, but on its own connection (a thread, committed), so
+that a fix that rolls the heartbeat back does not roll the eviction or reset back too."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from portal.core.actions import heartbeat as heartbeat_mod
+from portal.core.actions.node_monitor import evict_lost_nodes
+from portal.core.actions.nodes import reset_node_identity
+from portal.core.actions.workers import LIVE
+from portal.core.models import Allocation, Job, Node, NodeBootstrapToken, Worker
+from portal.core.secrets import new_secret
+from tests.portal.agent_helpers import admit, beat, inventory, make_job, node_token, report
+
+State = Job.State
+
+
+pytestmark = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="row locks between two connections"
+)
+
+
+def _in_another_connection(fn):
+    out = []
+
+    def run():
+        try:
+            out.append(fn())
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    return out[0] if out else "timed out"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("ender", ["evict", "reset"])
+def test_a_heartbeat_does_not_bring_back_workers_ended_after_it_read_them(
+    client, cluster, personas, monkeypatch, ender
+):
+    node = cluster.nodes[0]
+    token = node_token(node)
+    job = make_job(cluster)
+    admit(job, [node])  # its worker is assigned; the agent has not reported it yet
+    long_ago = timezone.now() - timedelta(minutes=10)
+    Node.objects.filter(pk=node.pk).update(
+        condition=Node.Condition.NOT_READY, not_ready_since=long_ago, last_heartbeat_at=long_ago
+    )
+    real = heartbeat_mod.apply_worker_reports
+    ended = []
+
+    def in_between(known, reports, *, now):
+        if ender == "evict":
+            ended.append(
+                _in_another_connection(
+                    lambda: len(
+                        evict_lost_nodes(timezone.now() - timedelta(minutes=1), timezone.now())
+                    )
+                )
+            )
+        else:
+            ended.append(
+                _in_another_connection(
+                    lambda: reset_node_identity(
+                        Node.objects.get(pk=node.pk),
+                        acting_user=personas.admin,
+                        reason="reinstalled",
+                    )
+                )
+            )
+        return real(known, reports, now=now)
+
+    monkeypatch.setattr(heartbeat_mod, "apply_worker_reports", in_between)
+    response = beat(client, node, token, [report(job, 0, "running")])
+    # After a reset the beat may be refused (401: its token is gone); it must not undo it.
+    assert response.status_code in ((200,) if ender == "evict" else (200, 401)), response.content
+    assert ended == [1]
+    if ender == "reset":  # the reinstalled machine registers again
+        secret = new_secret("bbt")
+        NodeBootstrapToken.objects.create(prefix=secret.prefix, token_hash=secret.digest)
+        body = {
+            "bootstrap_token": secret.plaintext,
+            "hostname": node.hostname,
+            "rack": node.rack,
+            "block": node.block,
+            "gpus": inventory(node),
+        }
+        again = client.post("/api/agent/v1/register", body, content_type="application/json")
+        assert again.status_code == 201, again.content
+    worker = Worker.objects.get(job=job)
+    holds = Allocation.objects.filter(worker=worker, active=True).exists()
+    job.refresh_from_db()
+    assert worker.state not in LIVE or holds, (
+        f"worker {worker.key} is {worker.state} again after the {ender} ended it, holding no "
+        f"GPU (its job: {job.state}, attempt {job.attempt})"
+    )
