@@ -963,3 +963,44 @@ def test_a_job_held_by_its_teams_claim_preempts_only_what_its_nominal_quota_need
     sim.submit(make_job(2, "a", gpus=4, priority=1, runtime=100 * HOUR))
     plan = sim.step(NOW + 30)
     assert [(x.job_id, x.preemptor_id) for x in plan.preemptions] in ([(11, 2)], [(12, 2)])
+
+
+def _beside_a_far_reservation(runtime: float, with_gang: bool = True) -> Cluster:
+    """One 8-GPU node: team b's own priority-2 job (4 GPUs, 200 s), three borrowers' 1-GPU
+    jobs (grace 300, 120 and 300 s; e's runs 100 h), 1 GPU free. b's 1x8 gang, no room,
+    reserves the node from +100 h (when e's job ends) and holds the free GPU; b's 2-GPU
+    job of `runtime` reclaims."""
+    c = Cluster()
+    c.node("n1", gpus=8, block="b0", rack="r0")
+    c.team("b", nominal=15, cohort="c")
+    for t in ("a", "d", "e"):
+        c.team(t, nominal=0, cohort="c")
+    c.run(9, "b", on={"n1": 4}, started=NOW - 20, runtime=200, priority=2, grace=120.0)
+    c.run(1, "a", on={"n1": 1}, started=NOW - 70, runtime=700, priority=1, grace=300.0)
+    c.run(4, "e", on={"n1": 1}, started=NOW - 70, runtime=100 * HOUR, grace=120.0)
+    c.run(13, "d", on={"n1": 1}, started=NOW - 30, runtime=600, priority=1, grace=300.0)
+    if with_gang:
+        c.job(8, "b", workers=1, gpus=8, priority=1, submitted=NOW - 70, runtime=200)
+    c.job(15, "b", workers=1, gpus=2, submitted=NOW, runtime=runtime)
+    return c
+
+
+def test_a_short_preemptor_uses_the_free_gpus_a_far_reservation_holds():
+    """A preemptor that ends, once the longest grace period of its flavor is over, before
+    every backfill reservation starts may use the GPUs they hold, as a job admitted
+    without preemption may (Backfill._admit_short): they come back in time. Hidden, a
+    2-GPU, 200 s job beside one free GPU held for a gang 100 h away preempted two
+    borrowers' jobs where one did (an adversarial tester's random run, 1 in 12,000)."""
+    alone = schedule(_beside_a_far_reservation(200, with_gang=False).snapshot())
+    plan = schedule(_beside_a_far_reservation(200).snapshot())
+    assert len(preempted(alone)) == 1
+    assert len(preempted(plan)) == 1, verdict(plan, 15).message
+    assert verdict(plan, 15).reason_code == "waiting_for_preemption"
+    assert "reserved for it from" in verdict(plan, 8).message  # the gang keeps its reservation
+
+
+def test_a_preemptor_that_could_outlast_the_reservation_does_not_use_its_gpus():
+    """Ending before the reservation only if it started at once is not enough: a preemptor
+    starts when its victims have stopped, up to the longest grace period (300 s) later."""
+    plan = schedule(_beside_a_far_reservation(100 * HOUR - 100).snapshot())
+    assert len(preempted(plan)) == 2, verdict(plan, 15).message
