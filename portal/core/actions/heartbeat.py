@@ -87,8 +87,10 @@ def record_heartbeat(
             }
         # Only while the node keeps an identity: an admin's identity reset that committed
         # after this beat authenticated (its token gone, its workers lost) wins, and the
-        # beat is undone (401), or it set the reset node ready again.
-        if not update_row(Node, node.pk, fields, unless={"token_hash": ""}):
+        # beat is undone (401), or it set the reset node ready again. (A node row the
+        # beat read without a token is one a test or the demo drives directly.)
+        kept = {"token_hash": ""} if node.token_hash else None
+        if not update_row(Node, node.pk, fields, unless=kept):
             raise PermissionError("the node's identity was reset meanwhile")
         node.condition = Node.Condition.READY
     # The reply needs the live workers with their jobs: those read above, updated in place
