@@ -69,6 +69,7 @@ from portal.core.models import (
     Team,
     Worker,
 )
+from portal.core.models.cluster import SCHEDULABLE
 
 # --- API tokens (actions/tokens.py) ---------------------------------------------------
 
@@ -519,6 +520,32 @@ def lock_jobs_orm(job_ids: Sequence[int], states: Sequence[str] | None = None) -
     return list(jobs.order_by("pk").values_list("pk", "state", "attempt"))
 
 
+def _schedulable_sql(alias: str = "") -> tuple[str, list]:
+    return " AND ".join(f"{alias}{name} = %s" for name in SCHEDULABLE), [
+        v.value for v in SCHEDULABLE.values()
+    ]
+
+
+def lock_schedulable_nodes(node_ids: Sequence[int]) -> set[int]:
+    """Those of these nodes that are still schedulable, locked FOR KEY SHARE in id order:
+    an admin's cordon, drain or identity reset (FOR UPDATE) and the pass then wait for
+    each other, while a heartbeat's UPDATE of its node does not wait."""
+    where, params = _schedulable_sql()
+    sql = (
+        f"SELECT id FROM {Node._meta.db_table} WHERE id = ANY(%s) AND {where} "
+        "ORDER BY id FOR KEY SHARE"
+    )
+    with server_binding_cursor() as cursor:
+        cursor.execute(sql, [list(node_ids), *params])
+        return {pk for (pk,) in cursor.fetchall()}
+
+
+def lock_schedulable_nodes_orm(node_ids: Sequence[int]) -> set[int]:
+    """SQLite: no row locks (one writer at a time), the same question."""
+    nodes = Node.objects.filter(pk__in=list(node_ids), **SCHEDULABLE)
+    return set(nodes.values_list("pk", flat=True))
+
+
 class GangWorker(NamedTuple):
     """What settling a gang reads of each of its workers."""
 
@@ -696,9 +723,9 @@ def schedulable_nodes() -> list[NodeRow]:
         f"array_agg(g.id ORDER BY g.index) FILTER (WHERE g.id IS NOT NULL AND NOT {held}) "
         f"FROM {Node._meta.db_table} n JOIN {GpuFlavor._meta.db_table} f ON f.id = n.flavor_id "
         f"LEFT JOIN {gpu} g ON g.node_id = n.id AND g.health = %s "
-        "WHERE n.condition = %s AND n.cordon = %s GROUP BY n.id, f.name ORDER BY n.id"
+        f"WHERE {_schedulable_sql('n.')[0]} GROUP BY n.id, f.name ORDER BY n.id"
     )
-    params = [Gpu.Health.HEALTHY.value, Node.Condition.READY.value, Node.Cordon.NONE.value]
+    params = [Gpu.Health.HEALTHY.value, *_schedulable_sql()[1]]
     with server_binding_cursor() as cursor:
         _binary_results(cursor)
         cursor.execute(sql, params)
@@ -707,7 +734,7 @@ def schedulable_nodes() -> list[NodeRow]:
 
 def schedulable_nodes_orm() -> list[NodeRow]:
     rows = list(
-        Node.objects.filter(condition=Node.Condition.READY, cordon=Node.Cordon.NONE)
+        Node.objects.filter(**SCHEDULABLE)
         .values_list("pk", "hostname", "flavor_id", "flavor__name", "rack", "block")
         .order_by("pk")
     )

@@ -23,6 +23,11 @@ class NodeCordon(models.TextChoices):
     DRAINING = "draining", "Draining"
 
 
+# Where new work may be placed: ready and uncordoned (Node.schedulable, and the queries of
+# the pass's snapshot and of its lock: portal.core.statements).
+SCHEDULABLE = {"condition": NodeCondition.READY, "cordon": NodeCordon.NONE}
+
+
 class Node(models.Model):
     """A GPU node running the Berth agent.
 
@@ -87,7 +92,7 @@ class Node(models.Model):
 
     @property
     def schedulable(self) -> bool:
-        return self.condition == self.Condition.READY and self.cordon == self.Cordon.NONE
+        return all(getattr(self, name) == value for name, value in SCHEDULABLE.items())
 
     @staticmethod
     def authenticated_by(token_digest: str, now: datetime) -> Q:

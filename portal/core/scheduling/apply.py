@@ -10,13 +10,13 @@ double booking.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from django.db import connection
 
 from portal.core import statements
-from portal.core.actions.jobs import transition
+from portal.core.actions.jobs import lock_jobs, transition
 from portal.core.actions.unfittable import note_or_fail_unfittable
 from portal.core.db import insert_rows
 from portal.core.models import Allocation, Job, ReclaimBackoff, Worker
@@ -40,6 +40,7 @@ class Applied:
 
 
 def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
+    plan = _on_schedulable_nodes(plan, ctx)
     linked = _lock(plan, ctx)
     admitted = _admit(plan.admissions, ctx)
     preempted = _preempt(plan.preemptions, ctx, admitted, linked)
@@ -50,6 +51,26 @@ def apply_plan(plan: m.Plan, ctx: PassContext) -> Applied:
     _unfittable(plan.verdicts, ctx)
     _wake_changed_nodes(plan, admitted, preempted, ctx)
     return Applied(admitted=admitted, preempted=preempted, verdicts_written=written)
+
+
+def _on_schedulable_nodes(plan: m.Plan, ctx: PassContext) -> m.Plan:
+    """Return the plan without its admissions onto a node no longer ready and uncordoned
+    (those jobs stay pending for the next pass), the nodes locked before any job row
+    (statements.lock_schedulable_nodes). The snapshot read them before an admin's cordon,
+    drain or identity reset committed: placed there, a gang broke the cordon's "no new
+    work" right after the admin was told it held, or kept a reset node's reinstalled
+    machine from registering until the node monitor evicted it."""
+    ids = sorted({ctx.node_ids[w.node] for a in plan.admissions for w in a.placement})
+    if not ids:
+        return plan
+    pg = connection.vendor == "postgresql"
+    fine = (statements.lock_schedulable_nodes if pg else statements.lock_schedulable_nodes_orm)(ids)
+    if len(fine) == len(ids):
+        return plan
+    kept = [a for a in plan.admissions if all(ctx.node_ids[w.node] in fine for w in a.placement)]
+    log.warning("pass: %d admission(s) dropped, their nodes cordoned or not ready meanwhile",
+                len(plan.admissions) - len(kept))  # fmt: skip
+    return replace(plan, admissions=tuple(kept))
 
 
 def _admit(admissions: tuple[m.Admission, ...], ctx: PassContext) -> list[int]:
@@ -207,8 +228,7 @@ def _lock(plan: m.Plan, ctx: PassContext) -> list[int]:
     linked = _linked(planned, ctx) if planned else []
     rows = {*planned, *linked, *(p.job_id for p in plan.preemptions)}
     if len(rows) > len(planned) and planned:  # admissions alone: their transition locks them
-        pg = connection.vendor == "postgresql"
-        (statements.lock_jobs if pg else statements.lock_jobs_orm)(sorted(rows))
+        lock_jobs(rows, Job.State.values)
     return linked
 
 
