@@ -497,3 +497,28 @@ def test_the_timeout_sweep_decides_on_the_rows_it_locks(client, cluster, monkeyp
         assert timed_out == [job.pk] and job.state == State.FAILED
         event = JobEvent.objects.get(job=job, kind="timeout")
         assert event.from_state == State.PREEMPTING and "not requeued" in event.message
+
+
+def test_a_heartbeat_leaves_its_node_ready_even_if_marked_not_ready_after_it_read_it(
+    client, cluster, monkeypatch
+):
+    """The node monitor may mark a node not ready between a beat's read of its row and
+    its write: the beat, proof that the node is alive, still leaves it ready (before, it
+    wrote only its time, and the node stayed unschedulable until its next beat)."""
+    from portal.core.actions import heartbeat
+
+    node = cluster.nodes[0]
+    token = node_token(node)
+    beat(client, node, token)
+    real = heartbeat.sync_inventory
+
+    def in_between(row, gpus, now):
+        Node.objects.filter(pk=node.pk).update(
+            condition=Node.Condition.NOT_READY, not_ready_since=now
+        )
+        return real(row, gpus, now)
+
+    monkeypatch.setattr(heartbeat, "sync_inventory", in_between)
+    assert beat(client, node, token).status_code == 200
+    node.refresh_from_db()
+    assert (node.condition, node.not_ready_since) == (Node.Condition.READY, None)

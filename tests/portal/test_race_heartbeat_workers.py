@@ -11,7 +11,8 @@ stops it (its grace period); and after an identity reset the node "holds work" a
 the reinstalled machine's registration is refused (409) until the node monitor evicts the
 resurrected workers.
 
-The in-between change is made by wrapping the call after the read (apply_worker_reports),
+The in-between change is made by wrapping the call after the read (sync_inventory; the
+beat then locks its node row before its workers, so a writer that comes later waits),
 as the timeout sweep's test does, but on its own connection (a thread, committed), so
 that a fix that rolls the heartbeat back does not roll the eviction or reset back too."""
 
@@ -70,10 +71,10 @@ def test_a_heartbeat_does_not_bring_back_workers_ended_after_it_read_them(
     Node.objects.filter(pk=node.pk).update(
         condition=Node.Condition.NOT_READY, not_ready_since=long_ago, last_heartbeat_at=long_ago
     )
-    real = heartbeat_mod.apply_worker_reports
+    real = heartbeat_mod.sync_inventory  # called after the beat read the workers
     ended = []
 
-    def in_between(known, reports, *, now):
+    def in_between(node_row, gpus, now):
         if ender == "evict":
             ended.append(
                 _in_another_connection(
@@ -92,9 +93,9 @@ def test_a_heartbeat_does_not_bring_back_workers_ended_after_it_read_them(
                     )
                 )
             )
-        return real(known, reports, now=now)
+        return real(node_row, gpus, now)
 
-    monkeypatch.setattr(heartbeat_mod, "apply_worker_reports", in_between)
+    monkeypatch.setattr(heartbeat_mod, "sync_inventory", in_between)
     response = beat(client, node, token, [report(job, 0, "running")])
     # After a reset the beat may be refused (401: its token is gone); it must not undo it.
     assert response.status_code in ((200,) if ender == "evict" else (200, 401)), response.content

@@ -73,19 +73,18 @@ def record_heartbeat(
     with transaction.atomic():
         known = _reportable_workers(node, [w.key for w in workers])
         inventory = sync_inventory(node, gpus, now)
-        ack, moved = apply_worker_reports(known, workers, now=now)
-        fields = {"last_heartbeat_at": now, **inventory}
-        if (
-            node.condition != Node.Condition.READY
-            or node.not_ready_since
-            or node.agent_version != agent_version
-        ):
-            fields |= {
-                "condition": Node.Condition.READY,
-                "not_ready_since": None,
-                "agent_version": agent_version,
-            }
-        # Only while the node keeps an identity: an admin's identity reset that committed
+        # Ready, whatever the row read said: the node monitor may have marked it not ready
+        # since (it then stayed unschedulable until its next beat).
+        fields = {
+            "last_heartbeat_at": now,
+            **inventory,
+            "condition": Node.Condition.READY,
+            "not_ready_since": None,
+            "agent_version": agent_version,
+        }
+        # The node's row first (its lock before its workers', in the order of an eviction
+        # and an identity reset: taken after them, the two could deadlock), and only while
+        # the node keeps an identity: an admin's identity reset that committed
         # after this beat authenticated (its token gone, its workers lost) wins, and the
         # beat is undone (401), or it set the reset node ready again. (A node row the
         # beat read without a token is one a test or the demo drives directly.)
@@ -93,6 +92,7 @@ def record_heartbeat(
         if not update_row(Node, node.pk, fields, unless=kept):
             raise PermissionError("the node's identity was reset meanwhile")
         node.condition = Node.Condition.READY
+        ack, moved = apply_worker_reports(known, workers, now=now)
     # The reply needs the live workers with their jobs: those read above, updated in place
     # by the reports, unless a report moved a live worker's job on (its stop order then
     # needs the job's new state). Reading them again cost a seventh of a busy web

@@ -71,14 +71,21 @@ def evict_lost_nodes(cutoff: datetime, now: datetime) -> list[str]:
         .filter(workers__state__in=LIVE)
         .distinct()
     )
-    for node in nodes:
-        evict_node(node, now=now)
-    return [n.hostname for n in nodes]
+    return [n.hostname for n in nodes if evict_node(n, now=now, cutoff=cutoff)]
 
 
-def evict_node(node: Node, *, now: datetime) -> int:
-    """The node is gone: its workers are lost, their gangs requeued everywhere."""
+def evict_node(node: Node, *, now: datetime, cutoff: datetime) -> int:
+    """The node is gone: its workers are lost, their gangs requeued everywhere.
+
+    Decided on the node's locked row, locked before its workers (as an identity reset
+    and a heartbeat lock them): a node that heartbeated since the sweep read it (ready
+    again, or not ready only since later) keeps its workers."""
     with transaction.atomic():
+        lost = Node.objects.select_for_update().filter(
+            pk=node.pk, condition=Node.Condition.NOT_READY, not_ready_since__lt=cutoff
+        )
+        if not list(lost.values_list("pk", flat=True)):  # (exists() would not lock it)
+            return 0
         workers = list(Worker.objects.select_for_update().filter(node=node, state__in=LIVE))
         if not workers:
             return 0
