@@ -279,9 +279,10 @@ class Pass:
     def preempt_beside_holds(self, job: PendingJob, pool: Pool | None, attempt) -> Wait | None:
         """Return attempt() (a preemption for the job), made with the GPUs held for the
         flavor's backfill reservations shown if the job ends before every one of them
-        starts even once the longest grace period of the flavor's running jobs is over
-        (a preemptor starts when its victims and the stopping jobs it waits for have
-        stopped: Backfill._admit_short's rule, bound by that wait). What it takes of the
+        starts even once the longest grace period of the flavor's running jobs is over,
+        and the jobs the pass counts as ending have ended (a preemptor starts when its
+        victims and the stopping or ending jobs it waits for are gone: Backfill.
+        _admit_short's rule, bound by that wait). What it takes of the
         held GPUs comes back before the reservations start, so their need is lessened by
         it and the rest held again. Hidden, a 2-GPU, 200 s job beside one free GPU held
         for a gang 100 h away preempted two borrowers' jobs where one did (an adversarial
@@ -295,8 +296,20 @@ class Pass:
         grace = self._longest_grace.get(job.flavor)
         if grace is None:
             running = self.running_in(job.flavor)
-            grace = max((max(r.end, self.now) - self.now if r.stopping else r.job.grace_period
-                         for r in running), default=0.0)  # fmt: skip
+            # (a job counted as ending, for a kept claim past the flavor's horizon too, by
+            # its end: a review's case, where a preemptor waited for one 440 s past the
+            # longest grace period, on the held GPUs, and the gang started 390 s late)
+            grace = max(
+                (
+                    max(r.end, self.now) - self.now
+                    if r.stopping
+                    else max(r.end - self.now, r.job.grace_period)
+                    if r.ending
+                    else r.job.grace_period
+                    for r in running
+                ),
+                default=0.0,
+            )
             self._longest_grace[job.flavor] = grace
         if self.now + grace + job.max_runtime > first:
             return attempt()

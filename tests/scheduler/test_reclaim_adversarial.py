@@ -1004,3 +1004,32 @@ def test_a_preemptor_that_could_outlast_the_reservation_does_not_use_its_gpus():
     starts when its victims have stopped, up to the longest grace period (300 s) later."""
     plan = schedule(_beside_a_far_reservation(100 * HOUR - 100).snapshot())
     assert len(preempted(plan)) == 2, verdict(plan, 15).message
+
+
+def test_a_preemptor_waiting_for_a_kept_ending_job_does_not_use_the_held_gpus():
+    """The bound counts the jobs the pass counts as ending by their end: a kept claim's
+    horizon (PendingJob.reserved_until) keeps a job counted as ending past every grace
+    period now running. Bound by the 30 s grace alone, a 2-GPU job of 100 h - 100 s
+    reserved the gang's held GPUs of n2, waited for that job (+470 s) and the gang,
+    reserved from +100 h, started 390 s late (a review's case)."""
+    c = Cluster()
+    c.node("n1", gpus=8)
+    c.node("n2", gpus=8)
+    c.team("a", nominal=6, cohort="c")
+    c.team("x", nominal=4, cohort="c")
+    c.team("y", nominal=24)
+    c.run(20, "a", on={"n1": 4}, started=NOW + 470 - 2 * HOUR, runtime=2 * HOUR, grace=30.0)
+    c.run(21, "y", on={"n1": 2}, started=NOW - 600, runtime=200 * HOUR, preemptible=False)
+    c.run(23, "a", on={"n1": 2}, started=NOW - 600, runtime=300 * HOUR, grace=30.0)
+    c.run(22, "y", on={"n2": 6}, started=NOW - 600, runtime=LONG + 600, preemptible=False)
+    # x's preemptor keeps a claim on job 20's GPUs, counted as ending by +470 s
+    kept = make_job(1, "x", gpus=4, submitted=NOW - 900, runtime=HOUR)
+    c.pending.append(
+        replace(kept, reserved_on=(("n1", 4),), reserved_until=NOW + 470, reserved_ending=(20,))
+    )
+    c.job(5, "y", workers=1, gpus=8, submitted=NOW - 800, runtime=HOUR)  # reserves n2
+    c.job(7, "a", gpus=2, priority=1, submitted=NOW - 10, runtime=LONG - 100)
+    plan = schedule(c.snapshot())
+    (mine,) = [r for r in plan.reservations if r.job_id == 7]
+    assert [n for n, _ in mine.nodes] == ["n1"], mine
+    assert "reserved for it from" in verdict(plan, 5).message
