@@ -14,43 +14,20 @@ a short lock_timeout."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from portal.core.actions import jobs as jobs_mod
 from portal.core.actions.jobs import InvalidTransition, cancel_job, requeue_or_fail
 from portal.core.models import Job, JobEvent
 from tests.portal.agent_helpers import admit, make_job
+from tests.portal.race_helpers import in_another_connection
 
 State = Job.State
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="row locks between two connections"
 )
-
-
-def _in_another_connection(fn) -> list:
-    """Run fn in a thread with its own connection (its own transaction, committed),
-    giving up on a row lock after 1 s; return what went wrong, if anything."""
-    errors = []
-
-    def run():
-        try:
-            with transaction.atomic():
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL lock_timeout = '1s'")
-                fn()
-        except Exception as exc:  # noqa: BLE001 - reported to the test
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    return errors
 
 
 @pytest.mark.django_db(transaction=True)
@@ -65,7 +42,7 @@ def test_a_job_requeued_between_cancels_two_locks_is_still_cancelled(cluster, mo
     def between(ids, **kwargs):
         if kwargs.get("kind") == "cancelled" and State.PREEMPTING in kwargs["from_states"]:
             # The node's heartbeat settles the preemption now (actions.workers._carry_out).
-            requeued["errors"] = _in_another_connection(
+            requeued["outcome"] = in_another_connection(
                 lambda: requeue_or_fail(
                     [job.pk],
                     kind="requeued",

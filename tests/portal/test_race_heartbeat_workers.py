@@ -18,7 +18,6 @@ that a fix that rolls the heartbeat back does not roll the eviction or reset bac
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -29,9 +28,9 @@ from portal.core.actions import heartbeat as heartbeat_mod
 from portal.core.actions.node_monitor import evict_lost_nodes
 from portal.core.actions.nodes import reset_node_identity
 from portal.core.actions.workers import LIVE
-from portal.core.models import Allocation, Job, Node, NodeBootstrapToken, Worker
-from portal.core.secrets import new_secret
-from tests.portal.agent_helpers import admit, beat, inventory, make_job, node_token, report
+from portal.core.models import Allocation, Job, Node, Worker
+from tests.portal.agent_helpers import admit, beat, make_job, node_token, report
+from tests.portal.race_helpers import in_another_connection, register_again
 
 State = Job.State
 
@@ -39,23 +38,6 @@ State = Job.State
 pytestmark = pytest.mark.skipif(
     connection.vendor != "postgresql", reason="row locks between two connections"
 )
-
-
-def _in_another_connection(fn):
-    out = []
-
-    def run():
-        try:
-            out.append(fn())
-        except Exception as exc:  # noqa: BLE001 - reported to the test
-            out.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(30)
-    return out[0] if out else "timed out"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -77,7 +59,7 @@ def test_a_heartbeat_does_not_bring_back_workers_ended_after_it_read_them(
     def in_between(node_row, gpus, now):
         if ender == "evict":
             ended.append(
-                _in_another_connection(
+                in_another_connection(
                     lambda: len(
                         evict_lost_nodes(timezone.now() - timedelta(minutes=1), timezone.now())
                     )
@@ -85,7 +67,7 @@ def test_a_heartbeat_does_not_bring_back_workers_ended_after_it_read_them(
             )
         else:
             ended.append(
-                _in_another_connection(
+                in_another_connection(
                     lambda: reset_node_identity(
                         Node.objects.get(pk=node.pk),
                         acting_user=personas.admin,
@@ -101,16 +83,7 @@ def test_a_heartbeat_does_not_bring_back_workers_ended_after_it_read_them(
     assert response.status_code in ((200,) if ender == "evict" else (200, 401)), response.content
     assert ended == [1]
     if ender == "reset":  # the reinstalled machine registers again
-        secret = new_secret("bbt")
-        NodeBootstrapToken.objects.create(prefix=secret.prefix, token_hash=secret.digest)
-        body = {
-            "bootstrap_token": secret.plaintext,
-            "hostname": node.hostname,
-            "rack": node.rack,
-            "block": node.block,
-            "gpus": inventory(node),
-        }
-        again = client.post("/api/agent/v1/register", body, content_type="application/json")
+        again = register_again(client, node)
         assert again.status_code == 201, again.content
     worker = Worker.objects.get(job=job)
     holds = Allocation.objects.filter(worker=worker, active=True).exists()
@@ -119,3 +92,33 @@ def test_a_heartbeat_does_not_bring_back_workers_ended_after_it_read_them(
         f"worker {worker.key} is {worker.state} again after the {ender} ended it, holding no "
         f"GPU (its job: {job.state}, attempt {job.attempt})"
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_reply_does_not_run_a_worker_an_eviction_ended_meanwhile(client, cluster, monkeypatch):
+    """Read before the node's lock, the workers in the reply were the beat's stale copy:
+    the agent was told to run a worker that the eviction had ended and whose gang it had
+    requeued (a review's case), so the gang could run here and, readmitted, elsewhere."""
+    node = cluster.nodes[0]
+    token = node_token(node)
+    job = make_job(cluster)
+    admit(job, [node])
+    assert beat(client, node, token, [report(job, 0, "running")]).status_code == 200
+    key = f"{job.pk}.{job.attempt}.0"
+    long_ago = timezone.now() - timedelta(minutes=10)
+    Node.objects.filter(pk=node.pk).update(
+        condition=Node.Condition.NOT_READY, not_ready_since=long_ago, last_heartbeat_at=long_ago
+    )
+    real = heartbeat_mod.sync_inventory
+    ended = []
+
+    def in_between(node_row, gpus, now):
+        evict = lambda: evict_lost_nodes(timezone.now() - timedelta(minutes=1), timezone.now())  # noqa: E731
+        ended.append(in_another_connection(evict))
+        return real(node_row, gpus, now)
+
+    monkeypatch.setattr(heartbeat_mod, "sync_inventory", in_between)
+    response = beat(client, node, token, [report(job, 0, "running")])
+    assert ended == [[node.hostname]] and response.status_code == 200
+    assert Worker.objects.get(job=job).state == Worker.State.LOST
+    assert key not in [w["key"] for w in response.json()["run"]]

@@ -24,10 +24,9 @@ from portal.core.actions.jobs import submit_job
 from portal.core.actions.nodes import cordon_node, drain_node, reset_node_identity
 from portal.core.actions.workers import LIVE
 from portal.core.jobspec import clean_job_spec
-from portal.core.models import Job, Node, NodeBootstrapToken, Worker
+from portal.core.models import Job, Node, Worker
 from portal.core.scheduling import run_pass
-from portal.core.secrets import new_secret
-from tests.portal.agent_helpers import inventory
+from tests.portal.race_helpers import register_again
 
 State = Job.State
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's pass")
@@ -76,17 +75,7 @@ def test_the_pass_places_no_work_on_a_node_changed_after_its_snapshot(
     run_pass()
     assert changed, "the pass planned no admission"
     if change == "reset":  # the reinstalled machine registers again
-        secret = new_secret("bbt")
-        NodeBootstrapToken.objects.create(prefix=secret.prefix, token_hash=secret.digest)
-        node = changed[0]
-        body = {
-            "bootstrap_token": secret.plaintext,
-            "hostname": node.hostname,
-            "rack": node.rack,
-            "block": node.block,
-            "gpus": inventory(node),
-        }
-        response = client.post("/api/agent/v1/register", body, content_type="application/json")
+        response = register_again(client, changed[0])
         assert response.status_code == 201, response.content
     landed = Worker.objects.filter(job=job, node__in=changed, state__in=LIVE)
     assert not landed.exists(), (

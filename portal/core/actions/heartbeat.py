@@ -71,7 +71,6 @@ def record_heartbeat(
     """
     now = timezone.now()
     with transaction.atomic():
-        known = _reportable_workers(node, [w.key for w in workers])
         inventory = sync_inventory(node, gpus, now)
         # Ready, whatever the row read said: the node monitor may have marked it not ready
         # since (it then stayed unschedulable until its next beat).
@@ -83,7 +82,8 @@ def record_heartbeat(
             "agent_version": agent_version,
         }
         # The node's row first (its lock before its workers', in the order of an eviction
-        # and an identity reset: taken after them, the two could deadlock), and only while
+        # and an identity reset: taken after them, the two could deadlock; and the workers
+        # are read under it), and only while
         # the node keeps an identity: an admin's identity reset that committed
         # after this beat authenticated (its token gone, its workers lost) wins, and the
         # beat is undone (401), or it set the reset node ready again. (A node row the
@@ -92,6 +92,9 @@ def record_heartbeat(
         if not update_row(Node, node.pk, fields, unless=kept):
             raise PermissionError("the node's identity was reset meanwhile")
         node.condition = Node.Condition.READY
+        # Its workers read under the node's lock: read before it, a worker an eviction
+        # ended meanwhile was still told to run in the reply (a review's case).
+        known = _reportable_workers(node, [w.key for w in workers])
         ack, moved = apply_worker_reports(known, workers, now=now)
     # The reply needs the live workers with their jobs: those read above, updated in place
     # by the reports, unless a report moved a live worker's job on (its stop order then
