@@ -319,14 +319,17 @@ class Pass:
             return attempt()
         finally:
             free = pool.index.free
-            for node, k in held.items():
-                taken = max(0, k - free[node])  # held GPUs its reservation took, counted
-                for res in held_for:
-                    if taken > 0 and res.need.get(node, 0) > 0:
-                        d = min(taken, res.need[node])
-                        res.need[node] -= d
-                        taken -= d
-            hold(pool, held_for)
+            took = {n: k - free[n] for n, k in held.items() if free[n] < k}  # held GPUs taken
+            if not took:
+                restore(pool)  # (most often: no preemption, or none on held GPUs)
+            else:
+                for node, taken in took.items():
+                    for res in held_for:
+                        if taken > 0 and res.need.get(node, 0) > 0:
+                            d = min(taken, res.need[node])
+                            res.need[node] -= d
+                            taken -= d
+                hold(pool, held_for)
 
     def static_wait(self, job: PendingJob, pool: Pool | None, book: TeamBook) -> Wait | None:
         """Return never_fits or no_nodes if the job cannot run in this cluster at all."""
