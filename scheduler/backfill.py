@@ -379,11 +379,12 @@ class Backfill(Gate):
                         self._cooldowns[(book.name, flavor)] = (ends, count, at)
         return self._cooldowns
 
-    def placed_short(self, p: Pass, job: PendingJob) -> bool:
-        """Whether the job ends before every reservation of its flavor, so that it is
-        placed with the held GPUs shown (_admit_short)."""
+    def placed_short(self, p: Pass, job: PendingJob, after: float = 0.0) -> bool:
+        """Whether the job ends before every reservation of its flavor, started `after`
+        seconds from now at the latest (a preemptor: Pass.preempt_beside_holds), so that
+        it is placed with the held GPUs shown (_admit_short)."""
         held = self.held_for(job.flavor)
-        return bool(held) and p.now + job.max_runtime <= min(r.start for r in held)
+        return bool(held) and p.now + after + job.max_runtime <= min(r.start for r in held)
 
     def try_admit(self, p: Pass, job: PendingJob, pool: Pool) -> Wait | None:
         res = self.reservations.get(job.flavor)

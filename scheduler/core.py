@@ -281,17 +281,15 @@ class Pass:
         flavor's backfill reservations shown if the job ends before every one of them
         starts even once the longest grace period of the flavor's running jobs is over,
         and the jobs the pass counts as ending have ended (a preemptor starts when its
-        victims and the stopping or ending jobs it waits for are gone: Backfill.
-        _admit_short's rule, bound by that wait). What it takes of the
+        victims and the stopping or ending jobs it waits for are gone: the rule of
+        Backfill._admit_short, Gate.placed_short, bound by that wait). What it takes of the
         held GPUs comes back before the reservations start, so their need is lessened by
         it and the rest held again. Hidden, a 2-GPU, 200 s job beside one free GPU held
         for a gang 100 h away preempted two borrowers' jobs where one did (an adversarial
         tester's case, test_reclaim_adversarial.py)."""
-        held_for = self.gate.held_for(job.flavor)
-        if pool is None or not pool.holding or not pool.held or not held_for:
+        if pool is None or not pool.holding or not pool.held:
             return attempt()
-        first = min(r.start for r in held_for)
-        if self.now + job.max_runtime > first:  # (the cheap test first)
+        if not self.gate.placed_short(self, job):  # (the cheap test first)
             return attempt()
         grace = self._longest_grace.get(job.flavor)
         if grace is None:
@@ -311,9 +309,9 @@ class Pass:
                 default=0.0,
             )
             self._longest_grace[job.flavor] = grace
-        if self.now + grace + job.max_runtime > first:
+        if not self.gate.placed_short(self, job, after=grace):
             return attempt()
-        held = dict(pool.held)
+        held_for, held = self.gate.held_for(job.flavor), dict(pool.held)
         lift(pool)
         try:
             return attempt()

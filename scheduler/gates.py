@@ -47,7 +47,7 @@ class Gate:
         """The flavor's GPU reservations, first first (Backfill; none here)."""
         return []
 
-    def placed_short(self, p: Pass, job: PendingJob) -> bool:
+    def placed_short(self, p: Pass, job: PendingJob, after: float = 0.0) -> bool:
         """Whether the job would be placed with the held GPUs shown (Backfill: it ends
         before every reservation of its flavor); none are held here."""
         return False
