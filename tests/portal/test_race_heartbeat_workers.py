@@ -1,20 +1,21 @@
-"""A heartbeat (actions/heartbeat.record_heartbeat) reads the node's workers, then writes
+"""A heartbeat (actions/heartbeat.record_heartbeat) read the node's workers, then wrote
 what the agent reported onto them with an unconditional UPDATE (workers.apply_worker_reports:
-bulk_set), deciding "this worker has not ended" on its read. A writer that ends the
+bulk_set), deciding "this worker has not ended" on its read. A writer that ended the
 workers in between, the node monitor's eviction or an admin's identity reset (both lock
-the worker rows, mark them lost, release their GPUs and requeue their gangs), is undone:
-the heartbeat's UPDATE waits for their commit, then writes the workers back as live.
+the worker rows, mark them lost, release their GPUs and requeue their gangs), was undone:
+the heartbeat's UPDATE waited for their commit, then wrote the workers back as live.
 
-Consequences: a live worker that holds no GPU (its allocations were released), so the
-next pass may place another gang on GPUs whose container still runs until the agent
-stops it (its grace period); and after an identity reset the node "holds work" again, so
-the reinstalled machine's registration is refused (409) until the node monitor evicts the
-resurrected workers.
+Consequences: a live worker that held no GPU (its allocations were released), so the
+next pass could place another gang on GPUs whose container still ran until the agent
+stopped it (its grace period); and after an identity reset the node "held work" again, so
+the reinstalled machine's registration was refused (409) until the node monitor evicted
+the resurrected workers.
 
-The in-between change is made by wrapping the call after the read (sync_inventory; the
-beat then locks its node row before its workers, so a writer that comes later waits),
-as the timeout sweep's test does, but on its own connection (a thread, committed), so
-that a fix that rolls the heartbeat back does not roll the eviction or reset back too."""
+Now the beat locks its node row first, reads its workers under that lock and writes only
+rows that have not ended. The change is made where the old beat had read its workers and
+the new one has not yet locked its node (sync_inventory), as the timeout sweep's test
+does, but on its own connection (a thread, committed), so that a beat rolled back does
+not roll the eviction or reset back too."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_a_heartbeat_does_not_bring_back_workers_ended_after_it_read_them(
     Node.objects.filter(pk=node.pk).update(
         condition=Node.Condition.NOT_READY, not_ready_since=long_ago, last_heartbeat_at=long_ago
     )
-    real = heartbeat_mod.sync_inventory  # called after the beat read the workers
+    real = heartbeat_mod.sync_inventory  # called before the beat locks its node
     ended = []
 
     def in_between(node_row, gpus, now):
