@@ -81,13 +81,12 @@ def record_heartbeat(
             "not_ready_since": None,
             "agent_version": agent_version,
         }
-        # The node's row first (its lock before its workers', in the order of an eviction
-        # and an identity reset: taken after them, the two could deadlock; and the workers
-        # are read under it), and only while
-        # the node keeps an identity: an admin's identity reset that committed
-        # after this beat authenticated (its token gone, its workers lost) wins, and the
-        # beat is undone (401), or it set the reset node ready again. (A node row the
-        # beat read without a token is one a test or the demo drives directly.)
+        # The node's row first: its lock before its workers', in the order of an eviction
+        # and an identity reset (taken after them, the two could deadlock). Only while the
+        # node keeps an identity: an identity reset that committed after this beat
+        # authenticated (its token gone, its workers lost) wins, and the beat is undone
+        # (401); before, it set the reset node ready again. (A node row read without a
+        # token is one a test or the demo drives directly.)
         kept = {"token_hash": ""} if node.token_hash else None
         if not update_row(Node, node.pk, fields, unless=kept):
             raise PermissionError("the node's identity was reset meanwhile")

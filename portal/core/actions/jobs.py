@@ -124,11 +124,11 @@ def transition(
     return list(rows)
 
 
-def lock_jobs(job_ids: Iterable[int], states: Iterable[str]) -> list[tuple]:
-    """Lock the jobs still in `states` FOR UPDATE, in id order (one lock order for every
-    caller, no deadlocks between them); return their (id, state, attempt)."""
+def lock_jobs(job_ids: Iterable[int], states: Iterable[str] | None = None) -> list[tuple]:
+    """Lock the jobs (those still in `states`, if given) FOR UPDATE, in id order (one lock
+    order for every caller, no deadlocks between them); return their (id, state, attempt)."""
     lock = statements.lock_jobs if connection.vendor == "postgresql" else statements.lock_jobs_orm
-    return lock(sorted(job_ids), list(states))
+    return lock(sorted(job_ids), None if states is None else list(states))
 
 
 _EVENT_FIELDS = ("job_id", "at", "kind", "from_state", "to_state", "actor_id", "message", "data")

@@ -64,13 +64,14 @@ def mark_not_ready(cutoff: datetime, now: datetime) -> int:
     return len(nodes)
 
 
+def _lost(cutoff: datetime) -> Q:
+    """A node not ready since before `cutoff`: its gangs are evicted."""
+    return Q(condition=Node.Condition.NOT_READY, not_ready_since__lt=cutoff)
+
+
 def evict_lost_nodes(cutoff: datetime, now: datetime) -> list[str]:
     """Requeue (or fail) the gangs of nodes not ready since before `cutoff`."""
-    nodes = list(
-        Node.objects.filter(condition=Node.Condition.NOT_READY, not_ready_since__lt=cutoff)
-        .filter(workers__state__in=LIVE)
-        .distinct()
-    )
+    nodes = list(Node.objects.filter(_lost(cutoff), workers__state__in=LIVE).distinct())
     return [n.hostname for n in nodes if evict_node(n, now=now, cutoff=cutoff)]
 
 
@@ -81,9 +82,7 @@ def evict_node(node: Node, *, now: datetime, cutoff: datetime) -> int:
     and a heartbeat lock them): a node that heartbeated since the sweep read it (ready
     again, or not ready only since later) keeps its workers."""
     with transaction.atomic():
-        lost = Node.objects.select_for_update().filter(
-            pk=node.pk, condition=Node.Condition.NOT_READY, not_ready_since__lt=cutoff
-        )
+        lost = Node.objects.select_for_update().filter(_lost(cutoff), pk=node.pk)
         if not list(lost.values_list("pk", flat=True)):  # (exists() would not lock it)
             return 0
         workers = list(Worker.objects.select_for_update().filter(node=node, state__in=LIVE))

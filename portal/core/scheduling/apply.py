@@ -228,7 +228,7 @@ def _lock(plan: m.Plan, ctx: PassContext) -> list[int]:
     linked = _linked(planned, ctx) if planned else []
     rows = {*planned, *linked, *(p.job_id for p in plan.preemptions)}
     if len(rows) > len(planned) and planned:  # admissions alone: their transition locks them
-        lock_jobs(rows, Job.State.values)
+        lock_jobs(rows)
     return linked
 
 
