@@ -127,6 +127,7 @@ class Pass:
         "_order_seen",
         "took",
         "preempt_fails",
+        "_preempt_fails_shown",
         "own_cap",
         "charged",
         "waiting_preemptors",
@@ -197,6 +198,8 @@ class Pass:
         # (team, queue, flavor) -> [jobs, GPUs, {node: GPUs}] admitted in this pass
         self.took: dict[tuple[str, str, str], list] = {}
         self.preempt_fails: dict[tuple, int] = {}
+        # the same, for searches made with the held GPUs shown (Pass.preempt_beside_holds)
+        self._preempt_fails_shown: dict[tuple, int] = {}
         # (team's book, most GPUs it may use) while try_priority_preempt searches
         self.own_cap: tuple | None = None
         # (team, flavor) -> GPUs charged for its preemptors waiting for victims
@@ -313,9 +316,14 @@ class Pass:
             return attempt()
         held_for, held = self.gate.held_for(job.flavor), dict(pool.held)
         lift(pool)
+        # A search that failed with the held GPUs hidden says nothing of one that sees
+        # them: the failures remembered (preempt_fails) are kept apart. Shared, a long job
+        # that failed made a later short one of its key wait where it could preempt.
+        hidden, self.preempt_fails = self.preempt_fails, self._preempt_fails_shown
         try:
             return attempt()
         finally:
+            self.preempt_fails = hidden
             free = pool.index.free
             took = {n: k - free[n] for n, k in held.items() if free[n] < k}  # held GPUs taken
             if not took:

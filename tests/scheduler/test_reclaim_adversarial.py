@@ -1033,3 +1033,35 @@ def test_a_preemptor_waiting_for_a_kept_ending_job_does_not_use_the_held_gpus():
     (mine,) = [r for r in plan.reservations if r.job_id == 7]
     assert [n for n, _ in mine.nodes] == ["n1"], mine
     assert "reserved for it from" in verdict(plan, 5).message
+
+
+def test_a_short_preemptor_is_searched_for_after_a_long_one_of_its_key_failed():
+    """The pass remembers failed searches (Pass.preempt_fails: a later job of the same
+    team, queue, priority and shape fails too), but a short job's search sees the GPUs
+    held for a far reservation where a long one's did not. b's 2-GPU job of 100 h finds
+    one borrower's GPU, too few beside the held free one; b's 200 s job after it may use
+    the held GPU and preempts that borrower. Remembered together, the failure of the
+    first made the second wait (a review's case, reproduced here)."""
+
+    def cluster(with_long: bool) -> Cluster:
+        c = Cluster()
+        c.node("n1", gpus=8, block="b0", rack="r0")
+        c.team("b", nominal=15, cohort="c").team("a", nominal=0, cohort="c")
+        c.team("y", nominal=2)
+        c.run(9, "b", on={"n1": 4}, started=NOW - 20, runtime=200, priority=2, grace=120.0)
+        c.run(1, "a", on={"n1": 1}, started=NOW - 70, runtime=700, priority=1, grace=300.0)
+        c.run(4, "y", on={"n1": 2}, started=NOW - 70, runtime=100 * HOUR, preemptible=False)
+        # b's gang reserves n1 from +100 h, when y's job ends, and holds the free GPU
+        c.job(8, "b", workers=1, gpus=8, priority=1, submitted=NOW - 70, runtime=200)
+        if with_long:
+            c.job(14, "b", workers=1, gpus=2, submitted=NOW - 5, runtime=100 * HOUR - 100)
+        c.job(15, "b", workers=1, gpus=2, submitted=NOW, runtime=200)
+        return c
+
+    alone = schedule(cluster(with_long=False).snapshot())
+    plan = schedule(cluster(with_long=True).snapshot())
+    assert preempted(alone) == [1]
+    assert preempted(plan) == [1], verdict(plan, 15).message
+    assert verdict(plan, 15).reason_code == "waiting_for_preemption"
+    assert verdict(plan, 14).reason_code == "no_capacity"
+    assert "reserved for it from" in verdict(plan, 8).message
