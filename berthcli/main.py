@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 
 from berthcli import __version__, arrays, commands, config, exitcodes
@@ -102,10 +104,46 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# What users of Slurm, kubectl or docker type first, and the command that does it here.
+SYNONYMS = {
+    "jobs": "queue", "ls": "queue", "list": "queue", "ps": "queue", "squeue": "queue",
+    "sbatch": "submit", "srun": "submit", "run": "submit", "create": "submit",
+    "scancel": "cancel", "kill": "cancel", "rm": "cancel", "stop": "cancel", "delete": "cancel",
+    "show": "status", "info": "status", "describe": "status", "get": "status",
+    "scontrol": "status", "sshare": "share", "quota": "share", "log": "logs",
+    "explain": "why",
+}  # fmt: skip
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a hint where the command is unknown: `berth jobs` says "Did you
+    mean: berth queue?", as a near miss (`berth sumbit`) does."""
+
+    def error(self, message: str):
+        unknown = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
+        if unknown and (hint := did_you_mean(unknown.group(1), self._commands())):
+            message = f"{message}\nDid you mean: berth {hint}?"
+        super().error(message)
+
+    def _commands(self) -> list[str]:
+        return [
+            name
+            for action in self._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices
+        ]
+
+
+def did_you_mean(word: str, commands: list[str]) -> str | None:
+    """The command a user most likely meant by `word`, or None."""
+    if SYNONYMS.get(word.lower()) in commands:
+        return SYNONYMS[word.lower()]
+    close = difflib.get_close_matches(word.lower(), commands, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="berth", description="Submit and watch GPU jobs on Berth.", epilog=EPILOG
-    )
+    parser = _Parser(prog="berth", description="Submit and watch GPU jobs on Berth.", epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"berth {__version__}")
     url_help = "portal URL (default: $BERTH_URL, then the config file)"
     parser.add_argument("--url", help=url_help)

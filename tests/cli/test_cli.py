@@ -692,3 +692,17 @@ def test_a_message_with_an_impossible_date_is_shown_as_written(berth, logged_in,
         result = berth(command, job_id)
         assert result.code == 0, result.err
         assert "from 2026-13-45T00:00:00Z" in result.out
+
+
+def test_an_unknown_command_names_the_one_meant(capsys):
+    """What users of Slurm or kubectl type first, and typos, get the command that does it;
+    a word like none gets the list alone. Exit 2 (usage) either way."""
+    from berthcli.main import main
+
+    for typed, meant in (("jobs", "queue"), ("scancel", "cancel"), ("sumbit", "submit")):
+        assert main([typed]) == 2
+        err = capsys.readouterr().err
+        assert f"invalid choice: '{typed}'" in err
+        assert err.rstrip().endswith(f"Did you mean: berth {meant}?"), err
+    assert main(["frobnicate"]) == 2
+    assert "Did you mean" not in capsys.readouterr().err
