@@ -17,8 +17,9 @@ was over the budget, the victim's work lost for nothing: an adversarial helper's
 case, tests/scheduler/test_budgets.py), summed exactly (math.fsum: the same
 in any order of the snapshot's jobs); jobs admitted earlier in the same pass
 commit their whole max run time, and so do the team's jobs the pass made wait for
-stopping or ending jobs (a preemptor waiting for its victims: counted apart, as
-`waiting`, for the sentence). Running jobs are never stopped by a budget:
+stopping or ending jobs (a preemptor waiting for its victims) or gave a start time (a
+GPU reservation, a quota or cohort hold: `promise`), counted apart, as `waiting`, for
+the sentence. Running jobs are never stopped by a budget:
 only admissions wait (reason `budget_exhausted`), with no reservation and no
 preemption, since freeing GPUs would not let them start.
 """
@@ -38,13 +39,14 @@ EPSILON = 1e-9
 class Budgets:
     """What is left of each budget during one pass, charged as jobs are admitted."""
 
-    __slots__ = ("by_key", "committed", "waiting")
+    __slots__ = ("by_key", "committed", "waiting", "promised")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.by_key: dict[tuple[str, str], Budget] = {
             (b.team, b.flavor): b for b in snapshot.budgets
         }
         self.waiting: dict[tuple[str, str], float] = dict.fromkeys(self.by_key, 0.0)
+        self.promised: set[int] = set()  # ids of the jobs promise() committed
         now = snapshot.now
         left: dict[tuple[str, str], list[float]] = {key: [] for key in self.by_key}
         for r in snapshot.running:
@@ -86,6 +88,15 @@ class Budgets:
         key = (job.team, job.flavor)
         if key in self.committed:
             (self.waiting if waiting else self.committed)[key] += job_gpu_hours(job)
+
+
+    def promise(self, job: PendingJob) -> None:
+        """Commit, once, a job given a start time (a GPU reservation, a quota or cohort
+        hold), as one waiting for stopping jobs: its team's later jobs of the pass may
+        not use what it will (backfill._promise_budget)."""
+        if (job.team, job.flavor) in self.committed and job.id not in self.promised:
+            self.promised.add(job.id)
+            self.charge(job, waiting=True)
 
 
 def job_gpu_hours(job: PendingJob) -> float:

@@ -319,8 +319,8 @@ def _no_nodes(p: Pass, job: PendingJob) -> str:
 def _budget(p: Pass, job: PendingJob, budget, committed: float, need: float, waiting: float) -> str:
     """Return 'team vision used 4,980 of 5,000 h100 GPU-hours this month; resets at …'.
 
-    What its jobs waiting for stopping jobs (a preemptor waiting for its victims) will
-    use is said apart: counted as its running jobs', a team that ran nothing was told
+    What its jobs waiting for stopping jobs (a preemptor waiting for its victims) or
+    given a start time (a reservation or a hold: Budgets.promise) will use is said apart: counted as its running jobs', a team that ran nothing was told
     its running jobs may use 400 more (a review)."""
     when = "this month" if budget.period == "month" else f"in the last {budget.window_days} days"
     text = (
@@ -339,7 +339,10 @@ def _budget(p: Pass, job: PendingJob, budget, committed: float, need: float, wai
             f"max run time)"
         )
         may = "" if committed else "may use "
-        waits = f"its jobs waiting for stopping jobs {may}{_hours(waiting)} once they start"
+        waits = (
+            f"its jobs waiting for stopping jobs or reserved GPUs {may}{_hours(waiting)} once "
+            f"they start"
+        )
         if committed and waiting:
             this = f"its running jobs may use {_hours(committed)} more, {waits}, and {this}"
         elif committed:

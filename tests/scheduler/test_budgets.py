@@ -2,6 +2,7 @@
 what its running jobs may still use and the job's own GPUs x max run time stay within
 the limit (Slurm's GrpTRESMins with AccountingStorageEnforce=safe)."""
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -274,7 +275,7 @@ def test_a_preemptor_waiting_for_its_victims_is_charged_to_its_budget():
     assert verdict(plan, 7).reason_code == "budget_exhausted"
     message = verdict(plan, 7).message  # a runs nothing: not "its running jobs" (a review)
     assert (
-        "; its jobs waiting for stopping jobs may use 400 once they start and this job" in message
+        "; its jobs waiting for stopping jobs or reserved GPUs may use 400 once they start and this job" in message
     )
 
 
@@ -289,8 +290,8 @@ def test_the_budget_sentence_names_running_and_waiting_jobs_apart():
     plan = schedule(with_budgets(c, budget(1.0, limit=400.0, team="a")))
     assert {p.preemptor_id for p in plan.preemptions} == {6}
     assert (
-        "; its running jobs may use 10 more, its jobs waiting for stopping jobs 300 once they "
-        "start, and this job up to 100 (1 GPUs x 4 d 4 h max run time), which would cross"
+        "; its running jobs may use 10 more, its jobs waiting for stopping jobs or reserved "
+        "GPUs 300 once they start, and this job up to 100 (1 GPUs x 4 d 4 h max run time), which would cross"
     ) in verdict(plan, 7).message
 
 
@@ -445,3 +446,52 @@ def test_a_job_the_pass_preempts_commits_only_its_grace_period_from_then_on():
     plan = schedule(with_budgets(c, budget(0.0, limit=160.5, team="e")))
     assert preempted(plan) == [5]
     assert admitted(plan) == [9], reasons(plan)
+
+
+@pytest.mark.parametrize("held", ["gpus", "quota"])
+def test_a_job_given_a_start_time_holds_its_budget_against_its_teams_later_jobs(held):
+    """Team a's 2x8 gang waits for GPUs ("gpus": reserved from +1 h, when e's job ends)
+    or for its team's quota ("quota": a's nominal 16 holds it until a's 8-GPU job ends at
+    +1 h). a's later 8-GPU, 50-minute job ends before then, so the reservation or the hold
+    lets it start. Both fit a's budget of 18 GPU-hours alone (16 and 6.7), not together:
+    admitted, it took the budget the gang needed, and the gang, told it was reserved from
+    +1 h, was `budget_exhausted` from the next pass until the month reset (an adversarial
+    tester's case). The job given a start time commits its GPU-hours (Budgets.promise)."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=16 if held == "quota" else 32).team("e", nominal=8)
+    if held == "gpus":
+        c.run(10, "e", on={"n0": 8}, runtime=HOUR, started=NOW)
+        c.run(11, "e", on={"n2": 8}, runtime=10 * HOUR, started=NOW)
+    else:
+        c.run(10, "a", on={"n0": 8}, runtime=HOUR, started=NOW)
+    c.job(1, "a", workers=2, gpus=8, runtime=HOUR, submitted=NOW - 100)
+    c.job(2, "a", gpus=8, runtime=50 * 60, submitted=NOW - 50)
+    sim = Sim(c)
+
+    def step(t):
+        sim._finish(t)
+        used = 8 * (min(t, NOW + HOUR) - NOW) / HOUR if held == "quota" else 0.0  # job 10's
+        used += sum(r.gpus * (t - r.started_at) / HOUR for j, r in sim.running.items() if j < 10)
+        limit = 18.0 + (8.0 if held == "quota" else 0.0)
+        budget = Budget("a", "h100", limit, used, resets_at=RESETS)
+        snap = Snapshot(
+            t,
+            sim._nodes(),
+            sim.teams,
+            tuple(sim.running.values()),
+            tuple(sim.pending.values()),
+            sim.config,
+            (budget,),
+        )
+        return sim.apply(schedule(snap), t)
+
+    plan = step(NOW)
+    if held == "gpus":
+        assert "reserved for it from" in verdict(plan, 1).message, verdict(plan, 1).message
+    assert reasons(plan).get(2) == OVER, verdict(plan, 2).message
+    message = verdict(plan, 2).message
+    assert "its jobs waiting for stopping jobs or reserved GPUs" in message, message
+    assert "16 once they start" in message, message
+    for k in range(1, 70):
+        step(NOW + 60 * k)
+    assert sim.started.get(1, math.inf) <= NOW + HOUR + 60, reasons(plan)
