@@ -89,7 +89,6 @@ class Budgets:
         if key in self.committed:
             (self.waiting if waiting else self.committed)[key] += job_gpu_hours(job)
 
-
     def promise(self, job: PendingJob) -> None:
         """Commit, once, a job given a start time (a GPU reservation, a quota or cohort
         hold), as one waiting for stopping jobs: its team's later jobs of the pass may

@@ -275,7 +275,8 @@ def test_a_preemptor_waiting_for_its_victims_is_charged_to_its_budget():
     assert verdict(plan, 7).reason_code == "budget_exhausted"
     message = verdict(plan, 7).message  # a runs nothing: not "its running jobs" (a review)
     assert (
-        "; its jobs waiting for stopping jobs or reserved GPUs may use 400 once they start and this job" in message
+        "; its jobs waiting for stopping jobs or reserved GPUs may use 400 once they start and this job"
+        in message
     )
 
 
