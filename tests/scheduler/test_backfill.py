@@ -333,3 +333,29 @@ def test_only_jobs_that_passed_a_job_are_counted_out_of_its_order(case):
     assert verdict(plan, 1).reason_code == "quota"
     assert "reserved for it from" in verdict(plan, 2).message
     assert verdict(plan, 3).reason_code == "reserved"
+
+
+def test_a_reservation_holds_no_gpu_an_earlier_one_takes_while_it_runs():
+    """One 8-GPU node: e's job 10 holds 4 GPUs for 10 h, e's job 11 4 more until +300 s.
+    With three reservations, a's job 1 (2 GPUs, 10 min) is reserved from +300 s and job 2
+    (4 GPUs, 30 min) from +900 s, when job 1 gives its 2 back. Job 3 (1 GPU, 1 h) fits
+    the 2 GPUs left at +300 s, but would still hold one at +900 s, when job 2 needs all
+    4. Asked at its start alone, it was told +300 s, was held for job 2 at +300 s and
+    started at +2700 s (an adversarial tester's case). The whole time it would run is
+    asked (backfill._through): it is told +2700 s, and every job starts when it is told."""
+    config = {"backfill_reservations": 3}
+    c = Cluster().node("n0", gpus=8)
+    c.team("a", nominal=8).team("e", nominal=8)
+    c.run(10, "e", on={"n0": 4}, runtime=10 * HOUR, started=NOW)
+    c.run(11, "e", on={"n0": 4}, runtime=900, started=NOW - 600)
+    c.job(1, "a", gpus=2, priority=2, runtime=600)
+    c.job(2, "a", gpus=4, priority=1, runtime=1800)
+    c.job(3, "a", gpus=1, priority=0, runtime=HOUR)
+    plan = schedule(c.snapshot(**config))
+    told = {j: verdict(plan, j).estimated_start for j in (1, 2, 3)}
+    assert told == {1: NOW + 300, 2: NOW + 900, 3: NOW + 2700}, verdict(plan, 3).message
+    sim = Sim(c, **config)
+    for k in range(80):
+        sim.step(NOW + 60.0 * k)
+    late = {j: (t - NOW, sim.started.get(j, NOW + 1e9) - NOW) for j, t in told.items()}
+    assert all(s <= t + 60 for t, s in late.values()), f"(told, started): {late}"
