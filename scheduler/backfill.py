@@ -891,6 +891,7 @@ def reserve(
             proj.give(node, k)
     taken: dict[tuple, int] = {}  # (owner, node) -> GPUs it holds in the projection
     takes = [j for j, e in enumerate(events) if e[1] == TAKE]  # (in time order)
+    times = [e[0] for e in events] if takes else []
     i, n = 0, len(events)
     while i < n:
         t = events[i][0]
@@ -899,13 +900,18 @@ def reserve(
             i += 1
         if t < not_before:
             continue
-        index = proj
+        cut = {}
         if (k := bisect_left(takes, i)) < len(takes) and events[takes[k]][0] < t + job.max_runtime:
-            index = _through(proj, taken, events, i, t + job.max_runtime)
-        where = placement.choose(index, job.workers, job.gpus_per_worker)
+            window = bisect_left(times, t + job.max_runtime, i)
+            cut = _through(proj, taken, events[i:window])
+            for node, k in cut.items():
+                proj.take(node, k)
+        where = placement.choose(proj, job.workers, job.gpus_per_worker)
         if where is not None:
-            nodes = placement.take(index, where, job.workers, job.gpus_per_worker, Transaction())
+            nodes = placement.take(proj, where, job.workers, job.gpus_per_worker, Transaction())
             return _reservation(job, t, nodes or [], [e for e in real if e[0] <= t])
+        for node, k in cut.items():
+            proj.give(node, k)
     return None
 
 
@@ -938,30 +944,23 @@ class _Counts(dict):
         self[node] -= k
 
 
-def _through(proj: FreeIndex, taken: dict, events: list, i: int, end: float) -> FreeIndex:
-    """Return a copy of `proj` with each node's free GPUs cut to what stays free until
-    `end` while the earlier reservations and waiting preemptors take theirs (events[i:]
-    before `end`): a job placed on it there holds no GPU they will take while it runs.
+def _through(proj: FreeIndex, taken: dict, window: list) -> dict:
+    """Return the GPUs to take off each node of `proj` to leave it what stays free while
+    the earlier reservations and waiting preemptors take theirs (the events of `window`,
+    the time the job would run): a job placed there holds no GPU they take meanwhile.
     Asked at the start alone, a third reservation (backfill_reservations = 3) took the 2
     GPUs left at +300 s for a 1-hour job, one of which the second needed from +900 s:
     told +300 s, it was held for the second and started at +2700 s (an adversarial
     tester's case; Slurm's backfill asks the whole time a job would run)."""
-    window = i
-    while window < len(events) and events[window][0] < end:
-        window += 1
-    touched = {e[2] for e in events[i:window] if e[1] == TAKE}
+    touched = {e[2] for e in window if e[1] == TAKE}
     free = _Counts({node: proj.free[node] for node in touched})
-    spare = dict(free)  # the fewest GPUs free on the node, after each event, until `end`
+    spare = dict(free)  # the fewest GPUs free on the node, after each event
     owned = {key: k for key, k in taken.items() if key[1] in touched}
-    for event in events[i:window]:
+    for event in window:
         if event[2] in touched:
             _step(free, owned, event)
             spare[event[2]] = min(spare[event[2]], free[event[2]])
-    index = proj.copy()
-    for node, k in spare.items():
-        if proj.free[node] > k:
-            index.take(node, proj.free[node] - k)
-    return index
+    return {node: proj.free[node] - k for node, k in spare.items() if proj.free[node] > k}
 
 
 def projection(
