@@ -359,3 +359,33 @@ def test_a_reservation_holds_no_gpu_an_earlier_one_takes_while_it_runs():
         sim.step(NOW + 60.0 * k)
     late = {j: (t - NOW, sim.started.get(j, NOW + 1e9) - NOW) for j, t in told.items()}
     assert all(s <= t + 60 for t, s in late.values()), f"(told, started): {late}"
+
+
+@pytest.mark.parametrize(
+    ("config", "submitted"),
+    [({"backfill_reservations": 2}, NOW - 500), ({"max_wait": HOUR}, NOW - 2 * HOUR)],
+    ids=["two reservations", "a starving job's"],
+)
+def test_a_later_reservation_starts_when_its_team_has_the_quota(config, submitted):
+    """One 8-GPU node, busy with e's jobs: 4 GPUs free at +300 s, 4 more at +600 s. Team
+    a (nominal 4) waits with job 1 (4 GPUs, 1 h), reserved from +300 s, and job 2 (2
+    GPUs, 2 min), which ends before then if started now (not held for job 1's quota),
+    but no GPU is free: it gets a reservation of its own (a second one, or, starving, the
+    flavor's one more). Placed on GPUs alone it was told +600 s, when job 1 holds a's
+    whole nominal quota until +3900 s, and started at +3900 s (an adversarial tester's
+    case). Its quota is asked at its start with the earlier reservations' jobs running
+    (backfill._with_quota): told +3900 s, and every job starts when it is told."""
+    c = Cluster().node("n0", gpus=8)
+    c.team("a", nominal=4).team("e", nominal=8)
+    c.run(10, "e", on={"n0": 4}, runtime=900, started=NOW - 600)
+    c.run(11, "e", on={"n0": 4}, runtime=1200, started=NOW - 600)
+    c.job(1, "a", gpus=4, priority=1, runtime=HOUR)
+    c.job(2, "a", gpus=2, priority=0, runtime=120, submitted=submitted)
+    plan = schedule(c.snapshot(**config))
+    told = {j: verdict(plan, j).estimated_start for j in (1, 2)}
+    assert told == {1: NOW + 300, 2: NOW + 3900}, verdict(plan, 2).message
+    sim = Sim(c, **config)
+    for k in range(80):
+        sim.step(NOW + 60.0 * k)
+    late = {j: (t - NOW, sim.started.get(j, NOW + 1e9) - NOW) for j, t in told.items()}
+    assert all(s <= t + 60 for t, s in late.values()), f"(told, started): {late}"
