@@ -35,6 +35,20 @@ def budget(used, limit=5000.0, team="vision", flavor="h100", **kw) -> Budget:
     return Budget(team, flavor, limit, used, **kw)
 
 
+def step_with(sim: Sim, t: float, *budgets: Budget):
+    """Run the Sim's pass at `t` (its ended jobs already finished) with these budgets."""
+    snap = Snapshot(
+        t,
+        sim._nodes(),
+        sim.teams,
+        tuple(sim.running.values()),
+        tuple(sim.pending.values()),
+        sim.config,
+        budgets,
+    )
+    return sim.apply(schedule(snap), t)
+
+
 def with_budgets(c: Cluster, *budgets, **config):
     return replace(c.snapshot(**config), budgets=budgets)
 
@@ -323,17 +337,7 @@ def test_a_stopping_jobs_grace_period_is_committed_so_its_preemptor_keeps_its_bu
 
     def step(t):
         sim._finish(t)
-        budget = Budget("e", "h100", 170.0, used_at(t), resets_at=NOW + 30 * 86400)
-        snap = Snapshot(
-            t,
-            sim._nodes(),
-            sim.teams,
-            tuple(sim.running.values()),
-            tuple(sim.pending.values()),
-            sim.config,
-            (budget,),
-        )
-        return sim.apply(schedule(snap), t)
+        return step_with(sim, t, Budget("e", "h100", 170.0, used_at(t), resets_at=NOW + 30 * 86400))
 
     assert preempted(step(NOW)) == [5]
     sim.submit(make_job(9, "e", gpus=8, runtime=10 * HOUR, queue="r", submitted=NOW + 700))
@@ -474,17 +478,7 @@ def test_a_job_given_a_start_time_holds_its_budget_against_its_teams_later_jobs(
         used = 8 * (min(t, NOW + HOUR) - NOW) / HOUR if held == "quota" else 0.0  # job 10's
         used += sum(r.gpus * (t - r.started_at) / HOUR for j, r in sim.running.items() if j < 10)
         limit = 18.0 + (8.0 if held == "quota" else 0.0)
-        budget = Budget("a", "h100", limit, used, resets_at=RESETS)
-        snap = Snapshot(
-            t,
-            sim._nodes(),
-            sim.teams,
-            tuple(sim.running.values()),
-            tuple(sim.pending.values()),
-            sim.config,
-            (budget,),
-        )
-        return sim.apply(schedule(snap), t)
+        return step_with(sim, t, Budget("a", "h100", limit, used, resets_at=RESETS))
 
     plan = step(NOW)
     if held == "gpus":
