@@ -950,6 +950,7 @@ def reserve(
     taken: dict[tuple, int] = {}  # (owner, node) -> GPUs it holds in the projection
     takes = [j for j, e in enumerate(events) if e[1] == TAKE]  # (in time order)
     times = [e[0] for e in events] if takes else []
+    after = _free_after(proj, events, takes) if takes else {}
     i, n = 0, len(events)
     while i < n:
         t = events[i][0]
@@ -958,19 +959,74 @@ def reserve(
             i += 1
         if t < not_before:
             continue
-        cut = {}
+        window = i  # the events while it would run, if one of them takes GPUs
         if (k := bisect_left(takes, i)) < len(takes) and events[takes[k]][0] < t + job.max_runtime:
             window = bisect_left(times, t + job.max_runtime, i)
-            cut = _through(proj, taken, events[i:window])
-            for node, k in cut.items():
-                proj.take(node, k)
-        where = placement.choose(proj, job.workers, job.gpus_per_worker)
-        if where is not None:
-            nodes = placement.take(proj, where, job.workers, job.gpus_per_worker, Transaction())
-            return _reservation(job, t, nodes or [], [e for e in real if e[0] <= t])
-        for node, k in cut.items():
-            proj.give(node, k)
+        nodes = _place(proj, job, after, i, window)
+        if nodes is not None:
+            return _reservation(job, t, nodes, [e for e in real if e[0] <= t])
     return None
+
+
+def _place(
+    proj: FreeIndex, job: PendingJob, after: dict, i: int, window: int
+) -> list[tuple[int, int]] | None:
+    """Take the job's GPUs from `proj` where they stay free while it would run (the
+    events i..window-1), and return (node, workers); None, with `proj` as it was, where
+    no placement does. A placement is checked on its own nodes (_spare); a node that
+    fails is cut to what stays free there and the gang is placed again.
+
+    Asked at the start alone, a third reservation (backfill_reservations = 3) took the 2
+    GPUs left at +300 s for a 1-hour job, one of which the second needed from +900 s:
+    told +300 s, it was held for the second and started at +2700 s (an adversarial
+    tester's case; Slurm's backfill asks the whole time a job would run)."""
+    cuts = Transaction()
+    while (where := placement.choose(proj, job.workers, job.gpus_per_worker)) is not None:
+        tx = Transaction()
+        nodes = placement.take(proj, where, job.workers, job.gpus_per_worker, tx)
+        if nodes is None:
+            break
+        short = {}
+        for node, workers in nodes:
+            gpus = workers * job.gpus_per_worker
+            spare = _spare(after, node, i, window, proj.free[node] + gpus)
+            if spare < gpus:
+                short[node] = proj.free[node] + gpus - spare
+        if not short:
+            return nodes
+        tx.rollback()
+        for node, k in short.items():
+            cuts.take(proj, node, k)
+    cuts.rollback()
+    return None
+
+
+def _free_after(proj: FreeIndex, events: list, takes: list[int]) -> dict:
+    """Return node -> (indices, free GPUs after each) of the events of the nodes where an
+    event takes GPUs (an earlier reservation's, a waiting preemptor's), replayed as
+    reserve replays them: on the other nodes GPUs only come free."""
+    nodes = {events[j][2] for j in takes}
+    free = _Counts({node: proj.free[node] for node in nodes})
+    owned: dict[tuple, int] = {}
+    after: dict[int, tuple[list, list]] = {node: ([], []) for node in nodes}
+    for j, event in enumerate(events):
+        node = event[2]
+        if node in free:
+            _step(free, owned, event)
+            seen = after[node]
+            seen[0].append(j)
+            seen[1].append(free[node])
+    return after
+
+
+def _spare(after: dict, node: int, i: int, window: int, now: int) -> int:
+    """Return the fewest GPUs free on the node from now (`now` free) through the events
+    i..window-1, as _free_after replayed them."""
+    if node not in after:
+        return now
+    indices, free = after[node]
+    lo, hi = bisect_left(indices, i), bisect_left(indices, window)
+    return min(now, *free[lo:hi]) if hi > lo else now
 
 
 def _step(index, taken: dict[tuple, int], event: tuple) -> None:
@@ -989,7 +1045,7 @@ def _step(index, taken: dict[tuple, int], event: tuple) -> None:
 
 
 class _Counts(dict):
-    """Free GPUs of some nodes, with a FreeIndex's give, take and free (_through)."""
+    """Free GPUs of some nodes, with a FreeIndex's give, take and free (_free_after)."""
 
     @property
     def free(self) -> dict:
@@ -1000,25 +1056,6 @@ class _Counts(dict):
 
     def take(self, node: int, k: int) -> None:
         self[node] -= k
-
-
-def _through(proj: FreeIndex, taken: dict, window: list) -> dict:
-    """Return the GPUs to take off each node of `proj` to leave it what stays free while
-    the earlier reservations and waiting preemptors take theirs (the events of `window`,
-    the time the job would run): a job placed there holds no GPU they take meanwhile.
-    Asked at the start alone, a third reservation (backfill_reservations = 3) took the 2
-    GPUs left at +300 s for a 1-hour job, one of which the second needed from +900 s:
-    told +300 s, it was held for the second and started at +2700 s (an adversarial
-    tester's case; Slurm's backfill asks the whole time a job would run)."""
-    touched = {e[2] for e in window if e[1] == TAKE}
-    free = _Counts({node: proj.free[node] for node in touched})
-    spare = dict(free)  # the fewest GPUs free on the node, after each event
-    owned = {key: k for key, k in taken.items() if key[1] in touched}
-    for event in window:
-        if event[2] in touched:
-            _step(free, owned, event)
-            spare[event[2]] = min(spare[event[2]], free[event[2]])
-    return {node: proj.free[node] - k for node, k in spare.items() if proj.free[node] > k}
 
 
 def projection(

@@ -342,7 +342,7 @@ def test_a_reservation_holds_no_gpu_an_earlier_one_takes_while_it_runs():
     the 2 GPUs left at +300 s, but would still hold one at +900 s, when job 2 needs all
     4. Asked at its start alone, it was told +300 s, was held for job 2 at +300 s and
     started at +2700 s (an adversarial tester's case). The whole time it would run is
-    asked (backfill._through): it is told +2700 s, and every job starts when it is told."""
+    asked (backfill._place): it is told +2700 s, and every job starts when it is told."""
     config = {"backfill_reservations": 3}
     c = Cluster().node("n0", gpus=8)
     c.team("a", nominal=8).team("e", nominal=8)
