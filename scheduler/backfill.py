@@ -955,33 +955,41 @@ def reserve(
     while i < n:
         t = events[i][0]
         while i < n and events[i][0] == t:
-            _step(proj, taken, events[i])
+            event = events[i]
+            if event[4] is not None:
+                _step(proj, taken, event)
+            elif event[3]:  # a running job's release (most events)
+                proj.give(event[2], event[3])
             i += 1
         if t < not_before:
+            continue
+        where = placement.choose(proj, job.workers, job.gpus_per_worker)
+        if where is None:
             continue
         window = i  # the events while it would run, if one of them takes GPUs
         if (k := bisect_left(takes, i)) < len(takes) and events[takes[k]][0] < t + job.max_runtime:
             window = bisect_left(times, t + job.max_runtime, i)
-        nodes = _place(proj, job, after, i, window)
+        nodes = _place(proj, job, where, after, i, window)
         if nodes is not None:
             return _reservation(job, t, nodes, [e for e in real if e[0] <= t])
     return None
 
 
 def _place(
-    proj: FreeIndex, job: PendingJob, after: dict, i: int, window: int
+    proj: FreeIndex, job: PendingJob, where, after: dict, i: int, window: int
 ) -> list[tuple[int, int]] | None:
     """Take the job's GPUs from `proj` where they stay free while it would run (the
-    events i..window-1), and return (node, workers); None, with `proj` as it was, where
-    no placement does. A placement is checked on its own nodes (_spare); a node that
-    fails is cut to what stays free there and the gang is placed again.
+    events i..window-1), `where` (placement.choose) first, and return (node, workers);
+    None, with `proj` as it was, where no placement does. A placement is checked on its
+    own nodes (_spare); a node that fails is cut to what stays free there and the gang
+    is placed again.
 
     Asked at the start alone, a third reservation (backfill_reservations = 3) took the 2
     GPUs left at +300 s for a 1-hour job, one of which the second needed from +900 s:
     told +300 s, it was held for the second and started at +2700 s (an adversarial
     tester's case; Slurm's backfill asks the whole time a job would run)."""
     cuts = Transaction()
-    while (where := placement.choose(proj, job.workers, job.gpus_per_worker)) is not None:
+    while where is not None:
         tx = Transaction()
         nodes = placement.take(proj, where, job.workers, job.gpus_per_worker, tx)
         if nodes is None:
@@ -997,6 +1005,7 @@ def _place(
         tx.rollback()
         for node, k in short.items():
             cuts.take(proj, node, k)
+        where = placement.choose(proj, job.workers, job.gpus_per_worker)
     cuts.rollback()
     return None
 
