@@ -496,7 +496,7 @@ class Backfill(Gate):
         else:
             self.reservations[f] = res
         hold(pool, [*held, res])
-        _promise_budget(p, job)
+        _promise_budget(p, job, res.start)
         return None
 
     def _starving(self, p: Pass, job: PendingJob) -> int:
@@ -518,7 +518,7 @@ class Backfill(Gate):
         start = cohort_free_at(p, job)
         if start != math.inf:
             self.quota_holds[(job.team, job.flavor)] = Reservation(job, start, {}, 0)
-            _promise_budget(p, job)
+            _promise_budget(p, job, start)
 
     def _hold_cohort(self, p: Pass, job: PendingJob) -> None:
         """Hold the cohort's lendable quota for its first cohort-blocked job of the flavor."""
@@ -529,7 +529,7 @@ class Backfill(Gate):
         if start != math.inf:
             held = self.cohort_holds[key] = Reservation(job, start, {}, COHORT_HOLD)
             held.before = len(self.held_for(job.flavor))
-            _promise_budget(p, job)
+            _promise_budget(p, job, start)
 
     def _admit_short(
         self, p: Pass, job: PendingJob, pool: Pool, held_for: list[Reservation]
@@ -1143,7 +1143,7 @@ def restore(pool: Pool) -> None:
     pool.holding = True
 
 
-def _promise_budget(p: Pass, job: PendingJob) -> None:
+def _promise_budget(p: Pass, job: PendingJob, start: float) -> None:
     """Commit the GPU-hours of a job given a start time (a GPU reservation, a quota or
     cohort hold) to its team's budget, as a preemptor waiting for its victims is
     (Pass.charge): the jobs of its team after it in the pass may not use them. Left
@@ -1152,4 +1152,4 @@ def _promise_budget(p: Pass, job: PendingJob) -> None:
     `budget_exhausted` from the next pass until the month reset (an adversarial
     tester's case, test_budgets.py)."""
     if p.budgets is not None:
-        p.budgets.promise(job)
+        p.budgets.promise(job, start)

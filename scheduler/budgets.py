@@ -89,13 +89,19 @@ class Budgets:
         if key in self.committed:
             (self.waiting if waiting else self.committed)[key] += job_gpu_hours(job)
 
-    def promise(self, job: PendingJob) -> None:
+    def promise(self, job: PendingJob, start: float) -> None:
         """Commit, once, a job given a start time (a GPU reservation, a quota or cohort
         hold), as one waiting for stopping jobs: its team's later jobs of the pass may
-        not use what it will (backfill._promise_budget)."""
-        if (job.team, job.flavor) in self.committed and job.id not in self.promised:
-            self.promised.add(job.id)
-            self.charge(job, waiting=True)
+        not use what it will (backfill._promise_budget). Not one that starts once its
+        budget has reset: it uses the next period's (a review's case: a gang reserved
+        past the reset held the month's last GPU-hours from a 20-minute job)."""
+        budget = self.by_key.get((job.team, job.flavor))
+        if budget is None or job.id in self.promised:
+            return
+        if budget.resets_at is not None and start >= budget.resets_at:
+            return
+        self.promised.add(job.id)
+        self.charge(job, waiting=True)
 
 
 def job_gpu_hours(job: PendingJob) -> float:

@@ -490,3 +490,20 @@ def test_a_job_given_a_start_time_holds_its_budget_against_its_teams_later_jobs(
     for k in range(1, 70):
         step(NOW + 60 * k)
     assert sim.started.get(1, math.inf) <= NOW + HOUR + 60, reasons(plan)
+
+
+def test_a_reservation_past_the_reset_takes_none_of_this_periods_budget():
+    """Team a (budget 18 GPU-hours, 2 used, resetting at +30 min): its 2x8 gang is
+    reserved from +1 h, after the reset; its 8-GPU, 20-minute job (2.7 GPU-hours) ends
+    before both. The gang's 16 GPU-hours are the next period's: promised to this one,
+    they made the short job `budget_exhausted` until the reset (a review's case)."""
+    c = Cluster().nodes_(3)
+    c.team("a", nominal=32).team("e", nominal=8)
+    c.run(10, "e", on={"n0": 8}, runtime=HOUR, started=NOW)
+    c.run(11, "e", on={"n2": 8}, runtime=10 * HOUR, started=NOW)
+    c.job(1, "a", workers=2, gpus=8, runtime=HOUR, submitted=NOW - 100)
+    c.job(2, "a", gpus=8, runtime=20 * 60, submitted=NOW - 50)
+    for resets, admits in ((NOW + 1800, True), (NOW + 2 * HOUR, False)):
+        plan = schedule(with_budgets(c, budget(2.0, limit=18.0, team="a", resets_at=resets)))
+        assert "reserved for it from" in verdict(plan, 1).message, verdict(plan, 1).message
+        assert (2 in admitted(plan)) is admits, verdict(plan, 2).message
