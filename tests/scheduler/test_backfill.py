@@ -389,3 +389,38 @@ def test_a_later_reservation_starts_when_its_team_has_the_quota(config, submitte
         sim.step(NOW + 60.0 * k)
     late = {j: (t - NOW, sim.started.get(j, NOW + 1e9) - NOW) for j, t in told.items()}
     assert all(s <= t + 60 for t, s in late.values()), f"(told, started): {late}"
+
+
+@pytest.mark.parametrize("preemption", [True, False])
+def test_three_reservations_of_a_team_count_each_others_quota(preemption):
+    """Team a (nominal 8) has three 4-GPU, 1-hour jobs, each reserved (three
+    reservations): job 1 (1x4) from +1000 s, job 2 (2x2) from +200 s, job 3 (4x1) from
+    +100 s. Each pair fits a's quota at +1000 s, all three do not. Counted with only the
+    reservations planned before it, the first's quota looked free at its start: with
+    preemption, job 3 started and a's job 2 preempted it, its work lost; without, job 2,
+    told +200 s, started at +3720 s (a review's case). Every reservation's quota now
+    counts every other one running then: each job starts when it is told, and none
+    of a's jobs is preempted."""
+    config = {"backfill_reservations": 3, "preemption": preemption}
+    c = Cluster().nodes_(7)
+    c.team("a", nominal=8).team("e", nominal=100)
+    ids = count(100)
+    c.run(next(ids), "e", on={"n0": 4}, started=NOW, runtime=1000)
+    c.run(next(ids), "e", on={"n0": 4}, started=NOW, runtime=100 * HOUR)
+    for n in ("n1", "n2"):
+        c.run(next(ids), "e", on={n: 2}, started=NOW, runtime=200)
+        c.run(next(ids), "e", on={n: 6}, started=NOW, runtime=100 * HOUR)
+    for n in ("n3", "n4", "n5", "n6"):
+        c.run(next(ids), "e", on={n: 1}, started=NOW, runtime=100)
+        c.run(next(ids), "e", on={n: 7}, started=NOW, runtime=100 * HOUR)
+    c.job(1, "a", workers=1, gpus=4, priority=3, runtime=HOUR)
+    c.job(2, "a", workers=2, gpus=2, priority=2, runtime=HOUR)
+    c.job(3, "a", workers=4, gpus=1, priority=1, runtime=HOUR)
+    plan = schedule(c.snapshot(**config))
+    told = {j: verdict(plan, j).estimated_start for j in (1, 2, 3)}
+    sim = Sim(c, **config)
+    for k in range(150):
+        sim.step(NOW + 60.0 * k)
+    assert sim.preempted == []
+    late = {j: (t - NOW, sim.started.get(j, NOW + 1e9) - NOW) for j, t in told.items()}
+    assert all(s <= t + 60 for t, s in late.values()), f"(told, started): {late}"
