@@ -12,7 +12,8 @@ PYTEST_ARGS ?=
 # Test processes (pytest-xdist; each has its own test database): the suite waits on
 # PostgreSQL, browsers and subprocesses as much as on the CPU, so two halve its time on a
 # 2-core machine. PYTEST_WORKERS=0 runs it in one process. tests/workers.py gives each
-# process its own Redis database and var/ folder.
+# process its own Redis database and var/ folder; the Docker engine's tests share one
+# process (xdist_group "docker", --dist loadgroup).
 PYTEST_WORKERS ?= 2
 
 .PHONY: install run test test-sqlite test-fast lint format services browser docker promtool sso bench-core bench-pass \
@@ -42,18 +43,18 @@ SQLITE_TESTS ?= tests/api tests/dashboard tests/cli tests/integration/test_agent
 
 test: install services browser docker promtool sso
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -p tests.workers $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -p tests.workers $(PYTEST_ARGS)
 	test -n "$(PYTEST_ARGS)" || $(MAKE) --no-print-directory test-sqlite
 
 ## the make-run default: SQLite, the local-memory cache, no Redis
 test-sqlite: install
 	env -u REDIS_URL DATABASE_URL=sqlite:///$(CURDIR)/.venv/test-sqlite.sqlite3 \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -p tests.workers -m "not browser and not faults" $(SQLITE_TESTS)
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -p tests.workers -m "not browser and not faults" $(SQLITE_TESTS)
 
 ## the suite without the browser and live-process tests, for a quick loop
 test-fast: install services promtool
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) -p tests.workers -m "not browser and not services" $(PYTEST_ARGS)
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -p tests.workers -m "not browser and not services" $(PYTEST_ARGS)
 
 ## the fault-injection suite (slow: real processes, own PostgreSQL and Redis instances; docs/reliability.md)
 FAULTS_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth_faults

@@ -320,8 +320,9 @@ def _budget(p: Pass, job: PendingJob, budget, committed: float, need: float, wai
     """Return 'team vision used 4,980 of 5,000 h100 GPU-hours this month; resets at …'.
 
     What its jobs waiting for stopping jobs (a preemptor waiting for its victims) or
-    given a start time (a reservation or a hold: Budgets.promise) will use is said apart: counted as its running jobs', a team that ran nothing was told
-    its running jobs may use 400 more (a review)."""
+    given a start time (a GPU reservation, a quota or cohort hold: Budgets.promise)
+    will use is said apart: counted as its running jobs', a team that ran nothing was
+    told its running jobs may use 400 more (a review)."""
     when = "this month" if budget.period == "month" else f"in the last {budget.window_days} days"
     text = (
         f"team {job.team} used {_hours(budget.used)} of {_hours(budget.limit)} {job.flavor} "
@@ -340,7 +341,7 @@ def _budget(p: Pass, job: PendingJob, budget, committed: float, need: float, wai
         )
         may = "" if committed else "may use "
         waits = (
-            f"its jobs waiting for stopping jobs or reserved GPUs {may}{_hours(waiting)} once "
+            f"its jobs waiting for stopping jobs or for a reservation {may}{_hours(waiting)} once "
             f"they start"
         )
         if committed and waiting:

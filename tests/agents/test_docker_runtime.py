@@ -23,6 +23,11 @@ from tests.agents.fake_docker import Container, ContainerCollection, FakeApi, Fa
 from tests.agents.fake_docker import ImageCollection as FakeImages
 from tests.dockerd import IMAGE
 
+# One Docker engine serves the test processes (make test: pytest-xdist); its tests run in
+# one of them, in turn, so containers named by job id and labelled by node never meet
+# (tests/workers.py).
+pytestmark = pytest.mark.xdist_group("docker")
+
 # What the runtime asks for a worker's GPUs, as the engine records it in HostConfig.
 GPU_REQUEST = {
     "Driver": "",

@@ -10,6 +10,11 @@ import pytest
 
 from portal.devstack import PROCESS_RUNTIME, ROOT, agent_argv, demo_runtime
 
+# One Docker engine serves the test processes (make test: pytest-xdist); its tests run in
+# one of them, in turn, so containers named by job id and labelled by node never meet
+# (tests/workers.py).
+pytestmark = pytest.mark.xdist_group("docker")
+
 NODE = ("demo-h100-1", "rack-1", "block-1", "NVIDIA H100 80GB HBM3", 81559)
 
 

@@ -37,7 +37,14 @@ RANK_1_FAILS_ON_USR2 = (
     f"{TRAP_TERM}"
 )
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+# One Docker engine serves the test processes (make test: pytest-xdist); its tests run in
+# one of them, in turn, so containers named by job id and labelled by node never meet
+# (tests/workers.py).
+pytestmark = [
+    pytest.mark.services,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group("docker"),
+]
 
 
 @pytest.fixture

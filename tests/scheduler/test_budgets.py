@@ -289,7 +289,7 @@ def test_a_preemptor_waiting_for_its_victims_is_charged_to_its_budget():
     assert verdict(plan, 7).reason_code == "budget_exhausted"
     message = verdict(plan, 7).message  # a runs nothing: not "its running jobs" (a review)
     assert (
-        "; its jobs waiting for stopping jobs or reserved GPUs may use 400 once they start and this job"
+        "; its jobs waiting for stopping jobs or for a reservation may use 400 once they start and this job"
         in message
     )
 
@@ -305,8 +305,8 @@ def test_the_budget_sentence_names_running_and_waiting_jobs_apart():
     plan = schedule(with_budgets(c, budget(1.0, limit=400.0, team="a")))
     assert {p.preemptor_id for p in plan.preemptions} == {6}
     assert (
-        "; its running jobs may use 10 more, its jobs waiting for stopping jobs or reserved "
-        "GPUs 300 once they start, and this job up to 100 (1 GPUs x 4 d 4 h max run time), which would cross"
+        "; its running jobs may use 10 more, its jobs waiting for stopping jobs or for a "
+        "reservation 300 once they start, and this job up to 100 (1 GPUs x 4 d 4 h max run time), which would cross"
     ) in verdict(plan, 7).message
 
 
@@ -485,7 +485,7 @@ def test_a_job_given_a_start_time_holds_its_budget_against_its_teams_later_jobs(
         assert "reserved for it from" in verdict(plan, 1).message, verdict(plan, 1).message
     assert reasons(plan).get(2) == OVER, verdict(plan, 2).message
     message = verdict(plan, 2).message
-    assert "its jobs waiting for stopping jobs or reserved GPUs" in message, message
+    assert "its jobs waiting for stopping jobs or for a reservation" in message, message
     assert "16 once they start" in message, message
     for k in range(1, 70):
         step(NOW + 60 * k)
