@@ -84,6 +84,11 @@ def test_the_spec_grammar(as_member_a, spec, indices, limit):
         ("-1-3", "is not an index or a range"),
         ("\u0663", "is not an index or a range"),  # an Arabic-Indic 3: ASCII digits only
         ("0-9%\u00b2", "After % give how many"),
+        # above the task_limit column's range: a 500 before (a security review's case)
+        ("0-9%99999999999", "at most 10,000"),
+        ("0-9%10001", "at most 10,000"),
+        ("0-9998,9998", "Index 9998 appears twice"),  # found in one pass, not per index
+        ("5,1-9", "Index 5 appears twice"),
     ],
 )
 def test_a_bad_spec_is_a_400_on_the_array_field(as_member_a, spec, says):
