@@ -50,6 +50,13 @@ class PasswordAuthentication(BasicAuthentication):
 
     www_authenticate_realm = "berth"
 
+    def authenticate(self, request):
+        """Only for creating a token (POST): a password that listed the account's tokens
+        with GET was a second way in (a security review's case, test_tokens.py)."""
+        if request.method != "POST":
+            return None
+        return super().authenticate(request)
+
     def authenticate_credentials(self, userid, password, request=None):
         try:
             return super().authenticate_credentials(userid, password, request)

@@ -35,6 +35,14 @@ def test_login_with_password_creates_a_token_shown_once(personas):
     assert secret not in listed.content.decode() and "token" not in listed.json()[0]
 
 
+def test_a_password_only_creates_tokens_and_lists_none(personas):
+    """HTTP Basic is accepted by POST /api/v1/tokens/ alone (docs/security.md): listing
+    the account's tokens with a password answered 200 (a security review's case)."""
+    assert _login().status_code == 201  # a token to list
+    response = Client().get(TOKENS, headers={"Authorization": _basic("member_a")})
+    error_of(response, 401, "not_authenticated")
+
+
 def _login(password=None, username="member_a", **extra):
     return Client(**extra).post(
         TOKENS,
