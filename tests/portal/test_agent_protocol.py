@@ -348,6 +348,27 @@ def test_inventory_updates_gpu_health_and_marks_missing_gpus_lost(client, cluste
     assert node.condition == Node.Condition.READY and node.last_heartbeat_at
 
 
+def test_gpus_that_swap_indices_are_written_not_a_500(client, cluster):
+    """A node's GPUs reported in another PCI order after a reboot (the same UUIDs, their
+    indices exchanged): the (node, index) uniqueness was checked row by row inside the
+    one UPDATE, and every beat answered 500 (a security review's case). The node stays
+    ready and each GPU keeps its UUID with its new index."""
+    node = cluster.nodes[0]
+    token = node_token(node)
+    assert beat(client, node, token).status_code == 200
+    gpus = inventory(node)
+    gpus[0]["index"], gpus[1]["index"] = gpus[1]["index"], gpus[0]["index"]
+    gpus[2]["index"], gpus[3]["index"], gpus[4]["index"] = (
+        gpus[3]["index"],
+        gpus[4]["index"],
+        gpus[2]["index"],
+    )
+    response = beat(client, node, token, gpus=gpus)
+    assert response.status_code == 200, response.content
+    assert dict(node.gpus.values_list("uuid", "index")) == {g["uuid"]: g["index"] for g in gpus}
+    assert set(node.gpus.values_list("health", flat=True)) == {"healthy"}
+
+
 @postgresql_only
 def test_unchanged_inventory_touches_no_gpu_row_until_telemetry_is_due(
     client, cluster, monkeypatch, django_assert_num_queries

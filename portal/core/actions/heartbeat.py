@@ -187,14 +187,19 @@ def _write_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> dateti
     elsewhere = sorted(u for u, g in existing.items() if g.node_id != node.pk)
     if elsewhere:
         raise ProtocolError("GPU UUIDs already belong to another node.", {"gpus": elsewhere[:10]})
-    reported, changed, new = set(), [], []
+    reported, changed, new, moved = set(), [], [], []
     for r in gpus:
         reported.add(r.uuid)
         gpu = existing.get(r.uuid)
         if gpu is None:
             new.append(_copy_report(Gpu(node=node, uuid=r.uuid), r, now))
         elif _worth_writing(gpu, r, now):
+            if gpu.index != r.index and gpu.health != Gpu.Health.LOST:
+                moved.append(gpu.pk)
             changed.append(_copy_report(gpu, r, now))
+    if moved:  # out of (node, index)'s uniqueness first: it is checked row by row, and GPUs
+        # that swap indices (another PCI order after a reboot) made every beat a 500
+        Gpu.objects.filter(pk__in=moved).update(health=Gpu.Health.LOST)
     for uuid, gpu in existing.items():
         if uuid not in reported and gpu.health != Gpu.Health.LOST:
             gpu.health, gpu.health_reason = Gpu.Health.LOST, "missing from the agent's inventory"
