@@ -39,7 +39,7 @@ EPSILON = 1e-9
 class Budgets:
     """What is left of each budget during one pass, charged as jobs are admitted."""
 
-    __slots__ = ("by_key", "committed", "waiting", "promised")
+    __slots__ = ("by_key", "committed", "waiting", "promised", "after_reset", "now")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.by_key: dict[tuple[str, str], Budget] = {
@@ -47,7 +47,9 @@ class Budgets:
         }
         self.waiting: dict[tuple[str, str], float] = dict.fromkeys(self.by_key, 0.0)
         self.promised: set[int] = set()  # ids of the jobs promise() committed
-        now = snapshot.now
+        # GPU-hours promised to jobs that start once the budget has reset (promise)
+        self.after_reset: dict[tuple[str, str], float] = dict.fromkeys(self.by_key, 0.0)
+        self.now = now = snapshot.now
         left: dict[tuple[str, str], list[float]] = {key: [] for key in self.by_key}
         for r in snapshot.running:
             if (key := (r.team, r.flavor)) in left:
@@ -66,6 +68,8 @@ class Budgets:
         if budget is None:
             return None
         committed, waiting = self.committed[key], self.waiting[key]
+        if budget.resets_at is not None and self.now + job.max_runtime > budget.resets_at:
+            waiting += self.after_reset[key]  # it may run into the next period: theirs too
         need = job_gpu_hours(job)
         if budget.used + committed + waiting + ahead + need <= budget.limit + EPSILON:
             return None
@@ -92,16 +96,21 @@ class Budgets:
     def promise(self, job: PendingJob, start: float) -> None:
         """Commit, once, a job given a start time (a GPU reservation, a quota or cohort
         hold), as one waiting for stopping jobs: its team's later jobs of the pass may
-        not use what it will (backfill._promise_budget). Not one that starts once its
-        budget has reset: it uses the next period's (a review's case: a gang reserved
-        past the reset held the month's last GPU-hours from a 20-minute job)."""
-        budget = self.by_key.get((job.team, job.flavor))
+        not use what it will (backfill._promise_budget). One that starts once its
+        budget has reset uses the next period's: it is counted only against jobs that
+        may still run then (`after_reset`). Counted against all, a gang reserved past the
+        reset held the month's last GPU-hours from a 20-minute job; against none, a
+        4-hour job admitted beside it took the next period's, and the gang, told +1 h,
+        started at +4 h (two reviews' cases)."""
+        key = (job.team, job.flavor)
+        budget = self.by_key.get(key)
         if budget is None or job.id in self.promised:
             return
-        if budget.resets_at is not None and start >= budget.resets_at:
-            return
         self.promised.add(job.id)
-        self.charge(job, waiting=True)
+        if budget.resets_at is not None and start >= budget.resets_at:
+            self.after_reset[key] += job_gpu_hours(job)
+        else:
+            self.charge(job, waiting=True)
 
 
 def job_gpu_hours(job: PendingJob) -> float:

@@ -492,18 +492,28 @@ def test_a_job_given_a_start_time_holds_its_budget_against_its_teams_later_jobs(
     assert sim.started.get(1, math.inf) <= NOW + HOUR + 60, reasons(plan)
 
 
-def test_a_reservation_past_the_reset_takes_none_of_this_periods_budget():
-    """Team a (budget 18 GPU-hours, 2 used, resetting at +30 min): its 2x8 gang is
-    reserved from +1 h, after the reset; its 8-GPU, 20-minute job (2.7 GPU-hours) ends
-    before both. The gang's 16 GPU-hours are the next period's: promised to this one,
-    they made the short job `budget_exhausted` until the reset (a review's case)."""
+@pytest.mark.parametrize(
+    ("runtime", "resets", "admits"),
+    [(20 * 60, 1800, True), (20 * 60, 2 * HOUR, False), (4 * HOUR, 1800, False)],
+    ids=["ends before the reset", "no reset before the gang", "runs past the reset"],
+)
+def test_a_reservation_past_the_reset_holds_the_next_periods_budget(runtime, resets, admits):
+    """Team a (budget 18 GPU-hours, 2 used): its 2x8 gang (16 GPU-hours) is reserved from
+    +1 h on n0 and n1; its 4-GPU job of `runtime` fits on n2 beside it. With the budget
+    resetting at +30 min the gang spends the next period's: counted in this one, a
+    20-minute job (1.3 GPU-hours, over by the reset) was `budget_exhausted` until the
+    reset; counted in neither, a 4-hour job (16 GPU-hours) took the next period's, and
+    the gang, told +1 h, started at +4 h (two reviews' cases). It is counted against the
+    jobs that may run past the reset (Budgets.after_reset)."""
     c = Cluster().nodes_(3)
-    c.team("a", nominal=32).team("e", nominal=8)
+    c.team("a", nominal=32).team("e", nominal=16)
     c.run(10, "e", on={"n0": 8}, runtime=HOUR, started=NOW)
-    c.run(11, "e", on={"n2": 8}, runtime=10 * HOUR, started=NOW)
+    c.run(11, "e", on={"n1": 4}, runtime=HOUR, started=NOW)
+    c.run(12, "e", on={"n2": 4}, runtime=10 * HOUR, started=NOW)
     c.job(1, "a", workers=2, gpus=8, runtime=HOUR, submitted=NOW - 100)
-    c.job(2, "a", gpus=8, runtime=20 * 60, submitted=NOW - 50)
-    for resets, admits in ((NOW + 1800, True), (NOW + 2 * HOUR, False)):
-        plan = schedule(with_budgets(c, budget(2.0, limit=18.0, team="a", resets_at=resets)))
-        assert "reserved for it from" in verdict(plan, 1).message, verdict(plan, 1).message
-        assert (2 in admitted(plan)) is admits, verdict(plan, 2).message
+    c.job(2, "a", gpus=4, runtime=runtime, submitted=NOW - 50)
+    plan = schedule(with_budgets(c, budget(2.0, limit=18.0, team="a", resets_at=NOW + resets)))
+    assert "reserved for it from" in verdict(plan, 1).message, verdict(plan, 1).message
+    assert (2 in admitted(plan)) is admits, verdict(plan, 2).message
+    if not admits:
+        assert verdict(plan, 2).reason_code == OVER
