@@ -116,7 +116,7 @@ def visible_tokens(user, *, scope: Collection[int] | None = None) -> QuerySet[Ap
     unscoped one (which reaches every team of the user) or a wider one."""
     tokens = ApiToken.objects.filter(user=user)
     if scope is not None:
-        tokens = tokens.exclude(teams=None).exclude(teams__in=Team.objects.exclude(pk__in=scope))
+        tokens = tokens.filter(scoped=True).exclude(teams__in=Team.objects.exclude(pk__in=scope))
     return tokens
 
 

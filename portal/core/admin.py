@@ -28,7 +28,7 @@ from portal.core.actions.nodes import (
     uncordon_node,
 )
 from portal.core.actions.notifications import redeliver
-from portal.core.actions.tokens import check_token_scope, revoke_api_token
+from portal.core.actions.tokens import check_token_scope, rescope_api_token, revoke_api_token
 from portal.core.jobspec import events_problem, notify_url_problem
 from portal.core.models import (
     Allocation,
@@ -860,6 +860,10 @@ class ApiTokenAdmin(ShownOnceTokenAdmin):
     filter_horizontal = ("teams",)
     list_select_related = ("user",)
     actions = ("revoke",)
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        rescope_api_token(form.instance, acting_user=request.user)
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request, queryset):

@@ -76,21 +76,22 @@ from portal.core.models.cluster import SCHEDULABLE
 
 def token_sql(select: str = "", join: str = "") -> str:
     """A token by its digest (`%(digest)s`) with its user, the team ids it is scoped
-    to (NULL when it is not; on SQLite only 1 when it is), and what `select` adds
-    from `join`. Both backends.
+    to (NULL when it is not, none when its teams are gone; on SQLite only 1 when it
+    is), and what `select` adds from `join`. Both backends.
 
     Replaces token_by_digest_orm (below): the same token, user and scope, in one query
     instead of three."""
     User = get_user_model()
     through = ApiToken.teams.through._meta.db_table
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql":  # (a scoped token with no team left: no team)
         scope = (
-            f" CROSS JOIN LATERAL (SELECT array_agg(st.team_id) AS teams FROM {through} st "
+            " CROSS JOIN LATERAL (SELECT CASE WHEN tk.scoped THEN "
+            f"coalesce(array_agg(st.team_id), '{{}}') END AS teams FROM {through} st "
             "WHERE st.apitoken_id = tk.id) s"
         )
         teams = "s.teams"
     else:
-        scope, teams = "", f"(SELECT 1 FROM {through} st WHERE st.apitoken_id = tk.id LIMIT 1)"
+        scope, teams = "", "CASE WHEN tk.scoped THEN 1 END"
     return (
         f"SELECT {columns(ApiToken, 'tk')}, {columns(User, 'u')}, {teams}{select} "
         f"FROM {ApiToken._meta.db_table} tk JOIN {User._meta.db_table} u ON u.id = tk.user_id"
@@ -110,7 +111,7 @@ def token_by_digest_orm(token_digest: str) -> tuple[ApiToken, set[int] | None] |
     token = ApiToken.objects.select_related("user").filter(token_hash=token_digest).first()
     if token is None:
         return None
-    return token, set(token.teams.values_list("pk", flat=True)) or None
+    return token, set(token.teams.values_list("pk", flat=True)) if token.scoped else None
 
 
 def row_version(alias: str) -> str:
@@ -154,6 +155,8 @@ def submit_target_sql(user: str, scope: str | None, slug: bool, versions: bool =
 
 def member_submit_target(user_pk: int, slug: str | None, queue_name: str, scope) -> list:
     """Run submit_target_sql for a user given by primary key. PostgreSQL only."""
+    if scope is not None and not scope:
+        return []  # a scoped token whose teams are all gone reaches none
     sql = submit_target_sql("%(user)s", "%(scope)s" if scope is not None else None, bool(slug))
     params = {"user": user_pk, "queue": queue_name, "slug": slug, "scope": list(scope or ())}
     with server_binding_cursor() as cursor:
@@ -216,7 +219,7 @@ def guard_sql(row: str, team: str, queue: str, roles: Sequence[str]) -> str:
     scope = f"SELECT st.team_id FROM {ApiToken.teams.through._meta.db_table} st WHERE st.apitoken_id = tk.id"
 
     def in_scope(column: str) -> str:
-        return f"(NOT EXISTS ({scope}) OR {column} IN ({scope}))"
+        return f"(NOT tk.scoped OR {column} IN ({scope}))"
 
     only_team = (
         f"({row}.g_slug OR (SELECT count(*) FROM {mine} m2 "

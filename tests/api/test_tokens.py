@@ -181,3 +181,26 @@ def test_names_with_bidi_controls_are_refused(personas, cluster, as_member_a):
     cluster.team_a.name = "Alpha\u2066 (official)"
     with pytest.raises(ValidationError, match="U\\+2066"):
         cluster.team_a.full_clean()  # what the admin's form runs
+
+
+def test_a_scoped_token_reaches_nothing_once_its_teams_are_gone(cluster, personas):
+    """lead_a leads alpha and a sandbox team, and has a CI token scoped to the sandbox.
+    An admin deletes the sandbox (no jobs: it may be deleted), which empties the token's
+    scope rows: read as "no scope", the narrow token reached alpha, listed every team
+    and could submit there (a security review's case). A scoped token fails closed."""
+    from portal.core.models import Queue
+    from tests.api.conftest import job_body
+    from tests.factories import make_team
+
+    sandbox = make_team("sandbox", cohort=cluster.cohort, quotas={cluster.h100: 8})
+    Queue.objects.create(team=sandbox, name="default", max_runtime_seconds=3600)
+    Membership.objects.create(user=personas.lead_a, team=sandbox, role=Membership.Role.LEAD)
+    ci = bearer(personas.lead_a, teams=[sandbox])
+    assert ci.get("/api/v1/teams/alpha/").status_code == 404
+    sandbox.delete()
+    assert ci.get("/api/v1/teams/alpha/").status_code == 404
+    assert ci.get("/api/v1/teams/").json() == []
+    assert ci.post("/api/v1/jobs/", job_body(team="alpha")).status_code in (403, 404)
+    assert ci.post("/api/v1/jobs/", job_body()).status_code in (400, 403, 404)
+    listed = ci.get("/api/v1/tokens/").json()  # itself, reaching no team; no other token
+    assert [(t["name"], t["teams"]) for t in listed] == [("test", [])]

@@ -204,3 +204,29 @@ def test_the_admin_cannot_scope_a_token_to_a_team_its_user_is_not_in(
     assert response.status_code == 200  # the form again, with the error
     assert "teams the user belongs to" in response.content.decode()
     assert not ApiToken.objects.exists()
+
+
+def test_a_token_the_admin_scopes_is_scoped_and_unscoped_when_its_teams_are_cleared(
+    admin_client, personas, cluster
+):
+    """ApiToken.scoped follows the teams the admin sets (actions.tokens.rescope_api_token,
+    with an audit row); a team deleted does not unscope a token (test_tokens.py)."""
+    from portal.core.models import ApiToken
+
+    response = admin_client.post(
+        "/admin/core/apitoken/add/",
+        {"user": personas.member_a.pk, "name": "ci", "teams": [cluster.team_a.pk]},
+    )
+    assert response.status_code == 302, response.content[:500]
+    token = ApiToken.objects.get()
+    assert token.scoped and list(token.teams.all()) == [cluster.team_a]
+    response = admin_client.post(
+        f"/admin/core/apitoken/{token.pk}/change/", {"user": personas.member_a.pk, "name": "ci"}
+    )
+    assert response.status_code == 302, response.content[:500]
+    token.refresh_from_db()
+    assert not token.scoped and not token.teams.exists()
+    actions = set(
+        AuditEntry.objects.filter(target_id=str(token.pk)).values_list("action", flat=True)
+    )
+    assert {"scope", "unscope"} <= actions

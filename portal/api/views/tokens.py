@@ -24,7 +24,8 @@ from portal.core.models import ApiToken
 
 
 def token_data(token: ApiToken, secret: str | None = None) -> dict:
-    token.team_slugs = sorted(t.slug for t in token.teams.all()) or None
+    slugs = sorted(t.slug for t in token.teams.all())
+    token.team_slugs = slugs if token.scoped else None  # [] once its teams are all gone
     data = s.TokenSerializer(token).data
     if secret is not None:
         data["token"] = secret

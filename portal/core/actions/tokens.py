@@ -37,6 +37,7 @@ def create_api_token(
             prefix=secret.prefix,
             token_hash=secret.digest,
             expires_at=expires_at,
+            scoped=bool(teams),
         )
         if teams:
             token.teams.set(teams)
@@ -50,6 +51,20 @@ def check_token_scope(user, teams) -> None:
     allowed = set(visible_teams(user).values_list("pk", flat=True))
     if teams and any(t.pk not in allowed for t in teams):
         raise PermissionError("A token can only be scoped to teams the user belongs to.")
+
+
+def rescope_api_token(token: ApiToken, *, acting_user) -> bool:
+    """Make the token's `scoped` say whether teams narrow it, once the admin has set its
+    teams (blank: every team of its user, as the field says); True if that changed.
+    Deleting a team does not come here: a scoped token whose teams are all gone stays
+    scoped and reaches no team."""
+    scoped = token.teams.exists()
+    if token.scoped == scoped:
+        return False
+    ApiToken.objects.filter(pk=token.pk).update(scoped=scoped)
+    token.scoped = scoped
+    record_event(actor=acting_user, instance=token, action="scope" if scoped else "unscope")
+    return True
 
 
 def revoke_api_token(token: ApiToken, *, acting_user) -> bool:
@@ -119,7 +134,7 @@ def _usable(row) -> tuple[ApiToken | None, Sequence]:
     """The token of a statements.token_sql row if it may be used (its last use refreshed),
     and the rest of the row after the scope."""
     (token, user), (teams, *rest) = split_row(row, ApiToken, get_user_model())
-    token.user, token.scoped = user, teams is not None
+    token.user = user
     token.scope_ids = set(teams) if isinstance(teams, list) else None
     if not token_usable(token, user):
         return None, rest
@@ -131,8 +146,9 @@ def _usable(row) -> tuple[ApiToken | None, Sequence]:
 
 
 def token_scope(token: ApiToken) -> set[int] | None:
-    """Team ids the token may reach, or None for every team of its user."""
-    if getattr(token, "scoped", True) is False:
-        return None  # unscoped: known from authenticate_token's query, no second one
-    ids = getattr(token, "scope_ids", None) or set(token.teams.values_list("pk", flat=True))
-    return ids or None
+    """Team ids the token may reach (none once its teams are all deleted: it fails
+    closed), or None for every team of its user."""
+    if not token.scoped:
+        return None
+    ids = getattr(token, "scope_ids", None)
+    return ids if ids is not None else set(token.teams.values_list("pk", flat=True))

@@ -19,6 +19,9 @@ class ApiToken(models.Model):
     teams = models.ManyToManyField(
         Team, blank=True, related_name="+", help_text="Blank: every team the user belongs to."
     )
+    # Whether `teams` narrows it. Kept apart from the rows, so that a token whose teams are
+    # all deleted reaches none of them rather than every team of its user (fails closed).
+    scoped = models.BooleanField(default=False, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
