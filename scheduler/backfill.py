@@ -847,8 +847,8 @@ def _replay(
     undone afterwards, until the team's headroom holds the job. Infinite if they
     never free enough: then no quota is held. With `reserved` (a GPU
     reservation whose quota the job may not take, Backfill.quota_taken): not before
-    its start, with its job (and those of the flavor's reservations before it still
-    running then) charged until their max runtimes end. `ends`: _ends(p, book, f), if
+    its start, with its job (and the flavor's other reservations whose jobs still run
+    then) charged until their max runtimes end. `ends`: _ends(p, book, f), if
     known already (room_steps).
     """
     ledger = p.ledger

@@ -26,7 +26,7 @@ def test_later_processes_get_their_own_redis_database_and_var_folder():
     assert changed["CELERY_BROKER_URL"] == "redis://broker:6380/13"  # no number: database 0
     # on the same server, the broker shares the process's database: shifted apart, gw1's
     # broker (0 - 1) would land on gw0's cache (15), which the Celery tests flush
-    same = ENV | {"CELERY_BROKER_URL": "redis://127.0.0.1:6379"}
+    same = ENV | {"CELERY_BROKER_URL": "redis://localhost:6379/"}
     assert _own("gw1", same)["CELERY_BROKER_URL"] == "redis://127.0.0.1:6379/14"
 
 

@@ -29,7 +29,7 @@ def _own(worker: str, environ: dict[str, str]) -> dict[str, str]:
     own = None  # (server, database) of this process's REDIS_URL
     for name in ("REDIS_URL", "CELERY_BROKER_URL"):
         url = environ.get(name, "")
-        db = re.fullmatch(r"(rediss?://[^/?#]*)(?:/(\d+))?", url)
+        db = re.fullmatch(r"(rediss?://[^/?#]*)(?:/(\d*))?", url.replace("localhost", "127.0.0.1"))
         if db and own is not None and db.group(1) == own[0]:
             changed[name] = f"{own[0]}/{own[1]}"  # the same server: the same database
         elif db:
