@@ -848,6 +848,7 @@ class ApiTokenAdmin(ShownOnceTokenAdmin):
         "prefix",
         "name",
         "user",
+        "scoped",
         "created_at",
         "expires_at",
         "last_used_at",
@@ -855,7 +856,8 @@ class ApiTokenAdmin(ShownOnceTokenAdmin):
     )
     list_filter = ("revoked_at",)
     search_fields = ("prefix", "name", "user__username")
-    fields = ("user", "name", "teams", "expires_at", "revoked_at")
+    fields = ("user", "name", "teams", "scoped", "expires_at", "revoked_at")
+    readonly_fields = ("scoped",)
     autocomplete_fields = ("user",)
     filter_horizontal = ("teams",)
     list_select_related = ("user",)
@@ -863,7 +865,8 @@ class ApiTokenAdmin(ShownOnceTokenAdmin):
 
     def save_related(self, request, form, formsets, change):
         super().save_related(request, form, formsets, change)
-        rescope_api_token(form.instance, acting_user=request.user)
+        if "teams" in form.changed_data:  # not a token whose teams were deleted, saved again
+            rescope_api_token(form.instance, acting_user=request.user)
 
     @admin.action(description="Revoke selected tokens")
     def revoke(self, request, queryset):

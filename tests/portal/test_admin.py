@@ -230,3 +230,33 @@ def test_a_token_the_admin_scopes_is_scoped_and_unscoped_when_its_teams_are_clea
         AuditEntry.objects.filter(target_id=str(token.pk)).values_list("action", flat=True)
     )
     assert {"scope", "unscope"} <= actions
+
+
+def test_editing_the_expiry_of_a_token_whose_teams_are_gone_keeps_it_reaching_none(
+    admin_client, personas, cluster
+):
+    """The admin's form cannot tell "scoped to teams all deleted" from "unscoped" (both:
+    teams blank): saved for another field, such a token was unscoped and reached every
+    team of its user (a review's case). Only a change of its teams rescopes it."""
+    from portal.core.models import ApiToken, Membership, Queue
+    from tests.api.conftest import bearer
+    from tests.factories import make_team
+
+    sandbox = make_team("sandbox", cohort=cluster.cohort, quotas={cluster.h100: 8})
+    Queue.objects.create(team=sandbox, name="default", max_runtime_seconds=3600)
+    Membership.objects.create(user=personas.lead_a, team=sandbox, role=Membership.Role.LEAD)
+    ci = bearer(personas.lead_a, teams=[sandbox])
+    sandbox.delete()
+    assert ci.get("/api/v1/teams/alpha/").status_code == 404
+    token = ApiToken.objects.get(user=personas.lead_a)
+    response = admin_client.post(
+        f"/admin/core/apitoken/{token.pk}/change/",
+        {
+            "user": personas.lead_a.pk,
+            "name": "ci renamed",
+            "expires_at_0": "2099-01-01",
+            "expires_at_1": "00:00:00",
+        },
+    )
+    assert response.status_code == 302, response.content[:500]
+    assert ci.get("/api/v1/teams/alpha/").status_code == 404

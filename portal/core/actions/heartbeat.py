@@ -197,14 +197,16 @@ def _write_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> dateti
             if gpu.index != r.index and gpu.health != Gpu.Health.LOST:
                 moved.append(gpu.pk)
             changed.append(_copy_report(gpu, r, now))
-    if moved:  # out of (node, index)'s uniqueness first: it is checked row by row, and GPUs
-        # that swap indices (another PCI order after a reboot) made every beat a 500
-        Gpu.objects.filter(pk__in=moved).update(health=Gpu.Health.LOST)
     for uuid, gpu in existing.items():
         if uuid not in reported and gpu.health != Gpu.Health.LOST:
             gpu.health, gpu.health_reason = Gpu.Health.LOST, "missing from the agent's inventory"
             gpu.updated_at = now
             changed.append(gpu)
+            moved.append(gpu.pk)  # (its index may be another GPU's now)
+    if moved:  # out of (node, index)'s uniqueness first: it is checked row by row, and GPUs
+        # that swap indices (another PCI order after a reboot), or take the index of one
+        # that is gone, made every beat a 500 (two reviews' cases)
+        Gpu.objects.filter(pk__in=moved).update(health=Gpu.Health.LOST)
     bulk_set(Gpu, changed, _IDENTITY + _TELEMETRY + ["updated_at"])
     if new:
         Gpu.objects.bulk_create(new)
