@@ -134,7 +134,8 @@ def whoami(args, client_for) -> int:
     teams = ", ".join(f"{t['slug']} ({t['role']})" for t in me["teams"]) or "no team"
     print(f"{me['username']}{' (staff)' if me['is_staff'] else ''} — {teams}")
     if me.get("token"):
-        scope = ", ".join(me["token"]["teams"] or []) or "all your teams"
+        teams = me["token"]["teams"]  # null: every team; []: its teams were all deleted
+        scope = "all your teams" if teams is None else ", ".join(teams) or "no team"
         expiry = when(me["token"]["expires_at"]) or "never"
         print(f"token {me['token']['prefix']}… reaches {scope}; expires {expiry}")
     return exitcodes.OK

@@ -92,3 +92,18 @@ def test_the_cli_with_all_checks_and_the_stateful_phase_finds_nothing(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800
     )
     assert result.returncode == 0, result.stdout[-20000:] + result.stderr[-5000:]
+
+
+def test_a_password_is_offered_only_to_create_a_token(db):
+    """HTTP Basic is refused by every call but POST /api/v1/tokens/ (docs/security.md):
+    the schema lists it for that operation alone (a review's case)."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    offered = [
+        (path, method)
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if {"basicAuth": []} in operation.get("security", [])
+    ]
+    assert offered == [("/api/v1/tokens/", "post")]

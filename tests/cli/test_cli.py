@@ -706,3 +706,22 @@ def test_an_unknown_command_names_the_one_meant(capsys):
         assert err.rstrip().endswith(f"Did you mean: berth {meant}?"), err
     assert main(["frobnicate"]) == 2
     assert "Did you mean" not in capsys.readouterr().err
+
+
+def test_whoami_does_not_say_all_teams_for_a_token_reaching_none(capsys):
+    """`teams: []` is a scoped token whose teams were all deleted, not `null` (a review's
+    case)."""
+    import types
+
+    from berthcli import commands
+
+    me = {
+        "username": "u",
+        "is_staff": False,
+        "teams": [],
+        "token": {"prefix": "bat_x", "teams": [], "expires_at": None},
+    }
+    client = types.SimpleNamespace(get=lambda path: types.SimpleNamespace(body=me))
+    commands.whoami(types.SimpleNamespace(json=False), lambda: client)
+    out = capsys.readouterr().out
+    assert "all your teams" not in out and "reaches no team" in out, out

@@ -289,3 +289,21 @@ def test_user_in_no_team_gets_a_friendly_page(db, client):
     client.force_login(make_user("newcomer"))
     response = client.get("/")
     assert response.status_code == 200 and b"not in a team yet" in response.content
+
+
+def test_a_token_whose_teams_are_gone_is_not_listed_as_reaching_all_teams(story, login):
+    """A scoped token whose teams are all deleted reaches none (ApiToken.scoped): the
+    list said "all your teams" (a review's case)."""
+    from portal.core.actions.tokens import create_api_token
+    from portal.core.models import Membership
+    from tests.factories import make_team
+
+    lead = story.cluster.personas.lead_a
+    sandbox = make_team("sandbox", cohort=story.cluster.cohort)
+    Membership.objects.create(user=lead, team=sandbox, role=Membership.Role.LEAD)
+    token, _ = create_api_token(lead, name="ci", teams=[sandbox])
+    sandbox.delete()
+    page = login(lead).get("/tokens/").content.decode()
+    row = page[page.index(token.prefix) :]
+    row = row[: row.index("</tr>")]
+    assert "all your teams" not in row and "no team" in row, row

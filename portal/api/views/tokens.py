@@ -54,6 +54,7 @@ class TokenListView(APIView):
     @extend_schema(
         operation_id="tokens_list",
         responses={200: s.TokenSerializer(many=True)},
+        auth=[{"bearerAuth": []}, {"cookieAuth": []}],  # a password only creates a token
         description="The caller's tokens, newest first. Never the secrets. A token scoped "
         "to some teams lists only tokens scoped within them.",
     )
