@@ -545,14 +545,7 @@ class Backfill(Gate):
             wait = p.shortfall(job, pool)
             restore(pool)
             return wait
-        for node, workers in nodes:  # these GPUs come back before the reservations start
-            k = workers * job.gpus_per_worker
-            for res in held_for:
-                if node in res.need and k > 0:
-                    d = min(k, max(0, res.need[node]))
-                    res.need[node] -= d
-                    k -= d
-        hold(pool, held_for)
+        rehold(pool, held_for, {node: w * job.gpus_per_worker for node, w in nodes})
         return None
 
     def _admit_long(self, p: Pass, job: PendingJob, pool: Pool, res: Reservation) -> Wait | None:
@@ -610,15 +603,7 @@ class Backfill(Gate):
                     within = p.ledger.borrowed(book, job.flavor, job.gpus) == 0
                 if within:
                     continue
-            need, f = res.job.gpus, job.flavor
-            at_start = {b: -k for b, k in _released(p, res).items()}
-            for earlier in _running_at(held, res.start, res):  # their quota as well
-                b = p.ledger.book(earlier.job.team)
-                at_start[b] = at_start.get(b, 0) + earlier.job.gpus
-            if p.ledger.headroom_with(other, f, at_start) < need:
-                continue  # short of quota at its start anyway: holding keeps it nothing
-            at_start[book] = at_start.get(book, 0) + job.gpus
-            if p.ledger.headroom_with(other, f, at_start) < need:
+            if _leaves_short(p, book, job.gpus, res, held):
                 sentence = p.config.explain and end is None
                 bound = self.start_by(p, job, res.start) if sentence else None
                 return Wait(RESERVED, (res.job.id, res.start, RESERVED_QUOTA, bound))
@@ -650,10 +635,7 @@ def _with_quota(
         later = None
         running = _running_at(held, t)
         if running:
-            at_start = {b: -k for b, k in _released(p, Reservation(job, t, {}, 0)).items()}
-            for r in running:
-                b = p.ledger.book(r.job.team)
-                at_start[b] = at_start.get(b, 0) + r.job.gpus
+            at_start = _quota_at(p, Reservation(job, t, {}, 0), held)
             if p.ledger.headroom_with(book, f, at_start) < job.gpus:  # once one has ended
                 later = min(r.start + r.job.max_runtime for r in running)
         for r in held:
@@ -664,14 +646,7 @@ def _with_quota(
                 continue
             if other is not book and within:  # (quota_taken's rule)
                 continue
-            at_start = {b: -k for b, k in _released(p, r).items()}
-            for e in _running_at(held, r.start, r):
-                b = p.ledger.book(e.job.team)
-                at_start[b] = at_start.get(b, 0) + e.job.gpus
-            if p.ledger.headroom_with(other, f, at_start) < r.job.gpus:
-                continue  # short of quota at its start anyway (quota_taken's rule)
-            at_start[book] = at_start.get(book, 0) + job.gpus
-            if p.ledger.headroom_with(other, f, at_start) < r.job.gpus:
+            if _leaves_short(p, book, job.gpus, r, held):
                 later = r.start  # after it has started, with it running
         if later is None:
             return res
@@ -679,6 +654,29 @@ def _with_quota(
         if res is None:
             return None
     return None
+
+
+def _quota_at(p: Pass, res: Reservation, held: list[Reservation]) -> dict:
+    """Return TeamBook -> GPUs of quota changed by the reservation's start: what its
+    team and cohort give back by then (_released, negative), and what the flavor's
+    other reservations whose jobs run then take (_running_at)."""
+    at_start = {b: -k for b, k in _released(p, res).items()}
+    for r in _running_at(held, res.start, res):
+        b = p.ledger.book(r.job.team)
+        at_start[b] = at_start.get(b, 0) + r.job.gpus
+    return at_start
+
+
+def _leaves_short(p: Pass, book, gpus: int, res: Reservation, held: list[Reservation]) -> bool:
+    """Whether `gpus` more of team `book`'s, still running at the reservation's start,
+    leave its job short of quota it would have then (Backfill.quota_taken, _with_quota);
+    not when it would be short anyway: holding the quota would keep it nothing."""
+    other, f, need = p.ledger.book(res.job.team), res.job.flavor, res.job.gpus
+    at_start = _quota_at(p, res, held)
+    if p.ledger.headroom_with(other, f, at_start) < need:
+        return False
+    at_start[book] = at_start.get(book, 0) + gpus
+    return p.ledger.headroom_with(other, f, at_start) < need
 
 
 def _running_at(
@@ -1132,6 +1130,20 @@ def hold(pool: Pool, held_for: list[Reservation]) -> None:
         pool.invalidate()
     pool.held = held
     pool.holding = True
+
+
+def rehold(pool: Pool, held_for: list[Reservation], taken: dict[int, int]) -> None:
+    """Hold the reservations' GPUs again after a job that ends before they start took
+    `taken` (node -> GPUs) of them (an admitted short job, Backfill._admit_short; a short
+    preemptor's target, Pass.preempt_beside_holds): those come back in time, so each
+    reservation's need on the node is lessened by them, the first reservation first."""
+    for node, k in taken.items():
+        for res in held_for:
+            if k > 0 and res.need.get(node, 0) > 0:
+                d = min(k, res.need[node])
+                res.need[node] -= d
+                k -= d
+    hold(pool, held_for)
 
 
 def lift(pool: Pool) -> None:

@@ -13,7 +13,7 @@ from itertools import islice
 
 from . import placement
 from .arrays import beyond_limit
-from .backfill import CLAIM_HOLD, hold, lift, restore
+from .backfill import CLAIM_HOLD, lift, rehold, restore
 from .budgets import Budgets, job_gpu_hours
 from .explain import verdicts
 from .model import Admission, JobId, PendingJob, Plan, Reservation, Snapshot
@@ -329,13 +329,7 @@ class Pass:
             if not took:
                 restore(pool)  # (most often: no preemption, or none on held GPUs)
             else:
-                for node, taken in took.items():
-                    for res in held_for:
-                        if taken > 0 and res.need.get(node, 0) > 0:
-                            d = min(taken, res.need[node])
-                            res.need[node] -= d
-                            taken -= d
-                hold(pool, held_for)
+                rehold(pool, held_for, took)
 
     def static_wait(self, job: PendingJob, pool: Pool | None, book: TeamBook) -> Wait | None:
         """Return never_fits or no_nodes if the job cannot run in this cluster at all."""
