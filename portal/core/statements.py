@@ -721,14 +721,15 @@ def schedulable_nodes() -> list[NodeRow]:
     Replaces schedulable_nodes_orm (two queries: the nodes, then their GPUs)."""
     gpu, alloc = Gpu._meta.db_table, Allocation._meta.db_table
     held = f"EXISTS (SELECT 1 FROM {alloc} a WHERE a.gpu_id = g.id AND a.active)"
+    schedulable, schedulable_params = _schedulable_sql("n.")
     sql = (
         "SELECT n.id, n.hostname, n.flavor_id, f.name, n.rack, n.block, count(g.id), "
         f"array_agg(g.id ORDER BY g.index) FILTER (WHERE g.id IS NOT NULL AND NOT {held}) "
         f"FROM {Node._meta.db_table} n JOIN {GpuFlavor._meta.db_table} f ON f.id = n.flavor_id "
         f"LEFT JOIN {gpu} g ON g.node_id = n.id AND g.health = %s "
-        f"WHERE {_schedulable_sql('n.')[0]} GROUP BY n.id, f.name ORDER BY n.id"
+        f"WHERE {schedulable} GROUP BY n.id, f.name ORDER BY n.id"
     )
-    params = [Gpu.Health.HEALTHY.value, *_schedulable_sql()[1]]
+    params = [Gpu.Health.HEALTHY.value, *schedulable_params]
     with server_binding_cursor() as cursor:
         _binary_results(cursor)
         cursor.execute(sql, params)

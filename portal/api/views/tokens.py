@@ -24,8 +24,8 @@ from portal.core.models import ApiToken
 
 
 def token_data(token: ApiToken, secret: str | None = None) -> dict:
-    slugs = sorted(t.slug for t in token.teams.all())
-    token.team_slugs = slugs if token.scoped else None  # [] once its teams are all gone
+    # None: every team of its user; [] once a scoped token's teams are all deleted
+    token.team_slugs = sorted(t.slug for t in token.teams.all()) if token.scoped else None
     data = s.TokenSerializer(token).data
     if secret is not None:
         data["token"] = secret

@@ -187,7 +187,7 @@ def _write_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> dateti
     elsewhere = sorted(u for u, g in existing.items() if g.node_id != node.pk)
     if elsewhere:
         raise ProtocolError("GPU UUIDs already belong to another node.", {"gpus": elsewhere[:10]})
-    reported, changed, new, moved = set(), [], [], []
+    reported, changed, new, unindexed = set(), [], [], []
     for r in gpus:
         reported.add(r.uuid)
         gpu = existing.get(r.uuid)
@@ -195,18 +195,18 @@ def _write_inventory(node: Node, gpus: list[GpuReport], now: datetime) -> dateti
             new.append(_copy_report(Gpu(node=node, uuid=r.uuid), r, now))
         elif _worth_writing(gpu, r, now):
             if gpu.index != r.index and gpu.health != Gpu.Health.LOST:
-                moved.append(gpu.pk)
+                unindexed.append(gpu.pk)
             changed.append(_copy_report(gpu, r, now))
     for uuid, gpu in existing.items():
         if uuid not in reported and gpu.health != Gpu.Health.LOST:
             gpu.health, gpu.health_reason = Gpu.Health.LOST, "missing from the agent's inventory"
             gpu.updated_at = now
             changed.append(gpu)
-            moved.append(gpu.pk)  # (its index may be another GPU's now)
-    if moved:  # out of (node, index)'s uniqueness first: it is checked row by row, and GPUs
+            unindexed.append(gpu.pk)  # (its index may be another GPU's now)
+    if unindexed:  # out of (node, index)'s uniqueness first: it is checked row by row, and GPUs
         # that swap indices (another PCI order after a reboot), or take the index of one
         # that is gone, made every beat a 500 (two reviews' cases)
-        Gpu.objects.filter(pk__in=moved).update(health=Gpu.Health.LOST)
+        Gpu.objects.filter(pk__in=unindexed).update(health=Gpu.Health.LOST)
     bulk_set(Gpu, changed, _IDENTITY + _TELEMETRY + ["updated_at"])
     if new:
         Gpu.objects.bulk_create(new)
