@@ -15,6 +15,7 @@ PYTEST_ARGS ?=
 # process its own Redis database and var/ folder; the Docker engine's tests share one
 # process (xdist_group "docker", --dist loadgroup).
 PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -p tests.workers
 
 .PHONY: install run test test-sqlite test-fast lint format services browser docker promtool sso bench-core bench-pass \
         bench-api bench-heartbeat bench-e2e bench-slurm bench-dashboard bench-sim bench-scrape faults fuzz fuzz-scheduler fuzz-roundtrip clean
@@ -43,18 +44,18 @@ SQLITE_TESTS ?= tests/api tests/dashboard tests/cli tests/integration/test_agent
 
 test: install services browser docker promtool sso
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -p tests.workers $(PYTEST_ARGS)
+	  $(PYTEST) $(PYTEST_ARGS)
 	test -n "$(PYTEST_ARGS)" || $(MAKE) --no-print-directory test-sqlite
 
 ## the make-run default: SQLite, the local-memory cache, no Redis
 test-sqlite: install
 	env -u REDIS_URL DATABASE_URL=sqlite:///$(CURDIR)/.venv/test-sqlite.sqlite3 \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -p tests.workers -m "not browser and not faults" $(SQLITE_TESTS)
+	  $(PYTEST) -m "not browser and not faults" $(SQLITE_TESTS)
 
 ## the suite without the browser and live-process tests, for a quick loop
 test-fast: install services promtool
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) \
-	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -p tests.workers -m "not browser and not services" $(PYTEST_ARGS)
+	  $(PYTEST) -m "not browser and not services" $(PYTEST_ARGS)
 
 ## the fault-injection suite (slow: real processes, own PostgreSQL and Redis instances; docs/reliability.md)
 FAULTS_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/berth_faults
